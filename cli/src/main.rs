@@ -1,0 +1,60 @@
+//! `fl`: the command-line tool of the federated-learning system.
+
+mod plot;
+mod sim;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Federated learning with privacy built in.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server and K clients in one process over loopback gRPC.
+    Sim(sim::SimArgs),
+    /// Redraw accuracy.svg of a run folder from its metrics.jsonl.
+    Plot {
+        /// The run folder.
+        run: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Sim(args) => {
+            let summary = sim::run(args).await?;
+            println!("{}", serde_json::to_string_pretty(&summary_line(&summary))?);
+        }
+        Command::Plot { run } => plot::plot_accuracy(&run, &run.display().to_string())?,
+    }
+    Ok(())
+}
+
+/// The headline figures of a run, for the terminal (the full summary is in summary.json).
+fn summary_line(s: &fl_server::output::Summary) -> serde_json::Value {
+    serde_json::json!({
+        "rounds_completed": s.rounds_completed,
+        "test_accuracy": s.test_accuracy,
+        "test_loss": s.test_loss,
+        "client_updates": s.client_updates,
+        "bytes_up": s.bytes_up,
+        "bytes_down": s.bytes_down,
+        "wall_seconds": s.wall_seconds,
+        "stopped_by": s.stopped_by,
+        "run_folder": s.config["server"]["out"],
+    })
+}

@@ -1,0 +1,130 @@
+//! `fl sim`: the real server and K real clients in one process, talking gRPC over loopback.
+
+use crate::plot::plot_accuracy;
+use anyhow::{Context, bail};
+use fl_client::{ClientOptions, LocalData, run_client};
+use fl_common::data::Partition;
+use fl_server::config::RunConfig;
+use fl_server::output::Summary;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of `fl sim`.
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    /// TOML run configuration.
+    #[arg(long)]
+    config: PathBuf,
+    /// Run folder (default: the config's server.out).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Override the number of rounds.
+    #[arg(long)]
+    rounds: Option<u64>,
+    /// Seed for sampling, initialisation and local shuffling (reproducible experiments only).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// Runs the simulation; returns the summary.
+pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
+    let mut config = RunConfig::load(&args.config)?;
+    if let Some(out) = args.out {
+        config.server.out = out;
+    }
+    if let Some(rounds) = args.rounds {
+        config.server.rounds = rounds;
+    }
+    if args.seed.is_some() {
+        config.server.seed = args.seed;
+    }
+    config.server.listen = "127.0.0.1:0".into();
+    config.validate()?;
+
+    let source = config.data.source.clone();
+    let (train, test) = tokio::task::spawn_blocking(move || {
+        anyhow::Ok((source.load_train()?, source.load_test()?))
+    })
+    .await?
+    .with_context(|| format!("loading {}", config.data.source))?;
+    let partition = Partition {
+        scheme: config.data.partition,
+        clients: config.server.clients,
+        seed: config.data.partition_seed,
+    };
+    let shares = partition.assign(train.labels())?;
+    if let Some(empty) = shares.iter().position(Vec::is_empty) {
+        bail!("client {empty} of the {} partition gets no examples", String::from(partition.scheme));
+    }
+
+    let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
+    let endpoint = format!("http://{}", listener.local_addr()?);
+    let progress = progress_bar(config.server.rounds);
+    let observer: fl_server::Observer = {
+        let progress = progress.clone();
+        Arc::new(move |m| {
+            progress.set_position(m.round);
+            progress.set_message(format!("accuracy {:.4}", m.test_accuracy));
+        })
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let out = config.server.out.clone();
+    let title = format!(
+        "{} clients, {} per round, {}",
+        config.server.clients,
+        config.server.clients_per_round,
+        String::from(config.data.partition)
+    );
+    let token = config.server.token.clone().unwrap_or_default();
+    let seed = config.server.seed;
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        Arc::new(test),
+        Some(observer),
+        stop,
+    ));
+
+    let train = Arc::new(train);
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        std::thread::available_parallelism().map_or(1, usize::from),
+    ));
+    let mut clients = tokio::task::JoinSet::new();
+    for (index, indices) in shares.into_iter().enumerate() {
+        let opts = ClientOptions {
+            endpoint: endpoint.clone(),
+            token: token.clone(),
+            name: format!("sim-{index}"),
+            seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
+            connect_timeout: Duration::from_secs(30),
+            training_slots: slots.clone(),
+        };
+        let local = LocalData {
+            data: train.clone(),
+            indices,
+        };
+        clients.spawn(run_client(opts, local));
+    }
+    let summary = server.await??;
+    progress.finish_and_clear();
+    // Clients end on the server's Shutdown; any that fail are reported, not fatal.
+    while let Ok(Some(joined)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await {
+        if let Ok(Err(e)) = joined {
+            tracing::warn!(error = %e, "simulated client ended with an error");
+        }
+    }
+    plot_accuracy(&out, &title)?;
+    Ok(summary)
+}
+
+fn progress_bar(rounds: u64) -> ProgressBar {
+    let bar = ProgressBar::new(rounds);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] round {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}

@@ -1,0 +1,288 @@
+//! The federated-learning client: joins the server, keeps one Session stream open, and for each
+//! round it is sampled into, receives the global model w_t, trains locally (E epochs of SGD with
+//! batch size B) and uploads its update u = w_local - w_t.
+
+#![deny(missing_docs)]
+
+use fl_common::data::Dataset;
+use fl_common::model::{LocalConfig, ModelSpec, train_local};
+use fl_proto::v1::federation_client::FederationClient;
+use fl_proto::v1::{
+    ClientMessage, Hello, JoinRequest, RoundTask, TaskFailed, UpdateHeader, client_message,
+    server_message,
+};
+use fl_proto::{TensorAssembler, chunk_count, encode_chunks};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
+const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_CHUNK_BYTES + 64 * 1024;
+
+/// Why a client stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Could not reach the server.
+    #[error("connecting to {endpoint}: {source}")]
+    Connect {
+        /// The server address.
+        endpoint: String,
+        /// The cause.
+        source: tonic::transport::Error,
+    },
+    /// The server answered with an error status (e.g. refused token, refused update).
+    #[error("server said: {}: {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+    /// The server broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// This client has no examples.
+    #[error("this client has no training examples")]
+    NoData,
+}
+
+/// The examples a client trains on: a shared dataset and the indices that are this client's.
+#[derive(Debug, Clone)]
+pub struct LocalData {
+    /// The dataset (shared between simulated clients).
+    pub data: Arc<Dataset>,
+    /// This client's examples.
+    pub indices: Vec<usize>,
+}
+
+/// How a client reaches and identifies itself to the server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Server URL, e.g. `http://127.0.0.1:50051`.
+    pub endpoint: String,
+    /// Enrollment token.
+    pub token: String,
+    /// Name for the server's logs.
+    pub name: String,
+    /// Seed for local shuffling (reproducible experiments only).
+    pub seed: Option<u64>,
+    /// How long to keep retrying the first connection (the server may still be starting).
+    pub connect_timeout: Duration,
+    /// Limits how many clients of this process train at once (one per core is best).
+    pub training_slots: Arc<Semaphore>,
+}
+
+/// What a client did before the server shut the session down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientReport {
+    /// Rounds this client trained in.
+    pub rounds_trained: u64,
+    /// The server's reason for ending.
+    pub shutdown_reason: String,
+}
+
+/// Connects, retrying until `timeout` passes.
+async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, ClientError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let ep = Endpoint::from_shared(endpoint.to_string()).map_err(|source| ClientError::Connect {
+        endpoint: endpoint.into(),
+        source,
+    })?;
+    loop {
+        match ep.connect().await {
+            Ok(channel) => return Ok(channel),
+            Err(source) if tokio::time::Instant::now() >= deadline => {
+                return Err(ClientError::Connect {
+                    endpoint: endpoint.into(),
+                    source,
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Runs one client until the server shuts the session down.
+pub async fn run_client(opts: ClientOptions, local: LocalData) -> Result<ClientReport, ClientError> {
+    if local.indices.is_empty() {
+        return Err(ClientError::NoData);
+    }
+    let channel = connect(&opts.endpoint, opts.connect_timeout).await?;
+    let mut grpc = FederationClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let joined = grpc
+        .join(JoinRequest {
+            token: opts.token.clone(),
+            name: opts.name.clone(),
+            num_examples: local.indices.len() as u64,
+        })
+        .await?
+        .into_inner();
+    let (outbox, rx) = mpsc::channel(8);
+    let hello = client_message::Body::Hello(Hello {
+        client_id: joined.client_id.clone(),
+        session_key: joined.session_key,
+    });
+    send(&outbox, hello).await?;
+    let mut inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+    tracing::debug!(client = %joined.client_id, "session open");
+
+    let mut rng = match opts.seed {
+        Some(seed) => StdRng::seed_from_u64(seed),
+        None => StdRng::from_os_rng(),
+    };
+    let mut task: Option<(RoundTask, TensorAssembler)> = None;
+    let mut rounds_trained = 0;
+    loop {
+        let Some(message) = inbound.message().await? else {
+            return Err(ClientError::Protocol("server closed the session without Shutdown".into()));
+        };
+        match message.body {
+            Some(server_message::Body::Task(t)) => {
+                let assembler = TensorAssembler::new(t.round, t.num_values, t.num_chunks)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                task = Some((t, assembler));
+            }
+            Some(server_message::Body::ModelChunk(chunk)) => {
+                let Some((_, assembler)) = task.as_mut() else {
+                    return Err(ClientError::Protocol("model chunk without a RoundTask".into()));
+                };
+                let Some(global) = assembler
+                    .push(chunk)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?
+                else {
+                    continue;
+                };
+                let (t, _) = task.take().expect("checked above");
+                let round = t.round;
+                let reply = match check_task(&t, &local, global.len()) {
+                    Ok((spec, config)) => {
+                        let permit = opts.training_slots.clone().acquire_owned().await;
+                        let (local, seed) = (local.clone(), rand::Rng::random(&mut rng));
+                        let trained = tokio::task::spawn_blocking(move || {
+                            let _permit = permit;
+                            train_update(&spec, &config, global, &local, seed)
+                        })
+                        .await
+                        .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
+                        rounds_trained += 1;
+                        Ok(trained)
+                    }
+                    Err(reason) => Err(reason),
+                };
+                match reply {
+                    Ok((update, loss)) => {
+                        upload(&outbox, round, local.indices.len() as u64, &update, loss).await?
+                    }
+                    Err(reason) => {
+                        tracing::warn!(round, %reason, "cannot do this round's task");
+                        send(
+                            &outbox,
+                            client_message::Body::TaskFailed(TaskFailed { round, reason }),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            Some(server_message::Body::Shutdown(s)) => {
+                return Ok(ClientReport {
+                    rounds_trained,
+                    shutdown_reason: s.reason,
+                });
+            }
+            None => return Err(ClientError::Protocol("empty ServerMessage".into())),
+        }
+    }
+}
+
+/// Checks that a task fits this client's data; returns the model and training settings.
+fn check_task(
+    task: &RoundTask,
+    local: &LocalData,
+    num_values: usize,
+) -> Result<(ModelSpec, LocalConfig), String> {
+    let sizes = task
+        .model
+        .as_ref()
+        .ok_or("task without a model spec")?
+        .layer_sizes
+        .iter()
+        .map(|&w| w as usize)
+        .collect();
+    let spec = ModelSpec::new(sizes).map_err(|e| e.to_string())?;
+    let wire = task.config.ok_or("task without a local config")?;
+    let config = LocalConfig {
+        epochs: wire.epochs,
+        batch_size: wire.batch_size,
+        learning_rate: wire.learning_rate,
+    };
+    if spec.num_params() != num_values {
+        return Err(format!(
+            "model {spec} has {} parameters but {num_values} were sent",
+            spec.num_params()
+        ));
+    }
+    if spec.inputs() != local.data.num_features() {
+        return Err(format!(
+            "model takes {} features, local data has {}",
+            spec.inputs(),
+            local.data.num_features()
+        ));
+    }
+    if local.indices.iter().any(|&i| local.data.labels()[i] as usize >= spec.classes()) {
+        return Err(format!("local data has labels beyond the model's {} classes", spec.classes()));
+    }
+    if config.epochs == 0 || config.batch_size == 0 || !(config.learning_rate > 0.0) {
+        return Err(format!("unusable local config {config:?}"));
+    }
+    Ok((spec, config))
+}
+
+/// Trains from the global model; returns u = w_local - w_t and the last epoch's loss.
+fn train_update(
+    spec: &ModelSpec,
+    config: &LocalConfig,
+    global: Vec<f32>,
+    local: &LocalData,
+    seed: u64,
+) -> (Vec<f32>, f32) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut params = global.clone();
+    let loss = train_local(spec, &mut params, &local.data, &local.indices, config, &mut rng);
+    for (p, g) in params.iter_mut().zip(&global) {
+        *p -= g;
+    }
+    (params, loss)
+}
+
+async fn send(
+    outbox: &mpsc::Sender<ClientMessage>,
+    body: client_message::Body,
+) -> Result<(), ClientError> {
+    outbox
+        .send(ClientMessage { body: Some(body) })
+        .await
+        .map_err(|_| ClientError::Protocol("session stream closed".into()))
+}
+
+/// Sends an update as a header and its chunks.
+async fn upload(
+    outbox: &mpsc::Sender<ClientMessage>,
+    round: u64,
+    num_examples: u64,
+    update: &[f32],
+    train_loss: f32,
+) -> Result<(), ClientError> {
+    let header = UpdateHeader {
+        round,
+        num_examples,
+        num_values: update.len() as u64,
+        num_chunks: chunk_count(update.len()),
+        train_loss,
+    };
+    send(outbox, client_message::Body::UpdateHeader(header)).await?;
+    for chunk in encode_chunks(round, update) {
+        send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
+    }
+    Ok(())
+}

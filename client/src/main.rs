@@ -1,0 +1,121 @@
+//! `fl-client`: one federated-learning client, or `--simulate N` of them in one process, each
+//! with its own gRPC connection.
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use fl_client::{ClientOptions, LocalData, run_client};
+use fl_common::data::{DataSource, Partition};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Federated-learning client.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Server URL.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    server: String,
+    /// Enrollment token. Prefer the FL_TOKEN environment variable, which does not show in
+    /// process listings.
+    #[arg(long, env = "FL_TOKEN", hide_env_values = true, default_value = "")]
+    token: String,
+    /// Local data: mnist:DIR (its training split) or csv:FILE.
+    #[arg(long)]
+    data: DataSource,
+    /// This client's share of the data in a simulation: SCHEME:K:INDEX, with SCHEME one of iid,
+    /// shards, dirichlet:ALPHA (e.g. shards:100:7). Without it the client uses all of --data.
+    #[arg(long)]
+    partition: Option<String>,
+    /// Seed of the partition; every client of a simulation must use the same one.
+    #[arg(long, default_value_t = 0)]
+    partition_seed: u64,
+    /// Run N clients in this process, with partition indices INDEX, INDEX+1, ..., INDEX+N-1.
+    #[arg(long, default_value_t = 1)]
+    simulate: usize,
+    /// Name for the server's logs (default: client-INDEX).
+    #[arg(long)]
+    name: Option<String>,
+    /// Seed for local shuffling (reproducible experiments only).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds to keep retrying the first connection.
+    #[arg(long, default_value_t = 60.0)]
+    connect_timeout: f64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.simulate == 0 {
+        bail!("--simulate must be at least 1");
+    }
+    let source = args.data.clone();
+    let data = Arc::new(
+        tokio::task::spawn_blocking(move || source.load_train())
+            .await?
+            .with_context(|| format!("loading {}", args.data))?,
+    );
+    let shares: Vec<(usize, Vec<usize>)> = match &args.partition {
+        None if args.simulate > 1 => bail!("--simulate needs --partition to give each client its share"),
+        None => vec![(0, (0..data.len()).collect())],
+        Some(spec) => {
+            let (partition, first) = Partition::parse_with_index(spec, args.partition_seed)?;
+            if first + args.simulate > partition.clients {
+                bail!(
+                    "--simulate {} from index {first} runs past K = {}",
+                    args.simulate,
+                    partition.clients
+                );
+            }
+            let mut all = partition.assign(data.labels())?;
+            (first..first + args.simulate)
+                .map(|i| (i, std::mem::take(&mut all[i])))
+                .collect()
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        std::thread::available_parallelism().map_or(1, usize::from),
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, indices) in shares {
+        let opts = ClientOptions {
+            endpoint: args.server.clone(),
+            token: args.token.clone(),
+            name: args.name.clone().unwrap_or_else(|| format!("client-{index}")),
+            seed: args.seed.map(|s| s.wrapping_add(index as u64)),
+            connect_timeout: Duration::from_secs_f64(args.connect_timeout),
+            training_slots: slots.clone(),
+        };
+        let local = LocalData {
+            data: data.clone(),
+            indices,
+        };
+        tasks.spawn(async move { (index, run_client(opts, local).await) });
+    }
+    let mut failures = 0;
+    while let Some(joined) = tasks.join_next().await {
+        match joined? {
+            (index, Ok(report)) => tracing::info!(
+                index,
+                rounds = report.rounds_trained,
+                reason = %report.shutdown_reason,
+                "client finished"
+            ),
+            (index, Err(e)) => {
+                failures += 1;
+                tracing::error!(index, error = %e, "client failed");
+            }
+        }
+    }
+    if failures > 0 {
+        bail!("{failures} client(s) failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The domain of the federated-learning system: datasets and partitions, models and their
+//! training, and the aggregation math.
+//!
+//! **Architecture invariant:** this crate knows nothing of tonic, prost or tokio. Every formula
+//! lives here as a plain function or a small struct and is tested without a network; the server
+//! and client crates only move bytes and call into it.
+
+#![deny(missing_docs)]
+
+pub mod data;
+pub mod model;

@@ -1,0 +1,223 @@
+//! Tensor chunking: a flat `f32` vector travels as little-endian bytes in [`TensorChunk`]s of at
+//! most [`MAX_CHUNK_BYTES`], so any model size fits under gRPC's message limits.
+
+use crate::v1::TensorChunk;
+
+/// Largest payload of one chunk: 1 MiB.
+pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+const VALUES_PER_CHUNK: usize = MAX_CHUNK_BYTES / 4;
+
+/// Number of chunks [`encode_chunks`] makes for `num_values` values (at least one, so that even an
+/// empty tensor is announced and acknowledged the same way).
+pub fn chunk_count(num_values: usize) -> u32 {
+    num_values.div_ceil(VALUES_PER_CHUNK).max(1) as u32
+}
+
+/// Splits `values` into chunks tagged with `round`, in order.
+pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorChunk> + '_ {
+    let n = chunk_count(values.len()) as usize;
+    (0..n).map(move |index| {
+        let start = (index * VALUES_PER_CHUNK).min(values.len());
+        let end = ((index + 1) * VALUES_PER_CHUNK).min(values.len());
+        let mut data = Vec::with_capacity((end - start) * 4);
+        for v in &values[start..end] {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        TensorChunk {
+            round,
+            index: index as u32,
+            data,
+        }
+    })
+}
+
+/// Why a chunk sequence was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ChunkError {
+    /// The header announced a chunk count that does not match its value count.
+    #[error("header announces {chunks} chunks for {values} values; expected {expected}")]
+    BadChunkCount {
+        /// Announced chunks.
+        chunks: u32,
+        /// Announced values.
+        values: u64,
+        /// What [`chunk_count`] gives for that many values.
+        expected: u32,
+    },
+    /// A chunk carried another round's number.
+    #[error("chunk for round {got} inside a tensor of round {expected}")]
+    WrongRound {
+        /// Round of the tensor being assembled.
+        expected: u64,
+        /// Round the chunk claims.
+        got: u64,
+    },
+    /// A chunk arrived out of order, duplicated, or past the announced count.
+    #[error("chunk index {got} out of order (expected {expected})")]
+    OutOfOrder {
+        /// Next index due.
+        expected: u32,
+        /// Index received.
+        got: u32,
+    },
+    /// A chunk's payload is larger than 1 MiB or not a whole number of f32 values.
+    #[error("chunk {index} has {len} bytes; chunks carry whole f32 values and at most 1 MiB")]
+    BadLength {
+        /// Index of the chunk.
+        index: u32,
+        /// Its payload length.
+        len: usize,
+    },
+    /// The chunks together carry more or fewer values than announced.
+    #[error("tensor carries {got} values, header announced {expected}")]
+    WrongTotal {
+        /// Announced values.
+        expected: u64,
+        /// Values received.
+        got: u64,
+    },
+}
+
+/// Reassembles one tensor from its chunks, checking order, sizes and round.
+#[derive(Debug)]
+pub struct TensorAssembler {
+    round: u64,
+    expected_values: u64,
+    expected_chunks: u32,
+    next_index: u32,
+    values: Vec<f32>,
+}
+
+impl TensorAssembler {
+    /// Starts a tensor of `num_values` values in `num_chunks` chunks for `round`. The caller must
+    /// have bounded `num_values` (e.g. by the model size) before calling: it sizes the buffer.
+    pub fn new(round: u64, num_values: u64, num_chunks: u32) -> Result<Self, ChunkError> {
+        let expected = chunk_count(num_values as usize);
+        if num_chunks != expected {
+            return Err(ChunkError::BadChunkCount {
+                chunks: num_chunks,
+                values: num_values,
+                expected,
+            });
+        }
+        Ok(Self {
+            round,
+            expected_values: num_values,
+            expected_chunks: num_chunks,
+            next_index: 0,
+            values: Vec::with_capacity(num_values as usize),
+        })
+    }
+
+    /// Round this tensor belongs to.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Adds the next chunk; returns the whole tensor once the last chunk has arrived.
+    pub fn push(&mut self, chunk: TensorChunk) -> Result<Option<Vec<f32>>, ChunkError> {
+        if chunk.round != self.round {
+            return Err(ChunkError::WrongRound {
+                expected: self.round,
+                got: chunk.round,
+            });
+        }
+        if chunk.index != self.next_index || chunk.index >= self.expected_chunks {
+            return Err(ChunkError::OutOfOrder {
+                expected: self.next_index,
+                got: chunk.index,
+            });
+        }
+        if chunk.data.len() > MAX_CHUNK_BYTES || chunk.data.len() % 4 != 0 {
+            return Err(ChunkError::BadLength {
+                index: chunk.index,
+                len: chunk.data.len(),
+            });
+        }
+        let got = (self.values.len() + chunk.data.len() / 4) as u64;
+        if got > self.expected_values {
+            return Err(ChunkError::WrongTotal {
+                expected: self.expected_values,
+                got,
+            });
+        }
+        self.values.extend(
+            chunk
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        self.next_index += 1;
+        if self.next_index < self.expected_chunks {
+            return Ok(None);
+        }
+        if got != self.expected_values {
+            return Err(ChunkError::WrongTotal {
+                expected: self.expected_values,
+                got,
+            });
+        }
+        Ok(Some(std::mem::take(&mut self.values)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(n: usize) -> Vec<f32> {
+        let values: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let chunks: Vec<_> = encode_chunks(7, &values).collect();
+        assert_eq!(chunks.len() as u32, chunk_count(n));
+        let mut asm = TensorAssembler::new(7, n as u64, chunks.len() as u32).unwrap();
+        let mut out = None;
+        for c in chunks {
+            assert!(c.data.len() <= MAX_CHUNK_BYTES);
+            out = asm.push(c).unwrap();
+        }
+        let out = out.expect("last chunk completes the tensor");
+        assert_eq!(out, values);
+        out
+    }
+
+    #[test]
+    fn roundtrips_small_empty_and_multi_chunk_tensors() {
+        roundtrip(0);
+        roundtrip(10);
+        roundtrip(VALUES_PER_CHUNK);
+        roundtrip(VALUES_PER_CHUNK * 2 + 3);
+    }
+
+    #[test]
+    fn refuses_out_of_order_wrong_round_and_ragged_chunks() {
+        let values = vec![1.0f32; VALUES_PER_CHUNK + 1];
+        let chunks: Vec<_> = encode_chunks(1, &values).collect();
+        let mut asm = TensorAssembler::new(1, values.len() as u64, 2).unwrap();
+        assert!(matches!(
+            asm.push(chunks[1].clone()),
+            Err(ChunkError::OutOfOrder { .. })
+        ));
+        let mut asm = TensorAssembler::new(1, values.len() as u64, 2).unwrap();
+        let mut stale = chunks[0].clone();
+        stale.round = 0;
+        assert!(matches!(asm.push(stale), Err(ChunkError::WrongRound { .. })));
+        let mut asm = TensorAssembler::new(1, 3, 1).unwrap();
+        let ragged = TensorChunk {
+            round: 1,
+            index: 0,
+            data: vec![0; 7],
+        };
+        assert!(matches!(asm.push(ragged), Err(ChunkError::BadLength { .. })));
+        let mut asm = TensorAssembler::new(1, 3, 1).unwrap();
+        let short = TensorChunk {
+            round: 1,
+            index: 0,
+            data: vec![0; 8],
+        };
+        assert!(matches!(asm.push(short), Err(ChunkError::WrongTotal { .. })));
+        assert!(matches!(
+            TensorAssembler::new(1, 3, 5),
+            Err(ChunkError::BadChunkCount { .. })
+        ));
+    }
+}

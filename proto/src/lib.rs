@@ -1,0 +1,17 @@
+//! The `flp.v1` wire protocol: the code generated from `fl.proto` and the conversion between
+//! flat `f32` tensors and the chunks that carry them.
+//!
+//! **Architecture invariant:** this crate and the `server`/`client` crates are the only ones that
+//! know the wire format; `fl-common` works on plain vectors.
+
+#![deny(missing_docs)]
+
+mod chunk;
+
+pub use chunk::{ChunkError, MAX_CHUNK_BYTES, TensorAssembler, chunk_count, encode_chunks};
+
+/// Generated protobuf messages and gRPC stubs of package `flp.v1`.
+#[allow(missing_docs, clippy::all)]
+pub mod v1 {
+    tonic::include_proto!("flp.v1");
+}

@@ -1,0 +1,134 @@
+//! The curator server: admits clients over gRPC, runs the rounds, aggregates with a
+//! [`strategy::Strategy`], and writes the run folder.
+//!
+//! The gRPC handlers ([`service`]) only move bytes and check framing; all round state lives in
+//! the round loop ([`rounds`]), which the handlers feed with events (the shape of xaynet's
+//! coordinator).
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod output;
+pub mod registry;
+pub mod rounds;
+pub mod service;
+pub mod strategy;
+
+use config::{ConfigError, RunConfig};
+use fl_common::data::Dataset;
+use fl_proto::MAX_CHUNK_BYTES;
+use fl_proto::v1::federation_server::FederationServer;
+use output::{RoundMetrics, RunFolder, Summary};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use service::{FederationService, Shared};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
+pub const MAX_MESSAGE_BYTES: usize = MAX_CHUNK_BYTES + 64 * 1024;
+/// Events queued from the handlers to the round loop before handlers wait (back-pressure).
+const EVENT_QUEUE: usize = 256;
+/// How long connections get to close after training ends.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Called with each round's metrics (e.g. to drive a progress bar).
+pub type Observer = Arc<dyn Fn(&RoundMetrics) + Send + Sync>;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The run folder could not be written.
+    #[error("writing the run folder: {0}")]
+    Io(#[from] std::io::Error),
+    /// Fewer than K clients connected in time.
+    #[error("only {connected} of {expected} expected clients connected before the join timeout")]
+    NotEnoughClients {
+        /// Clients connected.
+        connected: usize,
+        /// K.
+        expected: usize,
+    },
+    /// The operator stopped the server before the first round.
+    #[error("interrupted before training started")]
+    Interrupted,
+    /// The gRPC transport failed.
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A bug or a lost background task.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Serves the federation on `listener` and runs the training `config` describes, evaluating on
+/// `test`. Returns the run summary once training ends (all rounds, or `stop` set to true).
+pub async fn serve(
+    listener: TcpListener,
+    config: RunConfig,
+    test: Arc<Dataset>,
+    observer: Option<Observer>,
+    stop: watch::Receiver<bool>,
+) -> Result<Summary, ServerError> {
+    config.validate()?;
+    let spec = config.model.spec(test.num_features(), test.num_classes())?;
+    let rng = match config.server.seed {
+        Some(seed) => {
+            tracing::warn!(
+                seed,
+                "seeded run: sampling and initialisation are reproducible; NOT for production privacy"
+            );
+            StdRng::seed_from_u64(seed)
+        }
+        None => StdRng::from_os_rng(),
+    };
+    let folder = RunFolder::create(&config.server.out)?;
+    let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+    let shared = Arc::new(Shared {
+        registry: Mutex::default(),
+        token: config.server.token.clone(),
+        num_params: spec.num_params(),
+        events: events_tx,
+    });
+    let service = FederationServer::new(FederationService::new(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let transport = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = done_rx.await;
+            }),
+    );
+    let strategy = Box::new(strategy::FedAvg::new(
+        spec.num_params(),
+        config.train.local_config(),
+    ));
+    let result = rounds::RoundLoop {
+        shared,
+        events,
+        config,
+        spec,
+        test,
+        strategy,
+        rng,
+        folder,
+        observer,
+        stop,
+    }
+    .run()
+    .await;
+    let _ = done_tx.send(());
+    match tokio::time::timeout(DRAIN, transport).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "transport ended with an error"),
+        Err(_) => tracing::warn!("connections still open after the drain period; closing"),
+        _ => {}
+    }
+    result
+}

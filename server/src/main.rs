@@ -1,0 +1,144 @@
+//! `fl-server`: the curator as a standalone process.
+
+use anyhow::Context;
+use clap::Parser;
+use fl_common::data::DataSource;
+use fl_server::config::{ModelKind, RunConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Federated-learning curator server. Flags override the config file.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML run configuration (see README.md, "Configuration").
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free one).
+    #[arg(long)]
+    listen: Option<String>,
+    /// K: clients to wait for before the first round.
+    #[arg(long)]
+    clients: Option<usize>,
+    /// m: clients sampled per round.
+    #[arg(long)]
+    clients_per_round: Option<usize>,
+    /// Fewest results for a round to update the model.
+    #[arg(long)]
+    min_clients: Option<usize>,
+    /// T: rounds.
+    #[arg(long)]
+    rounds: Option<u64>,
+    /// E: local epochs.
+    #[arg(long)]
+    epochs: Option<u32>,
+    /// B: local batch size.
+    #[arg(long)]
+    batch_size: Option<u32>,
+    /// eta: local learning rate.
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Model: mlp or logistic.
+    #[arg(long, value_parser = parse_kind)]
+    model: Option<ModelKind>,
+    /// Hidden widths of the MLP, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    hidden: Option<Vec<usize>>,
+    /// Test data: mnist:DIR or csv:FILE.
+    #[arg(long)]
+    data: Option<DataSource>,
+    /// Run folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Seconds a round waits for results.
+    #[arg(long)]
+    round_timeout: Option<f64>,
+    /// Seed (reproducible experiments only; not for production privacy).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Enrollment token clients must present (default: the config's, else none). Prefer the
+    /// FL_TOKEN environment variable, which does not show in process listings.
+    #[arg(long, env = "FL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+fn parse_kind(s: &str) -> Result<ModelKind, String> {
+    match s {
+        "mlp" => Ok(ModelKind::Mlp),
+        "logistic" => Ok(ModelKind::Logistic),
+        _ => Err(format!("unknown model `{s}` (mlp or logistic)")),
+    }
+}
+
+impl Args {
+    fn resolve(self) -> anyhow::Result<RunConfig> {
+        let mut c = match &self.config {
+            Some(path) => RunConfig::load(path)?,
+            None => RunConfig::default(),
+        };
+        let s = &mut c.server;
+        macro_rules! set {
+            ($($flag:expr => $field:expr),* $(,)?) => { $(if let Some(v) = $flag { $field = v; })* };
+        }
+        set! {
+            self.listen => s.listen,
+            self.clients => s.clients,
+            self.clients_per_round => s.clients_per_round,
+            self.min_clients => s.min_clients,
+            self.rounds => s.rounds,
+            self.round_timeout => s.round_timeout_secs,
+            self.out => s.out,
+            self.epochs => c.train.epochs,
+            self.batch_size => c.train.batch_size,
+            self.lr => c.train.learning_rate,
+            self.model => c.model.kind,
+            self.hidden => c.model.hidden,
+            self.data => c.data.source,
+        }
+        if self.seed.is_some() {
+            c.server.seed = self.seed;
+        }
+        if self.token.is_some() {
+            c.server.token = self.token;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Args::parse().resolve()?;
+    let source = config.data.source.clone();
+    let test = tokio::task::spawn_blocking(move || source.load_test())
+        .await?
+        .with_context(|| format!("loading test data from {}", config.data.source))?;
+    let listener = tokio::net::TcpListener::bind(&config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    // The bound address on stdout, for scripts and tests that asked for port 0.
+    println!("listening on {}", listener.local_addr()?);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::warn!("interrupt: finishing after the current round");
+            let _ = stop_tx.send(true);
+        }
+    });
+    let out = config.server.out.clone();
+    let summary = fl_server::serve(listener, config, Arc::new(test), None, stop).await?;
+    println!(
+        "done: {} rounds, test accuracy {:.4}, run folder {}",
+        summary.rounds_completed,
+        summary.test_accuracy,
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! The run folder: `metrics.jsonl` (a line per round), `summary.json` and `model.safetensors`.
+//! Files are written to a temporary name and renamed, so a reader never sees half a file.
+
+use fl_common::model::ModelSpec;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// One round's figures: a line of `metrics.jsonl`. Privacy fields are null for a non-private run.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct RoundMetrics {
+    /// Round number, from 1.
+    pub round: u64,
+    /// Clients sampled.
+    pub sampled: usize,
+    /// Results absorbed into the aggregate.
+    pub completed: usize,
+    /// Sampled clients that gave no usable result (gone, timed out, failed or refused).
+    pub dropped: usize,
+    /// Whether the global model changed (at least `min_clients` results).
+    pub applied: bool,
+    /// Clip bound S (central DP only).
+    pub clip_bound: Option<f64>,
+    /// Standard deviation of the noise added (central DP only).
+    pub noise_std: Option<f64>,
+    /// Epsilon spent so far (private runs only).
+    pub epsilon: Option<f64>,
+    /// Delta so far (private runs only).
+    pub delta: Option<f64>,
+    /// Accuracy of the global model on the test set after the round.
+    pub test_accuracy: f64,
+    /// Its mean cross-entropy.
+    pub test_loss: f64,
+    /// Mean training loss the clients reported (not verified).
+    pub train_loss: Option<f64>,
+    /// Between-clients variance V_c (Geyer et al.), when computed.
+    pub v_c: Option<f64>,
+    /// Update scale U_s (Geyer et al.), when computed.
+    pub u_s: Option<f64>,
+    /// Encoded bytes received from clients this round.
+    pub bytes_up: u64,
+    /// Encoded bytes sent to clients this round.
+    pub bytes_down: u64,
+    /// Wall-clock seconds of the round, evaluation included.
+    pub seconds: f64,
+}
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StoppedBy {
+    /// All configured rounds ran.
+    Rounds,
+    /// The privacy budget would have been exceeded.
+    Budget,
+    /// An error ended it.
+    Error,
+}
+
+/// `summary.json`: the run's result; the keys are those DESIGN.md promises to scripts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Rounds whose aggregate updated the model.
+    pub rounds_completed: u64,
+    /// Test accuracy of the final model.
+    pub test_accuracy: f64,
+    /// Test loss of the final model.
+    pub test_loss: f64,
+    /// Epsilon spent (null for a non-private run).
+    pub epsilon: Option<f64>,
+    /// Delta (null for a non-private run).
+    pub delta: Option<f64>,
+    /// Accountant used (null for a non-private run).
+    pub accountant: Option<String>,
+    /// Client sampling: `fixed` (exactly m of the connected clients).
+    pub sampling: String,
+    /// Clipping mode (null without clipping).
+    pub clip_mode: Option<String>,
+    /// True when the clip bound itself leaks data (the non-private median).
+    pub clip_bound_leaks: bool,
+    /// Why training ended.
+    pub stopped_by: StoppedBy,
+    /// Updates received over the run (the paper's communication cost).
+    pub client_updates: u64,
+    /// Encoded bytes received from clients.
+    pub bytes_up: u64,
+    /// Encoded bytes sent to clients.
+    pub bytes_down: u64,
+    /// Wall-clock seconds from the first round to the end.
+    pub wall_seconds: f64,
+    /// The model architecture, e.g. `784-600-100-10`.
+    pub model: String,
+    /// The resolved configuration.
+    pub config: serde_json::Value,
+}
+
+/// Writes the files of one run folder.
+#[derive(Debug)]
+pub struct RunFolder {
+    dir: PathBuf,
+    metrics: std::fs::File,
+}
+
+impl RunFolder {
+    /// Creates (or reuses) `dir` and starts a fresh `metrics.jsonl`.
+    pub fn create(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let metrics = std::fs::File::create(dir.join("metrics.jsonl"))?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            metrics,
+        })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends a round's line and flushes it to disk.
+    pub fn append_round(&mut self, metrics: &RoundMetrics) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(metrics).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.metrics.write_all(&line)?;
+        self.metrics.sync_data()
+    }
+
+    /// Writes `summary.json`.
+    pub fn write_summary(&self, summary: &Summary) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
+        write_atomic(&self.dir.join("summary.json"), &text)
+    }
+
+    /// Writes the model as `model.safetensors`, one tensor per layer weight and bias, with the
+    /// architecture in the metadata under `layer_sizes`.
+    pub fn write_model(&self, spec: &ModelSpec, params: &[f32]) -> std::io::Result<()> {
+        let bytes = model_safetensors(spec, params)?;
+        write_atomic(&self.dir.join("model.safetensors"), &bytes)
+    }
+}
+
+/// Serialises `params` as safetensors.
+pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Vec<u8>> {
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = spec
+        .named_tensors(params)
+        .into_iter()
+        .map(|(name, shape, values)| {
+            (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        })
+        .collect();
+    let views = tensors
+        .iter()
+        .map(|(name, shape, bytes)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                .map(|view| (name.clone(), view))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let metadata = std::collections::HashMap::from([(
+        "layer_sizes".to_string(),
+        spec.to_string(),
+    )]);
+    safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
+}
+
+/// Writes `path` via a temporary file, fsync and rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safetensors_roundtrip_keeps_layers_and_values() {
+        let spec = ModelSpec::mlp(3, &[2], 2).unwrap();
+        let params: Vec<f32> = (0..spec.num_params()).map(|i| i as f32).collect();
+        let bytes = model_safetensors(&spec, &params).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let w1 = st.tensor("layers.1.weight").unwrap();
+        assert_eq!(w1.shape(), &[2, 2]);
+        let first = f32::from_le_bytes(w1.data()[..4].try_into().unwrap());
+        assert_eq!(first, 8.0); // after 3x2 weights and 2 biases
+    }
+}

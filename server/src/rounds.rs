@@ -1,0 +1,358 @@
+//! The round loop: waits for K clients, then each round samples m of the connected clients,
+//! sends them the global model, collects their updates until all answered or the deadline
+//! passed, lets the strategy aggregate, evaluates the new model and records the round.
+
+use crate::config::RunConfig;
+use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
+use crate::registry::ClientId;
+use crate::service::{Event, Shared, send_all};
+use crate::strategy::{ClientUpdate, Strategy};
+use crate::{Observer, ServerError};
+use fl_common::data::Dataset;
+use fl_common::model::{ModelSpec, evaluate};
+use fl_proto::v1::{
+    LocalConfig as WireLocalConfig, ModelSpec as WireModelSpec, RoundTask, ServerMessage,
+    Shutdown, server_message,
+};
+use fl_proto::{chunk_count, encode_chunks};
+use prost::Message;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+
+/// Counters of one round in progress.
+#[derive(Debug, Default)]
+struct Tally {
+    completed: usize,
+    train_loss_sum: f64,
+    bytes_up: u64,
+}
+
+/// Owns all round state; the gRPC handlers only feed it [`Event`]s.
+pub struct RoundLoop {
+    /// Shared with the gRPC handlers.
+    pub shared: Arc<Shared>,
+    /// Events from the handlers.
+    pub events: mpsc::Receiver<Event>,
+    /// The validated configuration.
+    pub config: RunConfig,
+    /// The model architecture.
+    pub spec: ModelSpec,
+    /// Test set for the per-round evaluation.
+    pub test: Arc<Dataset>,
+    /// The aggregation rule.
+    pub strategy: Box<dyn Strategy>,
+    /// CSPRNG for sampling and initialisation.
+    pub rng: StdRng,
+    /// Where outputs go.
+    pub folder: RunFolder,
+    /// Called after every round.
+    pub observer: Option<Observer>,
+    /// Becomes true when the operator asks to stop.
+    pub stop: watch::Receiver<bool>,
+}
+
+impl RoundLoop {
+    /// Runs the whole training; writes the model and summary at the end, whatever ended it.
+    pub async fn run(mut self) -> Result<Summary, ServerError> {
+        let mut global = self.spec.init(&mut self.rng);
+        self.wait_for_clients().await?;
+        let started = Instant::now();
+        let mut rounds_completed = 0;
+        let mut client_updates = 0;
+        let (mut bytes_up, mut bytes_down) = (0, 0);
+        let mut stopped_by = StoppedBy::Rounds;
+        let mut last_eval = None;
+        for round in 1..=self.config.server.rounds {
+            if *self.stop.borrow() {
+                stopped_by = StoppedBy::Error;
+                break;
+            }
+            let t0 = Instant::now();
+            let (sampled, down) = self.start_round(round, &global);
+            let tally = self.collect(round, &sampled, t0).await?;
+            let applied = tally.completed >= self.config.server.min_clients;
+            let next = self.strategy.finish_round(round, &global);
+            match next {
+                Some(next) if applied => {
+                    global = next;
+                    rounds_completed += 1;
+                }
+                _ => tracing::warn!(
+                    round,
+                    completed = tally.completed,
+                    min = self.config.server.min_clients,
+                    "too few results: round skipped, model unchanged"
+                ),
+            }
+            let eval = {
+                let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
+                tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test))
+                    .await
+                    .map_err(|e| ServerError::Internal(e.to_string()))?
+            };
+            client_updates += tally.completed as u64;
+            bytes_up += tally.bytes_up;
+            bytes_down += down;
+            let metrics = RoundMetrics {
+                round,
+                sampled: sampled.len(),
+                completed: tally.completed,
+                dropped: sampled.len() - tally.completed,
+                applied,
+                clip_bound: None,
+                noise_std: None,
+                epsilon: None,
+                delta: None,
+                test_accuracy: eval.accuracy,
+                test_loss: eval.loss,
+                train_loss: (tally.completed > 0)
+                    .then(|| tally.train_loss_sum / tally.completed as f64),
+                v_c: None,
+                u_s: None,
+                bytes_up: tally.bytes_up,
+                bytes_down: down,
+                seconds: t0.elapsed().as_secs_f64(),
+            };
+            tracing::info!(
+                round,
+                accuracy = format_args!("{:.4}", eval.accuracy),
+                loss = format_args!("{:.4}", eval.loss),
+                completed = tally.completed,
+                dropped = metrics.dropped,
+                "round done"
+            );
+            self.folder.append_round(&metrics)?;
+            if let Some(observer) = &self.observer {
+                observer(&metrics);
+            }
+            last_eval = Some(eval);
+        }
+        self.shutdown_clients(self.config.server.rounds);
+        let eval = match last_eval {
+            Some(e) => e,
+            None => evaluate(&self.spec, &global, &self.test),
+        };
+        self.folder.write_model(&self.spec, &global)?;
+        let summary = Summary {
+            rounds_completed,
+            test_accuracy: eval.accuracy,
+            test_loss: eval.loss,
+            epsilon: None,
+            delta: None,
+            accountant: None,
+            sampling: "fixed".into(),
+            clip_mode: None,
+            clip_bound_leaks: false,
+            stopped_by,
+            client_updates,
+            bytes_up,
+            bytes_down,
+            wall_seconds: started.elapsed().as_secs_f64(),
+            model: self.spec.to_string(),
+            config: serde_json::to_value(&self.config)
+                .map_err(|e| ServerError::Internal(e.to_string()))?,
+        };
+        self.folder.write_summary(&summary)?;
+        Ok(summary)
+    }
+
+    /// Waits until K clients have live streams.
+    async fn wait_for_clients(&mut self) -> Result<(), ServerError> {
+        let expected = self.config.server.clients;
+        let deadline = Instant::now() + Duration::from_secs_f64(self.config.server.join_timeout_secs);
+        tracing::info!(expected, "waiting for clients");
+        loop {
+            let connected = self.shared.registry().connected().len();
+            if connected >= expected {
+                tracing::info!(connected, "all expected clients connected");
+                return Ok(());
+            }
+            let event = tokio::select! {
+                e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => e,
+                _ = self.stop.changed() => return Err(ServerError::Interrupted),
+            };
+            match event {
+                Err(_) => return Err(ServerError::NotEnoughClients { connected, expected }),
+                Ok(None) => return Err(ServerError::Internal("event channel closed".into())),
+                // Only connections matter before the first round; stray uploads are refused
+                // when rounds start checking them, so drop them here.
+                Ok(Some(Event::Update { client, .. })) => {
+                    self.reject(client, Status::failed_precondition("no round is running"))
+                }
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+
+    /// Samples the round's clients and sends each its task and the global model. Returns the
+    /// sampled ids and the bytes sent.
+    fn start_round(&mut self, round: u64, global: &[f32]) -> (BTreeSet<ClientId>, u64) {
+        let connected = self.shared.registry().connected();
+        let m = self.config.server.clients_per_round.min(connected.len());
+        if m < self.config.server.clients_per_round {
+            tracing::warn!(round, connected = connected.len(), "fewer clients connected than m");
+        }
+        // Z_t: m clients drawn uniformly without replacement by the CSPRNG.
+        let sampled: BTreeSet<ClientId> = rand::seq::index::sample(&mut self.rng, connected.len(), m)
+            .into_iter()
+            .map(|i| connected[i])
+            .collect();
+        let local = self.strategy.configure_round(round);
+        let mut messages = vec![ServerMessage {
+            body: Some(server_message::Body::Task(RoundTask {
+                round,
+                model: Some(WireModelSpec {
+                    layer_sizes: self.spec.layer_sizes().iter().map(|&w| w as u32).collect(),
+                }),
+                config: Some(WireLocalConfig {
+                    epochs: local.epochs,
+                    batch_size: local.batch_size,
+                    learning_rate: local.learning_rate,
+                }),
+                num_values: global.len() as u64,
+                num_chunks: chunk_count(global.len()),
+            })),
+        }];
+        messages.extend(encode_chunks(round, global).map(|c| ServerMessage {
+            body: Some(server_message::Body::ModelChunk(c)),
+        }));
+        let per_client: u64 = messages.iter().map(|m| m.encoded_len() as u64).sum();
+        let mut sent = 0;
+        for &id in &sampled {
+            if let Some(outbox) = self.shared.registry().outbox(id) {
+                send_all(outbox, messages.clone());
+                sent += per_client;
+            }
+        }
+        tracing::debug!(round, sampled = sampled.len(), "tasks sent");
+        (sampled, sent)
+    }
+
+    /// Collects results until every sampled client answered or dropped, or the deadline.
+    async fn collect(
+        &mut self,
+        round: u64,
+        sampled: &BTreeSet<ClientId>,
+        t0: Instant,
+    ) -> Result<Tally, ServerError> {
+        let deadline = t0 + Duration::from_secs_f64(self.config.server.round_timeout_secs);
+        let mut waiting = sampled.clone();
+        let mut tally = Tally::default();
+        while !waiting.is_empty() {
+            let event = tokio::select! {
+                e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => e,
+                _ = self.stop.changed() => break,
+            };
+            let event = match event {
+                Err(_) => {
+                    tracing::warn!(round, missing = waiting.len(), "round deadline passed");
+                    break;
+                }
+                Ok(None) => return Err(ServerError::Internal("event channel closed".into())),
+                Ok(Some(e)) => e,
+            };
+            match event {
+                Event::Update {
+                    client,
+                    header,
+                    values,
+                    bytes,
+                } => {
+                    tally.bytes_up += bytes;
+                    if header.round != round {
+                        waiting.remove(&client);
+                        self.reject(
+                            client,
+                            Status::invalid_argument(format!(
+                                "update for round {}, but the current round is {round}",
+                                header.round
+                            )),
+                        );
+                        continue;
+                    }
+                    if !waiting.remove(&client) {
+                        self.reject(
+                            client,
+                            Status::failed_precondition(format!(
+                                "client {client} was not sampled in round {round} or already \
+                                 submitted"
+                            )),
+                        );
+                        continue;
+                    }
+                    let declared = self.shared.registry().num_examples(client).unwrap_or(0);
+                    if header.num_examples == 0 || header.num_examples > declared {
+                        self.reject(
+                            client,
+                            Status::invalid_argument(format!(
+                                "update claims {} examples; must be between 1 and the {declared} \
+                                 declared at Join",
+                                header.num_examples
+                            )),
+                        );
+                        continue;
+                    }
+                    let update = ClientUpdate {
+                        client,
+                        num_examples: header.num_examples,
+                        values,
+                    };
+                    match self.strategy.absorb(round, update) {
+                        Ok(()) => {
+                            tally.completed += 1;
+                            tally.train_loss_sum += f64::from(header.train_loss);
+                        }
+                        Err(e) => self.reject(client, Status::invalid_argument(e.to_string())),
+                    }
+                }
+                Event::Failed {
+                    client,
+                    round: r,
+                    reason,
+                } => {
+                    if r == round && waiting.remove(&client) {
+                        tracing::warn!(round, client, %reason, "client failed its task");
+                    }
+                }
+                Event::Disconnected(client) => {
+                    if waiting.remove(&client) {
+                        tracing::warn!(round, client, "sampled client disconnected");
+                    }
+                }
+                Event::Connected(_) => {}
+            }
+        }
+        Ok(tally)
+    }
+
+    /// Ends a misbehaving client's stream with `status`; the round goes on without it.
+    fn reject(&self, client: ClientId, status: Status) {
+        tracing::warn!(client, error = %status.message(), "update refused; client dropped");
+        if let Some(outbox) = self.shared.registry().disconnect(client) {
+            tokio::spawn(async move {
+                let _ = outbox.send(Err(status)).await;
+            });
+        }
+    }
+
+    /// Tells every connected client that training is over and releases their streams.
+    fn shutdown_clients(&self, round: u64) {
+        let mut registry = self.shared.registry();
+        for id in registry.connected() {
+            if let Some(outbox) = registry.outbox(id) {
+                let reason = "training finished".to_string();
+                send_all(
+                    outbox,
+                    vec![ServerMessage {
+                        body: Some(server_message::Body::Shutdown(Shutdown { round, reason })),
+                    }],
+                );
+            }
+        }
+        registry.disconnect_all();
+    }
+}
