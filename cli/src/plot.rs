@@ -7,7 +7,8 @@ use std::path::Path;
 /// Reads `(round, test_accuracy)` from a run folder's `metrics.jsonl`.
 pub fn read_accuracy(run: &Path) -> anyhow::Result<Vec<(f64, f64)>> {
     let path = run.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {

@@ -56,7 +56,10 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     };
     let shares = partition.assign(train.labels())?;
     if let Some(empty) = shares.iter().position(Vec::is_empty) {
-        bail!("client {empty} of the {} partition gets no examples", String::from(partition.scheme));
+        bail!(
+            "client {empty} of the {} partition gets no examples",
+            String::from(partition.scheme)
+        );
     }
 
     let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
@@ -110,7 +113,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let summary = server.await??;
     progress.finish_and_clear();
     // Clients end on the server's Shutdown; any that fail are reported, not fatal.
-    while let Ok(Some(joined)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await {
+    while let Ok(Some(joined)) =
+        tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
+    {
         if let Ok(Err(e)) = joined {
             tracing::warn!(error = %e, "simulated client ended with an error");
         }

@@ -83,10 +83,11 @@ pub struct ClientReport {
 /// Connects, retrying until `timeout` passes.
 async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, ClientError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let ep = Endpoint::from_shared(endpoint.to_string()).map_err(|source| ClientError::Connect {
-        endpoint: endpoint.into(),
-        source,
-    })?;
+    let ep =
+        Endpoint::from_shared(endpoint.to_string()).map_err(|source| ClientError::Connect {
+            endpoint: endpoint.into(),
+            source,
+        })?;
     loop {
         match ep.connect().await {
             Ok(channel) => return Ok(channel),
@@ -102,7 +103,10 @@ async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, ClientErr
 }
 
 /// Runs one client until the server shuts the session down.
-pub async fn run_client(opts: ClientOptions, local: LocalData) -> Result<ClientReport, ClientError> {
+pub async fn run_client(
+    opts: ClientOptions,
+    local: LocalData,
+) -> Result<ClientReport, ClientError> {
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
@@ -135,7 +139,9 @@ pub async fn run_client(opts: ClientOptions, local: LocalData) -> Result<ClientR
     let mut rounds_trained = 0;
     loop {
         let Some(message) = inbound.message().await? else {
-            return Err(ClientError::Protocol("server closed the session without Shutdown".into()));
+            return Err(ClientError::Protocol(
+                "server closed the session without Shutdown".into(),
+            ));
         };
         match message.body {
             Some(server_message::Body::Task(t)) => {
@@ -145,7 +151,9 @@ pub async fn run_client(opts: ClientOptions, local: LocalData) -> Result<ClientR
             }
             Some(server_message::Body::ModelChunk(chunk)) => {
                 let Some((_, assembler)) = task.as_mut() else {
-                    return Err(ClientError::Protocol("model chunk without a RoundTask".into()));
+                    return Err(ClientError::Protocol(
+                        "model chunk without a RoundTask".into(),
+                    ));
                 };
                 let Some(global) = assembler
                     .push(chunk)
@@ -229,10 +237,21 @@ fn check_task(
             local.data.num_features()
         ));
     }
-    if local.indices.iter().any(|&i| local.data.labels()[i] as usize >= spec.classes()) {
-        return Err(format!("local data has labels beyond the model's {} classes", spec.classes()));
+    if local
+        .indices
+        .iter()
+        .any(|&i| local.data.labels()[i] as usize >= spec.classes())
+    {
+        return Err(format!(
+            "local data has labels beyond the model's {} classes",
+            spec.classes()
+        ));
     }
-    if config.epochs == 0 || config.batch_size == 0 || !(config.learning_rate > 0.0) {
+    if config.epochs == 0
+        || config.batch_size == 0
+        || !config.learning_rate.is_finite()
+        || config.learning_rate <= 0.0
+    {
         return Err(format!("unusable local config {config:?}"));
     }
     Ok((spec, config))
@@ -248,7 +267,14 @@ fn train_update(
 ) -> (Vec<f32>, f32) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut params = global.clone();
-    let loss = train_local(spec, &mut params, &local.data, &local.indices, config, &mut rng);
+    let loss = train_local(
+        spec,
+        &mut params,
+        &local.data,
+        &local.indices,
+        config,
+        &mut rng,
+    );
     for (p, g) in params.iter_mut().zip(&global) {
         *p -= g;
     }

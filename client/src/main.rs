@@ -47,8 +47,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -63,7 +62,9 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("loading {}", args.data))?,
     );
     let shares: Vec<(usize, Vec<usize>)> = match &args.partition {
-        None if args.simulate > 1 => bail!("--simulate needs --partition to give each client its share"),
+        None if args.simulate > 1 => {
+            bail!("--simulate needs --partition to give each client its share")
+        }
         None => vec![(0, (0..data.len()).collect())],
         Some(spec) => {
             let (partition, first) = Partition::parse_with_index(spec, args.partition_seed)?;
@@ -88,7 +89,10 @@ async fn main() -> anyhow::Result<()> {
         let opts = ClientOptions {
             endpoint: args.server.clone(),
             token: args.token.clone(),
-            name: args.name.clone().unwrap_or_else(|| format!("client-{index}")),
+            name: args
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("client-{index}")),
             seed: args.seed.map(|s| s.wrapping_add(index as u64)),
             connect_timeout: Duration::from_secs_f64(args.connect_timeout),
             training_slots: slots.clone(),

@@ -128,7 +128,7 @@ impl TensorAssembler {
                 got: chunk.index,
             });
         }
-        if chunk.data.len() > MAX_CHUNK_BYTES || chunk.data.len() % 4 != 0 {
+        if chunk.data.len() > MAX_CHUNK_BYTES || !chunk.data.len().is_multiple_of(4) {
             return Err(ChunkError::BadLength {
                 index: chunk.index,
                 len: chunk.data.len(),
@@ -200,21 +200,30 @@ mod tests {
         let mut asm = TensorAssembler::new(1, values.len() as u64, 2).unwrap();
         let mut stale = chunks[0].clone();
         stale.round = 0;
-        assert!(matches!(asm.push(stale), Err(ChunkError::WrongRound { .. })));
+        assert!(matches!(
+            asm.push(stale),
+            Err(ChunkError::WrongRound { .. })
+        ));
         let mut asm = TensorAssembler::new(1, 3, 1).unwrap();
         let ragged = TensorChunk {
             round: 1,
             index: 0,
             data: vec![0; 7],
         };
-        assert!(matches!(asm.push(ragged), Err(ChunkError::BadLength { .. })));
+        assert!(matches!(
+            asm.push(ragged),
+            Err(ChunkError::BadLength { .. })
+        ));
         let mut asm = TensorAssembler::new(1, 3, 1).unwrap();
         let short = TensorChunk {
             round: 1,
             index: 0,
             data: vec![0; 8],
         };
-        assert!(matches!(asm.push(short), Err(ChunkError::WrongTotal { .. })));
+        assert!(matches!(
+            asm.push(short),
+            Err(ChunkError::WrongTotal { .. })
+        ));
         assert!(matches!(
             TensorAssembler::new(1, 3, 5),
             Err(ChunkError::BadChunkCount { .. })

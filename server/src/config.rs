@@ -204,7 +204,10 @@ impl RunConfig {
         let s = &self.server;
         let t = &self.train;
         let checks = [
-            (s.clients >= 1, "server.clients (K) must be at least 1".to_string()),
+            (
+                s.clients >= 1,
+                "server.clients (K) must be at least 1".to_string(),
+            ),
             (
                 (1..=s.clients).contains(&s.clients_per_round),
                 format!(
@@ -229,7 +232,10 @@ impl RunConfig {
                 "server.join_timeout_secs must be positive".into(),
             ),
             (t.epochs >= 1, "train.epochs must be at least 1".into()),
-            (t.batch_size >= 1, "train.batch_size must be at least 1".into()),
+            (
+                t.batch_size >= 1,
+                "train.batch_size must be at least 1".into(),
+            ),
             (
                 t.learning_rate > 0.0 && t.learning_rate.is_finite(),
                 "train.learning_rate must be a positive number".into(),
@@ -270,7 +276,12 @@ mod tests {
         assert!(toml::from_str::<RunConfig>("[data]\nsource = \"ftp:x\"\n").is_err());
         let mut c = RunConfig::default();
         c.server.clients_per_round = 101;
-        assert!(c.validate().unwrap_err().to_string().contains("clients_per_round"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("clients_per_round")
+        );
         let mut c = RunConfig::default();
         c.train.learning_rate = f32::NAN;
         assert!(c.validate().is_err());

@@ -145,7 +145,11 @@ pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Ve
         .named_tensors(params)
         .into_iter()
         .map(|(name, shape, values)| {
-            (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            (
+                name,
+                shape,
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
         })
         .collect();
     let views = tensors
@@ -156,10 +160,7 @@ pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Ve
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(std::io::Error::other)?;
-    let metadata = std::collections::HashMap::from([(
-        "layer_sizes".to_string(),
-        spec.to_string(),
-    )]);
+    let metadata = std::collections::HashMap::from([("layer_sizes".to_string(), spec.to_string())]);
     safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
 }
 

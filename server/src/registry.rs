@@ -140,11 +140,20 @@ mod tests {
         let mut r = Registry::default();
         let (id, key) = r.join(600);
         let (tx, _rx) = mpsc::channel(1);
-        assert_eq!(r.attach(id + 1, &key, tx.clone()), Err(AttachError::UnknownClient(id + 1)));
-        assert_eq!(r.attach(id, &[0; 32], tx.clone()), Err(AttachError::BadKey(id)));
+        assert_eq!(
+            r.attach(id + 1, &key, tx.clone()),
+            Err(AttachError::UnknownClient(id + 1))
+        );
+        assert_eq!(
+            r.attach(id, &[0; 32], tx.clone()),
+            Err(AttachError::BadKey(id))
+        );
         let g1 = r.attach(id, &key, tx.clone()).unwrap();
         let g2 = r.attach(id, &key, tx).unwrap();
-        assert!(!r.detach(id, g1), "a stale stream must not detach the new one");
+        assert!(
+            !r.detach(id, g1),
+            "a stale stream must not detach the new one"
+        );
         assert_eq!(r.connected(), vec![id]);
         assert!(r.detach(id, g2));
         assert!(r.connected().is_empty());

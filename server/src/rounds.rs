@@ -11,8 +11,8 @@ use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
 use fl_proto::v1::{
-    LocalConfig as WireLocalConfig, ModelSpec as WireModelSpec, RoundTask, ServerMessage,
-    Shutdown, server_message,
+    LocalConfig as WireLocalConfig, ModelSpec as WireModelSpec, RoundTask, ServerMessage, Shutdown,
+    server_message,
 };
 use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
@@ -163,7 +163,8 @@ impl RoundLoop {
     /// Waits until K clients have live streams.
     async fn wait_for_clients(&mut self) -> Result<(), ServerError> {
         let expected = self.config.server.clients;
-        let deadline = Instant::now() + Duration::from_secs_f64(self.config.server.join_timeout_secs);
+        let deadline =
+            Instant::now() + Duration::from_secs_f64(self.config.server.join_timeout_secs);
         tracing::info!(expected, "waiting for clients");
         loop {
             let connected = self.shared.registry().connected().len();
@@ -176,7 +177,12 @@ impl RoundLoop {
                 _ = self.stop.changed() => return Err(ServerError::Interrupted),
             };
             match event {
-                Err(_) => return Err(ServerError::NotEnoughClients { connected, expected }),
+                Err(_) => {
+                    return Err(ServerError::NotEnoughClients {
+                        connected,
+                        expected,
+                    });
+                }
                 Ok(None) => return Err(ServerError::Internal("event channel closed".into())),
                 // Only connections matter before the first round; stray uploads are refused
                 // when rounds start checking them, so drop them here.
@@ -194,13 +200,18 @@ impl RoundLoop {
         let connected = self.shared.registry().connected();
         let m = self.config.server.clients_per_round.min(connected.len());
         if m < self.config.server.clients_per_round {
-            tracing::warn!(round, connected = connected.len(), "fewer clients connected than m");
+            tracing::warn!(
+                round,
+                connected = connected.len(),
+                "fewer clients connected than m"
+            );
         }
         // Z_t: m clients drawn uniformly without replacement by the CSPRNG.
-        let sampled: BTreeSet<ClientId> = rand::seq::index::sample(&mut self.rng, connected.len(), m)
-            .into_iter()
-            .map(|i| connected[i])
-            .collect();
+        let sampled: BTreeSet<ClientId> =
+            rand::seq::index::sample(&mut self.rng, connected.len(), m)
+                .into_iter()
+                .map(|i| connected[i])
+                .collect();
         let local = self.strategy.configure_round(round);
         let mut messages = vec![ServerMessage {
             body: Some(server_message::Body::Task(RoundTask {

@@ -204,25 +204,33 @@ async fn read_stream(
             }
             Some(client_message::Body::UpdateChunk(chunk)) => {
                 let Some(p) = pending.as_mut() else {
-                    return Err(Status::invalid_argument("update chunk without an UpdateHeader"));
+                    return Err(Status::invalid_argument(
+                        "update chunk without an UpdateHeader",
+                    ));
                 };
                 p.bytes += size;
                 if let Some(values) = p.assembler.push(chunk).map_err(chunk_status)? {
                     let p = pending.take().expect("checked above");
-                    let _ = shared.events.send(Event::Update {
-                        client: id,
-                        header: p.header,
-                        values,
-                        bytes: p.bytes,
-                    }).await;
+                    let _ = shared
+                        .events
+                        .send(Event::Update {
+                            client: id,
+                            header: p.header,
+                            values,
+                            bytes: p.bytes,
+                        })
+                        .await;
                 }
             }
             Some(client_message::Body::TaskFailed(f)) => {
-                let _ = shared.events.send(Event::Failed {
-                    client: id,
-                    round: f.round,
-                    reason: f.reason,
-                }).await;
+                let _ = shared
+                    .events
+                    .send(Event::Failed {
+                        client: id,
+                        round: f.round,
+                        reason: f.reason,
+                    })
+                    .await;
             }
             Some(client_message::Body::Hello(_)) => {
                 return Err(Status::invalid_argument("Hello sent twice on one Session"));

@@ -56,7 +56,10 @@ fn parse_csv(text: &str) -> Result<Dataset, String> {
             None if n == 0 => return Err(format!("line {}: no features", lineno + 1)),
             None => width = Some(n),
             Some(w) if w != n => {
-                return Err(format!("line {}: {n} features, earlier lines have {w}", lineno + 1));
+                return Err(format!(
+                    "line {}: {n} features, earlier lines have {w}",
+                    lineno + 1
+                ));
             }
             Some(_) => {}
         }

@@ -127,14 +127,21 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Splits an IDX file into its dimensions and its u8 payload, requiring `ndims` dimensions.
-fn parse_idx(path: &Path, bytes: Vec<u8>, ndims: usize) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+fn parse_idx(
+    path: &Path,
+    bytes: Vec<u8>,
+    ndims: usize,
+) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     let bad = |message: String| DataError::Format {
         path: path.to_owned(),
         message,
     };
     let header = 4 + 4 * ndims;
     if bytes.len() < header {
-        return Err(bad(format!("{} bytes is shorter than the IDX header", bytes.len())));
+        return Err(bad(format!(
+            "{} bytes is shorter than the IDX header",
+            bytes.len()
+        )));
     }
     // Magic: two zero bytes, type 0x08 (unsigned byte), number of dimensions.
     if bytes[0] != 0 || bytes[1] != 0 || bytes[2] != 0x08 || bytes[3] as usize != ndims {
@@ -179,7 +186,10 @@ mod tests {
             counts[l as usize] += 1;
         }
         // Label counts from data/mnist/README.md.
-        assert_eq!(counts, [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]);
+        assert_eq!(
+            counts,
+            [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+        );
         assert!(test.features().iter().all(|&p| (0.0..=1.0).contains(&p)));
     }
 
@@ -191,7 +201,11 @@ mod tests {
             std::fs::copy(shipped().join(name), dir.join(name)).unwrap();
         }
         // A valid IDX label file, but not MNIST's: 1 label.
-        std::fs::write(dir.join("t10k-labels-idx1-ubyte"), [0, 0, 8, 1, 0, 0, 0, 1, 3]).unwrap();
+        std::fs::write(
+            dir.join("t10k-labels-idx1-ubyte"),
+            [0, 0, 8, 1, 0, 0, 0, 1, 3],
+        )
+        .unwrap();
         let err = load_mnist(&dir, Split::Test).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(err, DataError::Checksum { .. }), "{err}");

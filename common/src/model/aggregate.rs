@@ -118,7 +118,10 @@ mod tests {
         m.add(&[1.0, 1.0, 1.0], 1).unwrap();
         assert!(matches!(
             m.add(&[1.0, 2.0], 1),
-            Err(UpdateError::WrongLength { expected: 3, got: 2 })
+            Err(UpdateError::WrongLength {
+                expected: 3,
+                got: 2
+            })
         ));
         assert!(matches!(
             m.add(&[1.0, f32::NAN, 0.0], 1),

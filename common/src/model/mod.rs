@@ -119,7 +119,10 @@ impl ModelSpec {
 
     /// Length of the flat parameter vector.
     pub fn num_params(&self) -> usize {
-        self.layer_sizes.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+        self.layer_sizes
+            .windows(2)
+            .map(|w| w[0] * w[1] + w[1])
+            .sum()
     }
 
     /// Fresh parameters: He-uniform weights, U(-sqrt(6/n_in), sqrt(6/n_in)) (He et al. 2015),
@@ -174,12 +177,19 @@ mod tests {
     #[test]
     fn default_mlp_has_the_expected_layout() {
         let spec = ModelSpec::mlp(784, &[600, 100], 10).unwrap();
-        assert_eq!(spec.num_params(), 784 * 600 + 600 + 600 * 100 + 100 + 100 * 10 + 10);
+        assert_eq!(
+            spec.num_params(),
+            784 * 600 + 600 + 600 * 100 + 100 + 100 * 10 + 10
+        );
         let layers = spec.layers();
         assert_eq!(layers[1].weight_offset, 784 * 600 + 600);
         assert_eq!(spec.to_string(), "784-600-100-10");
         let params = vec![0.0; spec.num_params()];
-        let names: Vec<String> = spec.named_tensors(&params).into_iter().map(|t| t.0).collect();
+        let names: Vec<String> = spec
+            .named_tensors(&params)
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
         assert_eq!(names[0], "layers.0.weight");
         assert_eq!(names[5], "layers.2.bias");
     }

@@ -77,12 +77,18 @@ pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation 
         let x = data.features().slice(ndarray::s![start..end, ..]);
         let logits = forward(spec, params, x).pop().expect("at least one layer");
         for (row, &label) in logits.rows().into_iter().zip(&data.labels()[start..end]) {
-            let (argmax, max) = row
-                .iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (j, &v)| if v > best.1 { (j, v) } else { best });
+            let (argmax, max) =
+                row.iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |best, (j, &v)| {
+                        if v > best.1 { (j, v) } else { best }
+                    });
             correct += usize::from(argmax == label as usize);
-            let log_sum: f64 = row.iter().map(|&v| f64::from(v - max).exp()).sum::<f64>().ln();
+            let log_sum: f64 = row
+                .iter()
+                .map(|&v| f64::from(v - max).exp())
+                .sum::<f64>()
+                .ln();
             loss += log_sum - f64::from(row[label as usize] - max);
         }
     }

@@ -1,0 +1,293 @@
+//! A client that misbehaves (wrong-length update, NaN or infinite values, an update for another
+//! round, garbage chunks, a bad token) gets a clear gRPC error and is dropped from the round; the
+//! round and the server go on with the well-behaved clients.
+
+use fl_client::{ClientOptions, LocalData, run_client};
+use fl_common::data::Dataset;
+use fl_proto::encode_chunks;
+use fl_proto::v1::federation_client::FederationClient;
+use fl_proto::v1::{
+    ClientMessage, Hello, JoinRequest, TensorChunk, UpdateHeader, client_message, server_message,
+};
+use fl_server::config::{ModelKind, RunConfig};
+use fl_server::output::RoundMetrics;
+use ndarray::Array2;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+/// Two separable blobs in 4 dimensions.
+fn blobs(n: usize) -> Dataset {
+    let labels: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
+    let features = Array2::from_shape_fn((n, 4), |(i, j)| {
+        let sign = if labels[i] == 1 { 1.0 } else { -1.0 };
+        sign * (1.0 + j as f32 * 0.1) + ((i * 7 + j * 3) % 11) as f32 * 0.05
+    });
+    Dataset::new(features, labels, 2).unwrap()
+}
+
+fn config(out: &std::path::Path) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.server.clients = 3;
+    c.server.clients_per_round = 3;
+    c.server.rounds = 2;
+    c.server.round_timeout_secs = 20.0;
+    c.server.join_timeout_secs = 20.0;
+    c.server.seed = Some(1);
+    c.server.out = out.to_owned();
+    c.model.kind = ModelKind::Logistic;
+    c
+}
+
+/// Builds what the evil client sends once it holds round `round`'s task for a model of `n`
+/// parameters.
+type Behaviour = fn(round: u64, n: usize) -> Vec<client_message::Body>;
+
+/// Runs a 3-client federation in which one client follows `evil`; returns the status that
+/// client got, the run's metrics lines and the number of completed rounds.
+async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetrics>, u64) {
+    let out = std::env::temp_dir().join(format!(
+        "fl-bad-input-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(blobs(200));
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config(&out),
+        data.clone(),
+        None,
+        stop,
+    ));
+    let slots = Arc::new(tokio::sync::Semaphore::new(2));
+    let good: Vec<_> = (0..2)
+        .map(|i| {
+            let opts = ClientOptions {
+                endpoint: endpoint.clone(),
+                token: String::new(),
+                name: format!("good-{i}"),
+                seed: Some(i),
+                connect_timeout: Duration::from_secs(10),
+                training_slots: slots.clone(),
+            };
+            let local = LocalData {
+                data: data.clone(),
+                indices: (i as usize * 100..(i as usize + 1) * 100).collect(),
+            };
+            tokio::spawn(run_client(opts, local))
+        })
+        .collect();
+
+    let mut grpc = FederationClient::connect(endpoint).await.unwrap();
+    let joined = grpc
+        .join(JoinRequest {
+            token: String::new(),
+            name: "evil".into(),
+            num_examples: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (tx, rx) = mpsc::channel(64);
+    let send = |body| ClientMessage { body: Some(body) };
+    tx.send(send(client_message::Body::Hello(Hello {
+        client_id: joined.client_id,
+        session_key: joined.session_key,
+    })))
+    .await
+    .unwrap();
+    let mut inbound = grpc
+        .session(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let status = loop {
+        match inbound.message().await {
+            Ok(Some(m)) => {
+                if let Some(server_message::Body::Task(task)) = m.body {
+                    for body in evil(task.round, task.num_values as usize) {
+                        tx.send(send(body)).await.unwrap();
+                    }
+                }
+            }
+            Ok(None) => panic!("stream ended without an error status"),
+            Err(status) => break status,
+        }
+    };
+    drop(tx);
+    let summary = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    for g in good {
+        g.await
+            .unwrap()
+            .expect("well-behaved clients finish normally");
+    }
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let metrics = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    std::fs::remove_dir_all(&out).unwrap();
+    (status, metrics, summary.rounds_completed)
+}
+
+fn header(round: u64, num_values: usize) -> client_message::Body {
+    client_message::Body::UpdateHeader(UpdateHeader {
+        round,
+        num_examples: 100,
+        num_values: num_values as u64,
+        num_chunks: fl_proto::chunk_count(num_values),
+        train_loss: 0.5,
+    })
+}
+
+fn upload(round: u64, values: &[f32]) -> Vec<client_message::Body> {
+    let mut out = vec![header(round, values.len())];
+    out.extend(encode_chunks(round, values).map(client_message::Body::UpdateChunk));
+    out
+}
+
+/// The evil client was dropped from round 1 and the run finished with the two others.
+fn assert_round_went_on(metrics: &[RoundMetrics], rounds_completed: u64) {
+    assert_eq!(rounds_completed, 2);
+    assert_eq!(metrics.len(), 2);
+    assert_eq!(
+        (metrics[0].sampled, metrics[0].completed, metrics[0].dropped),
+        (3, 2, 1)
+    );
+    assert_eq!((metrics[1].sampled, metrics[1].completed), (2, 2));
+    assert!(metrics[1].test_accuracy > 0.9, "{metrics:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_length_update_is_refused() {
+    let (status, metrics, done) =
+        run_with_evil_client(|round, n| upload(round, &vec![0.0; n + 1])).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("values, the model has"),
+        "{status:?}"
+    );
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nan_update_is_refused() {
+    let (status, metrics, done) = run_with_evil_client(|round, n| {
+        let mut v = vec![0.0; n];
+        v[n / 2] = f32::NAN;
+        upload(round, &v)
+    })
+    .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("NaN"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_update_is_refused() {
+    let (status, metrics, done) = run_with_evil_client(|round, n| {
+        let mut v = vec![0.0; n];
+        v[0] = f32::NEG_INFINITY;
+        upload(round, &v)
+    })
+    .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("inf"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_for_another_round_is_refused() {
+    let (status, metrics, done) =
+        run_with_evil_client(|round, n| upload(round + 1, &vec![0.0; n])).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("current round is 1"),
+        "{status:?}"
+    );
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_chunk_is_refused() {
+    let (status, metrics, done) = run_with_evil_client(|round, n| {
+        vec![
+            header(round, n),
+            client_message::Body::UpdateChunk(TensorChunk {
+                round,
+                index: 0,
+                data: vec![0xAB; 7],
+            }),
+        ]
+    })
+    .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("malformed update"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_without_header_is_refused() {
+    let (status, metrics, done) = run_with_evil_client(|round, n| {
+        encode_chunks(round, &vec![0.0; n])
+            .map(client_message::Body::UpdateChunk)
+            .collect()
+    })
+    .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("without an UpdateHeader"),
+        "{status:?}"
+    );
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_token_cannot_join() {
+    let out = std::env::temp_dir().join(format!("fl-bad-token-{}", std::process::id()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut c = config(&out);
+    c.server.token = Some("s3cret".into());
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        c,
+        Arc::new(blobs(10)),
+        None,
+        stop,
+    ));
+    let mut grpc = FederationClient::connect(endpoint).await.unwrap();
+    for token in ["", "s3cre", "wrong!"] {
+        let err = grpc
+            .join(JoinRequest {
+                token: token.into(),
+                name: "intruder".into(),
+                num_examples: 1,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+    let ok = grpc
+        .join(JoinRequest {
+            token: "s3cret".into(),
+            name: "member".into(),
+            num_examples: 1,
+        })
+        .await;
+    assert!(ok.is_ok());
+    stop_tx.send(true).unwrap();
+    let result = server.await.unwrap();
+    assert!(matches!(result, Err(fl_server::ServerError::Interrupted)));
+    std::fs::remove_dir_all(&out).ok();
+}
