@@ -30,7 +30,12 @@ fn sim_writes_a_complete_run_folder() {
         .status()
         .unwrap();
     assert!(status.success());
-    for file in ["metrics.jsonl", "summary.json", "model.safetensors", "accuracy.svg"] {
+    for file in [
+        "metrics.jsonl",
+        "summary.json",
+        "model.safetensors",
+        "accuracy.svg",
+    ] {
         assert!(out.join(file).is_file(), "{file} missing");
     }
     let summary: serde_json::Value =
@@ -57,8 +62,14 @@ fn sim_writes_a_complete_run_folder() {
     assert_eq!(summary["rounds_completed"], 3);
     assert_eq!(summary["client_updates"], 9);
     assert_eq!(summary["config"]["server"]["clients"], 5);
-    assert!(summary["test_accuracy"].as_f64().unwrap() > 0.6, "{summary}");
+    assert!(
+        summary["test_accuracy"].as_f64().unwrap() > 0.6,
+        "{summary}"
+    );
     let svg = std::fs::read_to_string(out.join("accuracy.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "no curve in the plot");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline"),
+        "no curve in the plot"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -23,6 +23,9 @@ use tonic::transport::{Channel, Endpoint};
 /// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
 const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_CHUNK_BYTES + 64 * 1024;
 
+/// Interval of HTTP/2 pings while waiting to be sampled (keeps NAT mappings alive).
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
 /// Why a client stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -83,11 +86,13 @@ pub struct ClientReport {
 /// Connects, retrying until `timeout` passes.
 async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, ClientError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let ep =
-        Endpoint::from_shared(endpoint.to_string()).map_err(|source| ClientError::Connect {
+    let ep = Endpoint::from_shared(endpoint.to_string())
+        .map_err(|source| ClientError::Connect {
             endpoint: endpoint.into(),
             source,
-        })?;
+        })?
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_while_idle(true);
     loop {
         match ep.connect().await {
             Ok(channel) => return Ok(channel),
@@ -132,7 +137,13 @@ pub async fn run_client(
     tracing::debug!(client = %joined.client_id, "session open");
 
     let mut rng = match opts.seed {
-        Some(seed) => StdRng::seed_from_u64(seed),
+        Some(seed) => {
+            tracing::warn!(
+                seed,
+                "seeded client: reproducible experiments only, not for privacy"
+            );
+            StdRng::seed_from_u64(seed)
+        }
         None => StdRng::from_os_rng(),
     };
     let mut task: Option<(RoundTask, TensorAssembler)> = None;
@@ -209,21 +220,9 @@ fn check_task(
     local: &LocalData,
     num_values: usize,
 ) -> Result<(ModelSpec, LocalConfig), String> {
-    let sizes = task
-        .model
-        .as_ref()
-        .ok_or("task without a model spec")?
-        .layer_sizes
-        .iter()
-        .map(|&w| w as usize)
-        .collect();
-    let spec = ModelSpec::new(sizes).map_err(|e| e.to_string())?;
-    let wire = task.config.ok_or("task without a local config")?;
-    let config = LocalConfig {
-        epochs: wire.epochs,
-        batch_size: wire.batch_size,
-        learning_rate: wire.learning_rate,
-    };
+    let spec = ModelSpec::try_from(task.model.as_ref().ok_or("task without a model spec")?)
+        .map_err(|e| e.to_string())?;
+    let config = LocalConfig::from(task.config.ok_or("task without a local config")?);
     if spec.num_params() != num_values {
         return Err(format!(
             "model {spec} has {} parameters but {num_values} were sent",

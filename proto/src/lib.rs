@@ -1,5 +1,5 @@
-//! The `flp.v1` wire protocol: the code generated from `fl.proto` and the conversion between
-//! flat `f32` tensors and the chunks that carry them.
+//! The `flp.v1` wire protocol: the code generated from `fl.proto`, the conversion between flat
+//! `f32` tensors and the chunks that carry them, and between wire messages and `fl-common` types.
 //!
 //! **Architecture invariant:** this crate and the `server`/`client` crates are the only ones that
 //! know the wire format; `fl-common` works on plain vectors.
@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod chunk;
+mod convert;
 
 pub use chunk::{ChunkError, MAX_CHUNK_BYTES, TensorAssembler, chunk_count, encode_chunks};
 

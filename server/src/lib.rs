@@ -32,6 +32,9 @@ use tokio_stream::wrappers::TcpListenerStream;
 pub const MAX_MESSAGE_BYTES: usize = MAX_CHUNK_BYTES + 64 * 1024;
 /// Events queued from the handlers to the round loop before handlers wait (back-pressure).
 const EVENT_QUEUE: usize = 256;
+/// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep
+/// a live stream through NATs and proxies, and dead peers are noticed.
+const KEEPALIVE: Duration = Duration::from_secs(30);
 /// How long connections get to close after training ends.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -101,6 +104,7 @@ pub async fn serve(
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let transport = tokio::spawn(
         tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(KEEPALIVE))
             .add_service(service)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = done_rx.await;

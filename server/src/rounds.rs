@@ -10,10 +10,7 @@ use crate::strategy::{ClientUpdate, Strategy};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
-use fl_proto::v1::{
-    LocalConfig as WireLocalConfig, ModelSpec as WireModelSpec, RoundTask, ServerMessage, Shutdown,
-    server_message,
-};
+use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, server_message};
 use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
 use rand::rngs::StdRng;
@@ -216,14 +213,8 @@ impl RoundLoop {
         let mut messages = vec![ServerMessage {
             body: Some(server_message::Body::Task(RoundTask {
                 round,
-                model: Some(WireModelSpec {
-                    layer_sizes: self.spec.layer_sizes().iter().map(|&w| w as u32).collect(),
-                }),
-                config: Some(WireLocalConfig {
-                    epochs: local.epochs,
-                    batch_size: local.batch_size,
-                    learning_rate: local.learning_rate,
-                }),
+                model: Some((&self.spec).into()),
+                config: Some(local.into()),
                 num_values: global.len() as u64,
                 num_chunks: chunk_count(global.len()),
             })),
