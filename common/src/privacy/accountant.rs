@@ -1,0 +1,221 @@
+//! The privacy accountant: rounds compose by adding their RDP curves; the (epsilon, delta)
+//! guarantee is read off the composed curve.
+//!
+//! One interface, [`Accountant`]: `compose(event)` per round, `epsilon(delta)`, `delta(epsilon)`.
+//! The ledger persists the events, never a running epsilon, so the budget can always be
+//! recomputed from the file (the shape of Opacus' accountant history).
+
+use super::rdp::{default_orders, rdp_poisson, rdp_without_replacement};
+use serde::{Deserialize, Serialize};
+
+/// How a round's participants are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sampling {
+    /// Each client independently with probability q (add/remove-one neighbours; exact RDP).
+    Poisson,
+    /// Exactly m = qK of the K clients, without replacement (replace-one neighbours; bounded by
+    /// WBK19 Thm 27 at sigma/2, several times costlier than Poisson).
+    Fixed,
+}
+
+impl std::fmt::Display for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sampling::Poisson => "poisson",
+            Sampling::Fixed => "fixed",
+        })
+    }
+}
+
+/// One round of the sampled Gaussian mechanism, as the accountant sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GaussianRound {
+    /// q: sampling rate (m/K for fixed-size sampling).
+    pub q: f64,
+    /// z: noise standard deviation divided by the clip bound S (the noise multiplier of the
+    /// add/remove-one sensitivity S).
+    pub noise_multiplier: f64,
+    /// How participants were drawn.
+    pub sampling: Sampling,
+}
+
+/// Why accounting inputs are refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AccountingError {
+    /// q outside (0, 1].
+    #[error("sampling rate q = {0} must be in (0, 1]")]
+    BadRate(f64),
+    /// sigma not a positive number.
+    #[error("noise multiplier sigma = {0} must be a positive number")]
+    BadSigma(f64),
+    /// delta outside (0, 1).
+    #[error("delta = {0} must be in (0, 1)")]
+    BadDelta(f64),
+    /// epsilon not a positive number.
+    #[error("epsilon = {0} must be a positive number")]
+    BadEpsilon(f64),
+}
+
+impl GaussianRound {
+    /// Validates q in (0, 1] and sigma > 0.
+    pub fn new(q: f64, noise_multiplier: f64, sampling: Sampling) -> Result<Self, AccountingError> {
+        if !(q > 0.0 && q <= 1.0) {
+            return Err(AccountingError::BadRate(q));
+        }
+        if !(noise_multiplier > 0.0 && noise_multiplier.is_finite()) {
+            return Err(AccountingError::BadSigma(noise_multiplier));
+        }
+        Ok(Self {
+            q,
+            noise_multiplier,
+            sampling,
+        })
+    }
+
+    /// RDP of this round at `alpha`.
+    pub fn rdp(&self, alpha: f64) -> f64 {
+        match self.sampling {
+            Sampling::Poisson => rdp_poisson(self.q, self.noise_multiplier, alpha),
+            // Replace-one moves the clipped sum by up to 2S: multiplier z/2 on sensitivity 2S.
+            Sampling::Fixed => rdp_without_replacement(self.q, self.noise_multiplier / 2.0, alpha),
+        }
+    }
+}
+
+/// Checks delta in (0, 1).
+pub fn check_delta(delta: f64) -> Result<(), AccountingError> {
+    if delta > 0.0 && delta < 1.0 {
+        Ok(())
+    } else {
+        Err(AccountingError::BadDelta(delta))
+    }
+}
+
+/// Checks epsilon > 0.
+pub fn check_epsilon(epsilon: f64) -> Result<(), AccountingError> {
+    if epsilon > 0.0 && epsilon.is_finite() {
+        Ok(())
+    } else {
+        Err(AccountingError::BadEpsilon(epsilon))
+    }
+}
+
+/// A privacy accountant over rounds of the sampled Gaussian mechanism.
+pub trait Accountant {
+    /// Name for summaries and ledgers (e.g. `rdp`).
+    fn name(&self) -> &'static str;
+    /// Adds `count` rounds of `event`.
+    fn compose(&mut self, event: &GaussianRound, count: u64);
+    /// The smallest epsilon such that the rounds so far are (epsilon, delta)-DP.
+    fn epsilon(&self, delta: f64) -> f64;
+    /// The smallest delta such that the rounds so far are (epsilon, delta)-DP, at most 1.
+    fn delta(&self, epsilon: f64) -> f64;
+}
+
+/// Rényi DP accountant on the [`default_orders`] grid.
+#[derive(Debug, Clone)]
+pub struct RdpAccountant {
+    orders: Vec<f64>,
+    total: Vec<f64>,
+    /// Curves of events seen before: schedules repeat the same (q, sigma) for many rounds.
+    cache: Vec<(GaussianRound, Vec<f64>)>,
+}
+
+impl Default for RdpAccountant {
+    fn default() -> Self {
+        let orders = default_orders();
+        let total = vec![0.0; orders.len()];
+        Self {
+            orders,
+            total,
+            cache: Vec::new(),
+        }
+    }
+}
+
+impl RdpAccountant {
+    /// The RDP curve of one round of `event`.
+    fn curve(&mut self, event: &GaussianRound) -> &[f64] {
+        let index = match self.cache.iter().position(|(e, _)| e == event) {
+            Some(i) => i,
+            None => {
+                let curve = self.orders.iter().map(|&a| event.rdp(a)).collect();
+                self.cache.push((*event, curve));
+                self.cache.len() - 1
+            }
+        };
+        &self.cache[index].1
+    }
+
+    /// The orders and the composed RDP at each.
+    pub fn curve_so_far(&self) -> (&[f64], &[f64]) {
+        (&self.orders, &self.total)
+    }
+}
+
+impl Accountant for RdpAccountant {
+    fn name(&self) -> &'static str {
+        "rdp"
+    }
+
+    fn compose(&mut self, event: &GaussianRound, count: u64) {
+        let curve = self.curve(event).to_vec();
+        for (t, r) in self.total.iter_mut().zip(curve) {
+            *t += count as f64 * r;
+        }
+    }
+
+    fn epsilon(&self, delta: f64) -> f64 {
+        epsilon_from_rdp(&self.orders, &self.total, delta)
+    }
+
+    fn delta(&self, epsilon: f64) -> f64 {
+        delta_from_rdp(&self.orders, &self.total, epsilon)
+    }
+}
+
+/// RDP -> (epsilon, delta): epsilon(delta) = min_a [r_a + ln(1 - 1/a) - (ln delta + ln a)/(a - 1)]
+/// (Balle et al. 2020, Thm 21; Canonne, Kamath, Steinke 2020, Prop. 12), and epsilon = 0 where
+/// the KL bound delta >= sqrt(1 - e^{-r_a}) already holds. Orders a <= 1.01 are skipped (the
+/// bound is unstable there).
+pub fn epsilon_from_rdp(orders: &[f64], rdp: &[f64], delta: f64) -> f64 {
+    orders
+        .iter()
+        .zip(rdp)
+        .map(|(&a, &r)| {
+            if delta * delta + (-r).exp_m1() > 0.0 {
+                0.0
+            } else if a > 1.01 {
+                r + (-1.0 / a).ln_1p() - (delta * a).ln() / (a - 1.0)
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(f64::INFINITY, f64::min)
+        .max(0.0)
+}
+
+/// RDP -> delta at fixed epsilon: delta = min_a exp((a-1)(r_a - epsilon + ln(1 - 1/a)) - ln a)
+/// (same sources as [`epsilon_from_rdp`]), or the KL bound sqrt(1 - e^{-r_a}) when smaller;
+/// capped at 1.
+pub fn delta_from_rdp(orders: &[f64], rdp: &[f64], epsilon: f64) -> f64 {
+    orders
+        .iter()
+        .zip(rdp)
+        .map(|(&a, &r)| {
+            let kl = if r == 0.0 {
+                f64::NEG_INFINITY
+            } else {
+                0.5 * (-(-r).exp()).ln_1p()
+            };
+            if a > 1.01 {
+                kl.min((a - 1.0) * (r - epsilon + (-1.0 / a).ln_1p()) - a.ln())
+            } else {
+                kl
+            }
+        })
+        .fold(f64::INFINITY, f64::min)
+        .exp()
+        .min(1.0)
+}
