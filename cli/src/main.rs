@@ -1,6 +1,7 @@
 //! `fl`: the command-line tool of the federated-learning system.
 
 mod plot;
+mod privacy;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,9 @@ struct Cli {
 enum Command {
     /// Run the server and K clients in one process over loopback gRPC.
     Sim(sim::SimArgs),
+    /// Plan a private run: epsilon, delta, sigma or rounds (the server's RDP accountant).
+    #[command(subcommand)]
+    Privacy(privacy::Question),
     /// Redraw accuracy.svg of a run folder from its metrics.jsonl.
     Plot {
         /// The run folder.
@@ -38,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
             let summary = sim::run(args).await?;
             println!("{}", serde_json::to_string_pretty(&summary_line(&summary))?);
         }
+        Command::Privacy(q) => privacy::run(q)?,
         Command::Plot { run } => plot::plot_accuracy(&run, &run.display().to_string())?,
     }
     Ok(())

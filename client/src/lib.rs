@@ -189,6 +189,15 @@ pub async fn run_client(
                     }
                     Err(reason) => Err(reason),
                 };
+                // A diverged local model is reported, not uploaded: the server refuses
+                // non-finite values and would drop this client.
+                let reply = reply.and_then(|(update, loss)| {
+                    if update.iter().all(|v| v.is_finite()) {
+                        Ok((update, loss))
+                    } else {
+                        Err("local training diverged (non-finite parameters)".to_string())
+                    }
+                });
                 match reply {
                     Ok((update, loss)) => {
                         upload(&outbox, round, local.indices.len() as u64, &update, loss).await?

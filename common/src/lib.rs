@@ -10,3 +10,4 @@
 pub mod data;
 pub mod model;
 pub mod privacy;
+pub mod schedule;

@@ -3,6 +3,8 @@
 
 use fl_common::data::{DataSource, PartitionScheme};
 use fl_common::model::{LocalConfig, ModelSpec};
+use fl_common::privacy::{Budget, GaussianRound, Sampling, max_rounds};
+use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -43,6 +45,8 @@ pub struct RunConfig {
     /// The dataset (the server evaluates on its test split; `fl sim` partitions its training
     /// split across the simulated clients).
     pub data: DataSection,
+    /// Client-level differential privacy.
+    pub privacy: PrivacySection,
 }
 
 /// `[server]`: networking, rounds and outputs.
@@ -53,8 +57,9 @@ pub struct ServerSection {
     pub listen: String,
     /// K: clients expected; the first round starts once K are connected.
     pub clients: usize,
-    /// m: clients sampled per round (all connected ones when fewer are connected).
-    pub clients_per_round: usize,
+    /// m_t: clients sampled per round (all connected ones when fewer are connected); a number
+    /// or a schedule. Under Poisson sampling each client is included with q_t = m_t / K.
+    pub clients_per_round: Schedule,
     /// Fewest results for a round to update the model; otherwise the round is skipped.
     pub min_clients: usize,
     /// T: number of rounds.
@@ -77,7 +82,7 @@ impl Default for ServerSection {
         Self {
             listen: "127.0.0.1:50051".into(),
             clients: 100,
-            clients_per_round: 10,
+            clients_per_round: Schedule::Constant(10.0),
             min_clients: 1,
             rounds: 50,
             round_timeout_secs: 300.0,
@@ -203,26 +208,24 @@ impl RunConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         let t = &self.train;
+        let k = s.clients as f64;
+        let m = &s.clients_per_round;
         let checks = [
             (
                 s.clients >= 1,
                 "server.clients (K) must be at least 1".to_string(),
             ),
-            (
-                (1..=s.clients).contains(&s.clients_per_round),
-                format!(
-                    "server.clients_per_round (m = {}) must be between 1 and clients (K = {})",
-                    s.clients_per_round, s.clients
-                ),
-            ),
-            (
-                (1..=s.clients_per_round).contains(&s.min_clients),
-                format!(
-                    "server.min_clients ({}) must be between 1 and clients_per_round ({})",
-                    s.min_clients, s.clients_per_round
-                ),
-            ),
             (s.rounds >= 1, "server.rounds must be at least 1".into()),
+            (
+                s.min_clients >= 1
+                    && m.values()
+                        .iter()
+                        .all(|&v| s.min_clients as f64 <= v.round()),
+                format!(
+                    "server.min_clients ({}) must be between 1 and clients_per_round ({m})",
+                    s.min_clients
+                ),
+            ),
             (
                 s.round_timeout_secs > 0.0 && s.round_timeout_secs.is_finite(),
                 "server.round_timeout_secs must be positive".into(),
@@ -245,10 +248,211 @@ impl RunConfig {
                 "model.hidden must list at least one width for an mlp".into(),
             ),
         ];
-        match checks.into_iter().find(|(ok, _)| !ok) {
-            Some((_, message)) => Err(ConfigError::Invalid(message)),
-            None => Ok(()),
+        if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
+            return Err(ConfigError::Invalid(message));
         }
+        m.check(
+            "server.clients_per_round",
+            |v| v.round() >= 1.0 && v.round() <= k,
+            &format!("between 1 and clients (K = {})", s.clients),
+        )
+        .map_err(ConfigError::Invalid)?;
+        self.privacy.validate(self)
+    }
+
+    /// m_t, rounded to a whole number of clients.
+    pub fn clients_at(&self, round: u64) -> usize {
+        self.server
+            .clients_per_round
+            .at(round, self.server.rounds)
+            .round() as usize
+    }
+
+    /// The accountant's view of round `round` with K clients, or `None` in a non-private run.
+    pub fn round_event(&self, round: u64) -> Option<GaussianRound> {
+        let p = &self.privacy;
+        (p.mode == PrivacyMode::Central).then(|| GaussianRound {
+            q: self.clients_at(round) as f64 / self.server.clients as f64,
+            noise_multiplier: p.noise_multiplier.at(round, self.server.rounds),
+            sampling: p.sampling,
+        })
+    }
+}
+
+/// Whether and how the server protects clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivacyMode {
+    /// Plain FedAvg.
+    None,
+    /// Client-level central DP (Geyer et al.): clipping, Gaussian noise on the sum, accountant.
+    Central,
+}
+
+/// How the clip bound S is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClipMode {
+    /// S = `clip_bound` every round.
+    Fixed,
+    /// S = median of the round's update norms (Geyer et al.); NOT private, marked as leaking.
+    Median,
+    /// S adapted towards `target_quantile` of the norms with a noised count (Andrew et al. 2021).
+    Quantile,
+}
+
+impl std::fmt::Display for ClipMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClipMode::Fixed => "fixed",
+            ClipMode::Median => "median",
+            ClipMode::Quantile => "quantile",
+        })
+    }
+}
+
+/// Which quantity the budget caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetKind {
+    /// epsilon(delta) <= `epsilon` at `delta`.
+    Epsilon,
+    /// delta(epsilon) <= `delta` at fixed `epsilon` (Geyer et al.'s Q).
+    Delta,
+}
+
+/// `[privacy]`: client-level differential privacy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrivacySection {
+    /// `none` or `central`.
+    pub mode: PrivacyMode,
+    /// `poisson` (each client with probability q_t = m_t/K; exact accounting) or `fixed`
+    /// (exactly m_t; accounted with a valid but looser bound).
+    pub sampling: Sampling,
+    /// z_t: noise standard deviation over S; a number or a schedule.
+    pub noise_multiplier: Schedule,
+    /// `fixed`, `median` or `quantile`.
+    pub clip: ClipMode,
+    /// S (the starting S for `quantile`).
+    pub clip_bound: f64,
+    /// gamma: target quantile of update norms (`quantile`).
+    pub target_quantile: f64,
+    /// eta_C: geometric step of the adaptive bound (`quantile`).
+    pub clip_learning_rate: f64,
+    /// sigma_b: noise standard deviation on the unclipped count (`quantile`); default m/20 as
+    /// Andrew et al. suggest.
+    pub clip_count_noise: Option<f64>,
+    /// `epsilon` (cap epsilon at `delta`) or `delta` (cap delta at fixed `epsilon`).
+    pub budget: BudgetKind,
+    /// The epsilon of the budget.
+    pub epsilon: f64,
+    /// The delta of the budget (the threshold Q for `budget = "delta"`).
+    pub delta: f64,
+}
+
+impl Default for PrivacySection {
+    fn default() -> Self {
+        Self {
+            mode: PrivacyMode::None,
+            sampling: Sampling::Poisson,
+            noise_multiplier: Schedule::Constant(1.0),
+            clip: ClipMode::Fixed,
+            clip_bound: 1.0,
+            target_quantile: 0.5,
+            clip_learning_rate: 0.2,
+            clip_count_noise: None,
+            budget: BudgetKind::Epsilon,
+            epsilon: 8.0,
+            delta: 1e-5,
+        }
+    }
+}
+
+impl PrivacySection {
+    /// The budget the ledger enforces.
+    pub fn budget(&self) -> Budget {
+        match self.budget {
+            BudgetKind::Epsilon => Budget::Epsilon {
+                epsilon: self.epsilon,
+                delta: self.delta,
+            },
+            BudgetKind::Delta => Budget::Delta {
+                epsilon: self.epsilon,
+                delta: self.delta,
+            },
+        }
+    }
+
+    /// sigma_b for a round of `m` clients.
+    pub fn count_noise(&self, m: f64) -> f64 {
+        self.clip_count_noise.unwrap_or(m / 20.0)
+    }
+
+    fn validate(&self, run: &RunConfig) -> Result<(), ConfigError> {
+        if self.mode == PrivacyMode::None {
+            return Ok(());
+        }
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        self.noise_multiplier
+            .check(
+                "privacy.noise_multiplier",
+                |z| z > 0.0 && z.is_finite(),
+                "positive (sigma > 0)",
+            )
+            .map_err(ConfigError::Invalid)?;
+        if !(self.clip_bound > 0.0 && self.clip_bound.is_finite()) {
+            return bad(format!(
+                "privacy.clip_bound S = {} must be positive",
+                self.clip_bound
+            ));
+        }
+        self.budget()
+            .check()
+            .map_err(|e| ConfigError::Invalid(format!("privacy budget: {e}")))?;
+        if self.clip == ClipMode::Quantile {
+            let m_min = run
+                .server
+                .clients_per_round
+                .values()
+                .into_iter()
+                .fold(f64::INFINITY, f64::min);
+            let sigma_b = self.count_noise(m_min);
+            let z_max = self
+                .noise_multiplier
+                .values()
+                .into_iter()
+                .fold(0.0, f64::max);
+            if !(self.target_quantile > 0.0 && self.target_quantile < 1.0) {
+                return bad("privacy.target_quantile must be in (0, 1)".into());
+            }
+            if !(self.clip_learning_rate > 0.0 && self.clip_learning_rate.is_finite()) {
+                return bad("privacy.clip_learning_rate must be positive".into());
+            }
+            if !(sigma_b > 0.0 && z_max < 2.0 * sigma_b) {
+                return bad(format!(
+                    "privacy.clip_count_noise sigma_b = {sigma_b} must exceed z/2 = {} so that \
+                     the sum keeps finite noise (Andrew et al. 2021)",
+                    z_max / 2.0
+                ));
+            }
+        }
+        // A budget already spent by the first round is refused now, not discovered later.
+        let first = run.round_event(1).expect("central mode has events");
+        let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if max_rounds(&first, &self.budget(), 1).map_err(|e| ConfigError::Invalid(e.to_string()))?
+            == 0
+        {
+            return bad(format!(
+                "privacy budget {:?} is already spent by round 1 (q = {:.4}, sigma = {}): raise \
+                 the noise multiplier or lower clients_per_round",
+                self.budget(),
+                first.q,
+                first.noise_multiplier
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -275,7 +479,7 @@ mod tests {
         assert!(toml::from_str::<RunConfig>("[server]\nclient = 3\n").is_err());
         assert!(toml::from_str::<RunConfig>("[data]\nsource = \"ftp:x\"\n").is_err());
         let mut c = RunConfig::default();
-        c.server.clients_per_round = 101;
+        c.server.clients_per_round = Schedule::Constant(101.0);
         assert!(
             c.validate()
                 .unwrap_err()
@@ -288,5 +492,72 @@ mod tests {
         let mut c = RunConfig::default();
         c.server.min_clients = 11;
         assert!(c.validate().is_err());
+    }
+
+    fn private() -> RunConfig {
+        let mut c = RunConfig::default();
+        c.privacy.mode = PrivacyMode::Central;
+        c
+    }
+
+    fn refused(c: &RunConfig) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn private_runs_refuse_bad_privacy_settings_at_start_up() {
+        private().validate().unwrap();
+        let mut c = private();
+        c.privacy.noise_multiplier = 0.0.into();
+        assert!(refused(&c).contains("sigma > 0"));
+        let mut c = private();
+        c.privacy.noise_multiplier = (-1.0).into();
+        assert!(refused(&c).contains("noise_multiplier"));
+        let mut c = private();
+        c.privacy.delta = 1.0;
+        assert!(refused(&c).contains("delta"));
+        let mut c = private();
+        c.privacy.delta = 0.0;
+        assert!(refused(&c).contains("delta"));
+        let mut c = private();
+        c.privacy.epsilon = -2.0;
+        assert!(refused(&c).contains("epsilon"));
+        // q = m / K > 1.
+        let mut c = private();
+        c.server.clients_per_round = 150.0.into();
+        assert!(refused(&c).contains("clients_per_round"));
+        let mut c = private();
+        c.privacy.clip_bound = 0.0;
+        assert!(refused(&c).contains("clip_bound"));
+    }
+
+    #[test]
+    fn a_budget_spent_by_the_first_round_is_refused() {
+        let mut c = private();
+        c.privacy.noise_multiplier = 0.1.into();
+        c.privacy.epsilon = 0.5;
+        assert!(
+            refused(&c).contains("already spent by round 1"),
+            "{}",
+            refused(&c)
+        );
+    }
+
+    #[test]
+    fn inconsistent_schedules_are_refused() {
+        let mut c = private();
+        c.privacy.noise_multiplier = Schedule::Steps {
+            steps: vec![(3, 1.0)],
+        };
+        assert!(refused(&c).contains("round 1"));
+        let mut c = private();
+        c.server.clients_per_round = Schedule::Steps {
+            steps: vec![(1, 10.0), (20, 10.0), (10, 30.0)],
+        };
+        assert!(refused(&c).contains("strictly"));
+        let mut c = private();
+        c.privacy.clip = ClipMode::Quantile;
+        c.privacy.clip_count_noise = Some(0.2);
+        assert!(refused(&c).contains("sigma_b"));
     }
 }

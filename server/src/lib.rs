@@ -8,22 +8,25 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod ledger;
 pub mod output;
 pub mod registry;
 pub mod rounds;
 pub mod service;
 pub mod strategy;
 
-use config::{ConfigError, RunConfig};
+use config::{ClipMode, ConfigError, PrivacyMode, RunConfig};
 use fl_common::data::Dataset;
 use fl_proto::MAX_CHUNK_BYTES;
 use fl_proto::v1::federation_server::FederationServer;
+use ledger::Ledger;
 use output::{RoundMetrics, RunFolder, Summary};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use service::{FederationService, Shared};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use strategy::{ClipRule, DpFedAvg, FedAvg, QuantileClip, Strategy};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -110,10 +113,42 @@ pub async fn serve(
                 let _ = done_rx.await;
             }),
     );
-    let strategy = Box::new(strategy::FedAvg::new(
-        spec.num_params(),
-        config.train.local_config(),
-    ));
+    let (strategy, ledger) = match config.privacy.mode {
+        PrivacyMode::None => (
+            Box::new(FedAvg::new(spec.num_params(), config.train.local_config()))
+                as Box<dyn Strategy>,
+            None,
+        ),
+        PrivacyMode::Central => {
+            let p = &config.privacy;
+            let rule = match p.clip {
+                ClipMode::Fixed => ClipRule::Fixed(p.clip_bound),
+                ClipMode::Median => {
+                    tracing::warn!(
+                        "clip = median: S is the median of the clients' update norms, which is \
+                         NOT private; the reported epsilon does not cover it"
+                    );
+                    ClipRule::Median
+                }
+                ClipMode::Quantile => ClipRule::Quantile(QuantileClip {
+                    bound: p.clip_bound,
+                    target: p.target_quantile,
+                    learning_rate: p.clip_learning_rate,
+                    count_noise: p.count_noise(config.clients_at(1) as f64),
+                }),
+            };
+            // Noise always comes from a generator seeded by the OS, even in seeded runs.
+            let noise_rng = StdRng::from_os_rng();
+            let dp = DpFedAvg::new(
+                spec.num_params(),
+                config.train.local_config(),
+                rule,
+                noise_rng,
+            );
+            let ledger = Ledger::create(folder.dir(), p.budget())?;
+            (Box::new(dp) as Box<dyn Strategy>, Some(ledger))
+        }
+    };
     let result = rounds::RoundLoop {
         shared,
         events,
@@ -125,6 +160,7 @@ pub async fn serve(
         folder,
         observer,
         stop,
+        ledger,
     }
     .run()
     .await;

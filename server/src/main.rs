@@ -20,9 +20,9 @@ struct Args {
     /// K: clients to wait for before the first round.
     #[arg(long)]
     clients: Option<usize>,
-    /// m: clients sampled per round.
+    /// m: clients sampled per round (a constant; schedules go in the config file).
     #[arg(long)]
-    clients_per_round: Option<usize>,
+    clients_per_round: Option<u32>,
     /// Fewest results for a round to update the model.
     #[arg(long)]
     min_clients: Option<usize>,
@@ -83,7 +83,6 @@ impl Args {
         set! {
             self.listen => s.listen,
             self.clients => s.clients,
-            self.clients_per_round => s.clients_per_round,
             self.min_clients => s.min_clients,
             self.rounds => s.rounds,
             self.round_timeout => s.round_timeout_secs,
@@ -94,6 +93,9 @@ impl Args {
             self.model => c.model.kind,
             self.hidden => c.model.hidden,
             self.data => c.data.source,
+        }
+        if let Some(m) = self.clients_per_round {
+            c.server.clients_per_round = f64::from(m).into();
         }
         if self.seed.is_some() {
             c.server.seed = self.seed;

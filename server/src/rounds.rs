@@ -2,17 +2,20 @@
 //! sends them the global model, collects their updates until all answered or the deadline
 //! passed, lets the strategy aggregate, evaluates the new model and records the round.
 
-use crate::config::RunConfig;
+use crate::config::{ClipMode, RunConfig};
+use crate::ledger::{Ledger, LedgerEntry};
 use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
 use crate::registry::ClientId;
 use crate::service::{Event, Shared, send_all};
-use crate::strategy::{ClientUpdate, Strategy};
+use crate::strategy::{ClientUpdate, RoundPlan, Strategy};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
+use fl_common::privacy::{GaussianRound, Sampling, UpdateMoments};
 use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, server_message};
 use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
+use rand::Rng;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -21,11 +24,13 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 /// Counters of one round in progress.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Tally {
     completed: usize,
     train_loss_sum: f64,
     bytes_up: u64,
+    /// Moments of the raw updates, for the paper's V_c and U_s.
+    moments: UpdateMoments,
 }
 
 /// Owns all round state; the gRPC handlers only feed it [`Event`]s.
@@ -50,6 +55,8 @@ pub struct RoundLoop {
     pub observer: Option<Observer>,
     /// Becomes true when the operator asks to stop.
     pub stop: watch::Receiver<bool>,
+    /// The privacy ledger of a private run.
+    pub ledger: Option<Ledger>,
 }
 
 impl RoundLoop {
@@ -69,11 +76,45 @@ impl RoundLoop {
                 break;
             }
             let t0 = Instant::now();
-            let (sampled, down) = self.start_round(round, &global);
-            let tally = self.collect(round, &sampled, t0).await?;
+            let connected = self.shared.registry().connected();
+            if connected.is_empty() {
+                tracing::error!(round, "no client is connected: training ends");
+                stopped_by = StoppedBy::Error;
+                break;
+            }
+            let m = self.config.clients_at(round);
+            let event = self.round_event(round, m, connected.len());
+            if let (Some(ledger), Some(event)) = (&mut self.ledger, &event) {
+                if !ledger.allows(event) {
+                    tracing::info!(round, "privacy budget reached: training stops");
+                    stopped_by = StoppedBy::Budget;
+                    break;
+                }
+                // Spent before anything of the round leaves the server.
+                ledger.spend(&LedgerEntry {
+                    round,
+                    event: *event,
+                    clip_mode: self.config.privacy.clip,
+                    clip_bound_leaks: self.config.privacy.clip == ClipMode::Median,
+                    accountant: ledger.accountant_name().into(),
+                })?;
+            }
+            let sampled = self.sample(&connected, m, event.as_ref());
+            // Under Poisson sampling the divisor is the public expectation q K = m_t, never the
+            // private number of participants.
+            let expected_clients = match event.map(|e| e.sampling) {
+                Some(Sampling::Poisson) => m as f64,
+                _ => sampled.len().max(1) as f64,
+            };
+            let plan = RoundPlan {
+                expected_clients,
+                noise_multiplier: event.map(|e| e.noise_multiplier),
+            };
+            let down = self.start_round(round, &global, &sampled, &plan);
+            let tally = self.collect(round, &sampled, t0, global.len()).await?;
             let applied = tally.completed >= self.config.server.min_clients;
-            let next = self.strategy.finish_round(round, &global);
-            match next {
+            let outcome = self.strategy.finish_round(round, &global);
+            match outcome.model {
                 Some(next) if applied => {
                     global = next;
                     rounds_completed += 1;
@@ -85,6 +126,14 @@ impl RoundLoop {
                     "too few results: round skipped, model unchanged"
                 ),
             }
+            let (epsilon, delta) = match &self.ledger {
+                Some(l) => {
+                    let (e, d) = l.spent();
+                    (Some(e), Some(d))
+                }
+                None => (None, None),
+            };
+            let (v_c, u_s) = tally.moments.v_c_and_u_s().unzip();
             let eval = {
                 let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
                 tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test))
@@ -100,16 +149,16 @@ impl RoundLoop {
                 completed: tally.completed,
                 dropped: sampled.len() - tally.completed,
                 applied,
-                clip_bound: None,
-                noise_std: None,
-                epsilon: None,
-                delta: None,
+                clip_bound: outcome.clip_bound,
+                noise_std: outcome.noise_std,
+                epsilon,
+                delta,
                 test_accuracy: eval.accuracy,
                 test_loss: eval.loss,
                 train_loss: (tally.completed > 0)
                     .then(|| tally.train_loss_sum / tally.completed as f64),
-                v_c: None,
-                u_s: None,
+                v_c,
+                u_s,
                 bytes_up: tally.bytes_up,
                 bytes_down: down,
                 seconds: t0.elapsed().as_secs_f64(),
@@ -134,16 +183,24 @@ impl RoundLoop {
             None => evaluate(&self.spec, &global, &self.test),
         };
         self.folder.write_model(&self.spec, &global)?;
+        let privacy = &self.config.privacy;
+        let (epsilon, delta) = self.ledger.as_ref().map(Ledger::spent).unzip();
         let summary = Summary {
             rounds_completed,
             test_accuracy: eval.accuracy,
             test_loss: eval.loss,
-            epsilon: None,
-            delta: None,
-            accountant: None,
-            sampling: "fixed".into(),
-            clip_mode: None,
-            clip_bound_leaks: false,
+            epsilon,
+            delta,
+            accountant: self
+                .ledger
+                .as_ref()
+                .map(|l| l.accountant_name().to_string()),
+            sampling: match &self.ledger {
+                Some(_) => privacy.sampling.to_string(),
+                None => Sampling::Fixed.to_string(),
+            },
+            clip_mode: self.ledger.as_ref().map(|_| privacy.clip.to_string()),
+            clip_bound_leaks: self.ledger.is_some() && privacy.clip == ClipMode::Median,
             stopped_by,
             client_updates,
             bytes_up,
@@ -191,25 +248,62 @@ impl RoundLoop {
         }
     }
 
-    /// Samples the round's clients and sends each its task and the global model. Returns the
-    /// sampled ids and the bytes sent.
-    fn start_round(&mut self, round: u64, global: &[f32]) -> (BTreeSet<ClientId>, u64) {
-        let connected = self.shared.registry().connected();
-        let m = self.config.server.clients_per_round.min(connected.len());
-        if m < self.config.server.clients_per_round {
+    /// The accountant's view of the round, or `None` in a non-private run. Fixed-size sampling
+    /// draws m of the connected clients, so its rate is taken as m / min(K, connected): when
+    /// fewer than K are connected the real rate is higher than m/K, and this errs towards a
+    /// larger epsilon.
+    fn round_event(&self, round: u64, m: usize, connected: usize) -> Option<GaussianRound> {
+        let mut event = self.config.round_event(round)?;
+        if event.sampling == Sampling::Fixed {
+            let population = self.config.server.clients.min(connected).max(m).max(1);
+            event.q = m as f64 / population as f64;
+        }
+        Some(event)
+    }
+
+    /// Z_t: Poisson sampling includes each connected client independently with probability q_t;
+    /// otherwise m_t clients are drawn uniformly without replacement. Both from the CSPRNG.
+    fn sample(
+        &mut self,
+        connected: &[ClientId],
+        m: usize,
+        event: Option<&GaussianRound>,
+    ) -> BTreeSet<ClientId> {
+        if let Some(GaussianRound {
+            q,
+            sampling: Sampling::Poisson,
+            ..
+        }) = event
+        {
+            return connected
+                .iter()
+                .copied()
+                .filter(|_| self.rng.random_bool(*q))
+                .collect();
+        }
+        if m > connected.len() {
             tracing::warn!(
-                round,
                 connected = connected.len(),
+                m,
                 "fewer clients connected than m"
             );
         }
-        // Z_t: m clients drawn uniformly without replacement by the CSPRNG.
-        let sampled: BTreeSet<ClientId> =
-            rand::seq::index::sample(&mut self.rng, connected.len(), m)
-                .into_iter()
-                .map(|i| connected[i])
-                .collect();
-        let local = self.strategy.configure_round(round);
+        let m = m.min(connected.len());
+        rand::seq::index::sample(&mut self.rng, connected.len(), m)
+            .into_iter()
+            .map(|i| connected[i])
+            .collect()
+    }
+
+    /// Sends each sampled client its task and the global model; returns the bytes sent.
+    fn start_round(
+        &mut self,
+        round: u64,
+        global: &[f32],
+        sampled: &BTreeSet<ClientId>,
+        plan: &RoundPlan,
+    ) -> u64 {
+        let local = self.strategy.configure_round(round, plan);
         let mut messages = vec![ServerMessage {
             body: Some(server_message::Body::Task(RoundTask {
                 round,
@@ -224,14 +318,14 @@ impl RoundLoop {
         }));
         let per_client: u64 = messages.iter().map(|m| m.encoded_len() as u64).sum();
         let mut sent = 0;
-        for &id in &sampled {
+        for &id in sampled {
             if let Some(outbox) = self.shared.registry().outbox(id) {
                 send_all(outbox, messages.clone());
                 sent += per_client;
             }
         }
         tracing::debug!(round, sampled = sampled.len(), "tasks sent");
-        (sampled, sent)
+        sent
     }
 
     /// Collects results until every sampled client answered or dropped, or the deadline.
@@ -240,10 +334,16 @@ impl RoundLoop {
         round: u64,
         sampled: &BTreeSet<ClientId>,
         t0: Instant,
+        num_params: usize,
     ) -> Result<Tally, ServerError> {
         let deadline = t0 + Duration::from_secs_f64(self.config.server.round_timeout_secs);
         let mut waiting = sampled.clone();
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            completed: 0,
+            train_loss_sum: 0.0,
+            bytes_up: 0,
+            moments: UpdateMoments::new(num_params),
+        };
         while !waiting.is_empty() {
             let event = tokio::select! {
                 e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => e,
@@ -303,6 +403,10 @@ impl RoundLoop {
                         num_examples: header.num_examples,
                         values,
                     };
+                    let finite = update.values.iter().all(|v| v.is_finite());
+                    if finite && update.values.len() == num_params {
+                        tally.moments.add(&update.values);
+                    }
                     match self.strategy.absorb(round, update) {
                         Ok(()) => {
                             tally.completed += 1;

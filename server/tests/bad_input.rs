@@ -31,7 +31,7 @@ fn blobs(n: usize) -> Dataset {
 fn config(out: &std::path::Path) -> RunConfig {
     let mut c = RunConfig::default();
     c.server.clients = 3;
-    c.server.clients_per_round = 3;
+    c.server.clients_per_round = 3.0.into();
     c.server.rounds = 2;
     c.server.round_timeout_secs = 20.0;
     c.server.join_timeout_secs = 20.0;

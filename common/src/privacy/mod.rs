@@ -1,7 +1,9 @@
-//! Differential privacy: the Rényi DP accountant of the sampled Gaussian mechanism, budgets and
-//! planning.
+//! Differential privacy: clipping, the Gaussian mechanism, the Rényi DP accountant of the
+//! sampled Gaussian mechanism, budgets and planning.
 
 mod accountant;
+mod clip;
+mod gaussian;
 mod planning;
 mod rdp;
 
@@ -9,5 +11,7 @@ pub use accountant::{
     Accountant, AccountingError, GaussianRound, RdpAccountant, Sampling, check_delta,
     check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
+pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
+pub use gaussian::add_gaussian_noise;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use rdp::{default_orders, rdp_poisson, rdp_without_replacement};

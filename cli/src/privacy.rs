@@ -1,0 +1,147 @@
+//! `fl privacy`: planning a private run with the accountant the server uses.
+
+use anyhow::{Context, bail};
+use fl_common::privacy::{
+    Accountant, Budget, GaussianRound, Sampling, after_rounds, max_rounds, min_sigma,
+};
+use serde_json::json;
+
+/// The question asked.
+#[derive(Debug, clap::Subcommand)]
+pub enum Question {
+    /// Epsilon after --rounds rounds at --delta.
+    Epsilon(Args),
+    /// Delta after --rounds rounds at fixed --eps (the Geyer et al. view).
+    Delta(Args),
+    /// The smallest sigma that keeps --rounds rounds within --eps at --delta.
+    Sigma(Args),
+    /// How many rounds --sigma allows within --eps at --delta.
+    Rounds(Args),
+}
+
+/// Inputs shared by every question.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Sampling rate q (or give --m and --k).
+    #[arg(long)]
+    q: Option<f64>,
+    /// Clients per round m (with --k).
+    #[arg(long)]
+    m: Option<f64>,
+    /// Clients K (with --m).
+    #[arg(long)]
+    k: Option<f64>,
+    /// Noise multiplier sigma.
+    #[arg(long)]
+    sigma: Option<f64>,
+    /// Rounds T.
+    #[arg(long)]
+    rounds: Option<u64>,
+    /// Target delta.
+    #[arg(long)]
+    delta: Option<f64>,
+    /// Target epsilon.
+    #[arg(long)]
+    eps: Option<f64>,
+    /// poisson or fixed.
+    #[arg(long, default_value = "poisson", value_parser = parse_sampling)]
+    sampling: Sampling,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_sampling(s: &str) -> Result<Sampling, String> {
+    match s {
+        "poisson" => Ok(Sampling::Poisson),
+        "fixed" => Ok(Sampling::Fixed),
+        _ => Err(format!("unknown sampling `{s}` (poisson or fixed)")),
+    }
+}
+
+impl Args {
+    fn q(&self) -> anyhow::Result<f64> {
+        match (self.q, self.m, self.k) {
+            (Some(q), None, None) => Ok(q),
+            (None, Some(m), Some(k)) if k > 0.0 => Ok(m / k),
+            _ => bail!("give --q, or --m and --k"),
+        }
+    }
+
+    fn need<T: Copy>(value: Option<T>, flag: &str) -> anyhow::Result<T> {
+        value.with_context(|| format!("this question needs {flag}"))
+    }
+}
+
+/// Answers the question; prints text or JSON.
+pub fn run(question: Question) -> anyhow::Result<()> {
+    let (args, answer) = match question {
+        Question::Epsilon(a) => {
+            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let delta = Args::need(a.delta, "--delta")?;
+            fl_common::privacy::check_delta(delta)?;
+            let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
+            let eps = acc.epsilon(delta);
+            (a, json!({"epsilon": eps, "delta": delta}))
+        }
+        Question::Delta(a) => {
+            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let eps = Args::need(a.eps, "--eps")?;
+            fl_common::privacy::check_epsilon(eps)?;
+            let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
+            (a, json!({"epsilon": eps, "delta": acc.delta(eps)}))
+        }
+        Question::Sigma(a) => {
+            let budget = Budget::Epsilon {
+                epsilon: Args::need(a.eps, "--eps")?,
+                delta: Args::need(a.delta, "--delta")?,
+            };
+            let rounds = Args::need(a.rounds, "--rounds")?;
+            let sigma = min_sigma(a.q()?, rounds, &budget, a.sampling)?;
+            let acc = after_rounds(&GaussianRound::new(a.q()?, sigma, a.sampling)?, rounds);
+            let delta = Args::need(a.delta, "--delta")?;
+            (
+                a,
+                json!({"sigma": sigma, "epsilon": acc.epsilon(delta), "delta": delta}),
+            )
+        }
+        Question::Rounds(a) => {
+            let budget = Budget::Epsilon {
+                epsilon: Args::need(a.eps, "--eps")?,
+                delta: Args::need(a.delta, "--delta")?,
+            };
+            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let rounds = max_rounds(&event, &budget, 10_000_000)?;
+            let acc = after_rounds(&event, rounds);
+            let delta = Args::need(a.delta, "--delta")?;
+            (
+                a,
+                json!({"rounds": rounds, "epsilon": acc.epsilon(delta), "delta": delta}),
+            )
+        }
+    };
+    let mut out = answer;
+    out["accountant"] = json!("rdp");
+    out["sampling"] = json!(args.sampling.to_string());
+    out["q"] = json!(args.q()?);
+    for (key, value) in [("sigma", args.sigma), ("m", args.m), ("k", args.k)] {
+        if let Some(v) = value
+            && out.get(key).is_none()
+        {
+            out[key] = json!(v);
+        }
+    }
+    if let Some(r) = args.rounds
+        && out.get("rounds").is_none()
+    {
+        out["rounds"] = json!(r);
+    }
+    if args.json {
+        println!("{out}");
+    } else {
+        let obj = out.as_object().expect("built as an object");
+        let parts: Vec<String> = obj.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        println!("{}", parts.join(", "));
+    }
+    Ok(())
+}

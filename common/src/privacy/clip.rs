@@ -1,0 +1,146 @@
+//! Clipping of whole-model updates and the statistics the clip rules and the paper's diagnostics
+//! need.
+
+/// ||u||_2, accumulated in f64.
+pub fn l2_norm(u: &[f32]) -> f64 {
+    u.iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// Clips in place to L2 norm at most `bound` (Geyer et al., Alg. 1):
+/// u <- u / max(1, ||u||_2 / S). Returns ||u||_2 before clipping.
+///
+/// f32 rounding could leave the result a few ulps above S, which would break the sensitivity
+/// bound; so the factor is shrunk by 1e-6 relative and the norm re-checked until it is within S.
+pub fn clip_l2(u: &mut [f32], bound: f64) -> f64 {
+    const SAFETY: f64 = 1.0 - 1e-6;
+    let original = l2_norm(u);
+    let mut norm = original;
+    while norm > bound {
+        let factor = (bound / norm * SAFETY) as f32;
+        for v in u.iter_mut() {
+            *v *= factor;
+        }
+        norm = l2_norm(u);
+    }
+    original
+}
+
+/// The median of `values` (mean of the middle two for an even count); `None` when empty. Used
+/// by the paper's non-private clip rule S = median of the round's update norms.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Per-parameter first and second moments of a round's updates, for the between-clients
+/// variance V_c and update scale U_s of Geyer et al. (Sec. 3):
+/// mu_ij = 1/n sum_k u^k_ij; V_c = 1/P sum_ij (1/n sum_k (u^k_ij - mu_ij)^2); U_s = 1/P sum_ij mu_ij^2.
+#[derive(Debug, Clone)]
+pub struct UpdateMoments {
+    sum: Vec<f64>,
+    sum_sq: Vec<f64>,
+    n: usize,
+}
+
+impl UpdateMoments {
+    /// Empty moments over `len` parameters.
+    pub fn new(len: usize) -> Self {
+        Self {
+            sum: vec![0.0; len],
+            sum_sq: vec![0.0; len],
+            n: 0,
+        }
+    }
+
+    /// Adds one update (same length as the model).
+    pub fn add(&mut self, u: &[f32]) {
+        for ((s, q), &v) in self.sum.iter_mut().zip(&mut self.sum_sq).zip(u) {
+            let v = f64::from(v);
+            *s += v;
+            *q += v * v;
+        }
+        self.n += 1;
+    }
+
+    /// (V_c, U_s), or `None` before any update.
+    pub fn v_c_and_u_s(&self) -> Option<(f64, f64)> {
+        if self.n == 0 || self.sum.is_empty() {
+            return None;
+        }
+        let n = self.n as f64;
+        let p = self.sum.len() as f64;
+        let (mut v_c, mut u_s) = (0.0, 0.0);
+        for (&s, &q) in self.sum.iter().zip(&self.sum_sq) {
+            let mu = s / n;
+            v_c += (q / n - mu * mu).max(0.0);
+            u_s += mu * mu;
+        }
+        Some((v_c / p, u_s / p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_scales_long_updates_and_keeps_short_ones() {
+        let mut u = vec![3.0f32, 4.0];
+        assert_eq!(clip_l2(&mut u, 1.0), 5.0);
+        assert!(l2_norm(&u) <= 1.0);
+        assert!((l2_norm(&u) - 1.0).abs() < 2e-6);
+        let mut short = vec![0.3f32, 0.4];
+        clip_l2(&mut short, 1.0);
+        assert_eq!(short, vec![0.3, 0.4]);
+    }
+
+    /// 2000 random updates of norms spread over six orders of magnitude and several lengths:
+    /// none exceeds S after clipping, and those inside S are untouched.
+    #[test]
+    fn no_clipped_update_exceeds_the_bound() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        for i in 0..2000 {
+            let len = [1, 7, 100, 10_000][i % 4];
+            let scale = 10f32.powf(rng.random_range(-3.0..3.0));
+            let mut u: Vec<f32> = (0..len).map(|_| rng.random_range(-scale..scale)).collect();
+            let original = u.clone();
+            let bound = rng.random_range(0.01..10.0);
+            let norm = clip_l2(&mut u, bound);
+            assert!(l2_norm(&u) <= bound, "norm {} > S = {bound}", l2_norm(&u));
+            if norm <= bound {
+                assert_eq!(u, original);
+            } else {
+                assert!(l2_norm(&u) > bound * (1.0 - 1e-5), "over-clipped");
+            }
+        }
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn moments_give_the_papers_v_c_and_u_s() {
+        let mut m = UpdateMoments::new(2);
+        m.add(&[1.0, 0.0]);
+        m.add(&[3.0, 2.0]);
+        // mu = (2, 1); per-parameter variances (1, 1); V_c = 1; U_s = (4 + 1) / 2.
+        assert_eq!(m.v_c_and_u_s(), Some((1.0, 2.5)));
+    }
+}

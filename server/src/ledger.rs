@@ -1,0 +1,91 @@
+//! The privacy ledger: one line per round in `ledger.jsonl`, written and synced before the
+//! round's noised aggregate can leave the server, so the privacy spent is never under-counted.
+//! The ledger holds events, not a running epsilon: [`replay`] recomputes the budget from the file.
+
+use crate::config::ClipMode;
+use fl_common::privacy::{Accountant, Budget, GaussianRound, RdpAccountant};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+
+/// One round as the ledger records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The round.
+    pub round: u64,
+    /// Sampling rate, noise multiplier and sampling scheme.
+    #[serde(flatten)]
+    pub event: GaussianRound,
+    /// How S was chosen.
+    pub clip_mode: ClipMode,
+    /// True when S itself leaks (the non-private median): the epsilon does not cover it.
+    pub clip_bound_leaks: bool,
+    /// Accountant that reads this ledger.
+    pub accountant: String,
+}
+
+/// The ledger of a run: its file, the accountant over its entries, and the budget.
+pub struct Ledger {
+    file: std::fs::File,
+    accountant: RdpAccountant,
+    budget: Budget,
+}
+
+impl Ledger {
+    /// Starts `dir/ledger.jsonl` afresh under `budget`.
+    pub fn create(dir: &Path, budget: Budget) -> std::io::Result<Self> {
+        Ok(Self {
+            file: std::fs::File::create(dir.join("ledger.jsonl"))?,
+            accountant: RdpAccountant::default(),
+            budget,
+        })
+    }
+
+    /// Whether composing one more round of `event` keeps the run within the budget.
+    pub fn allows(&self, event: &GaussianRound) -> bool {
+        let mut next = self.accountant.clone();
+        next.compose(event, 1);
+        self.budget.allows(&next)
+    }
+
+    /// Records a round as spent: appended, synced, then composed.
+    pub fn spend(&mut self, entry: &LedgerEntry) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.sync_data()?;
+        self.accountant.compose(&entry.event, 1);
+        Ok(())
+    }
+
+    /// (epsilon, delta) spent so far, stated the way the budget is: epsilon at the budget's
+    /// delta, or delta at the budget's epsilon.
+    pub fn spent(&self) -> (f64, f64) {
+        spent(&self.accountant, &self.budget)
+    }
+
+    /// Name of the accountant.
+    pub fn accountant_name(&self) -> &'static str {
+        self.accountant.name()
+    }
+}
+
+fn spent(accountant: &dyn Accountant, budget: &Budget) -> (f64, f64) {
+    match *budget {
+        Budget::Epsilon { delta, .. } => (accountant.epsilon(delta), delta),
+        Budget::Delta { epsilon, .. } => (epsilon, accountant.delta(epsilon)),
+    }
+}
+
+/// Recomputes (epsilon, delta) from a ledger file under `budget`, and the number of rounds in it.
+pub fn replay(path: &Path, budget: &Budget) -> std::io::Result<((f64, f64), usize)> {
+    let text = std::fs::read_to_string(path)?;
+    let mut accountant = RdpAccountant::default();
+    let mut rounds = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let entry: LedgerEntry = serde_json::from_str(line).map_err(std::io::Error::other)?;
+        accountant.compose(&entry.event, 1);
+        rounds += 1;
+    }
+    Ok((spent(&accountant, budget), rounds))
+}

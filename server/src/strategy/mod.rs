@@ -1,0 +1,62 @@
+//! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one client's
+//! result at a time, finish the round. [`FedAvg`] and [`DpFedAvg`] implement it; the round loop
+//! never branches on which one runs.
+
+mod dp_fedavg;
+mod fedavg;
+
+pub use dp_fedavg::{ClipRule, DpFedAvg, QuantileClip};
+pub use fedavg::FedAvg;
+
+use crate::registry::ClientId;
+use fl_common::model::{LocalConfig, UpdateError};
+
+/// One client's validated-for-shape result.
+#[derive(Debug, Clone)]
+pub struct ClientUpdate {
+    /// Who sent it.
+    pub client: ClientId,
+    /// n_k: examples it trained on (its weight).
+    pub num_examples: u64,
+    /// u_k = w_k - w_t.
+    pub values: Vec<f32>,
+}
+
+/// What the round loop decided about a round before it starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundPlan {
+    /// Expected number of participants: m_t for fixed-size sampling, q_t K under Poisson
+    /// sampling (public, so dividing by it leaks nothing).
+    pub expected_clients: f64,
+    /// z_t: noise multiplier of the round (private runs).
+    pub noise_multiplier: Option<f64>,
+}
+
+/// What a round produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundOutcome {
+    /// The next global model, or `None` to keep the current one.
+    pub model: Option<Vec<f32>>,
+    /// Clip bound S used this round.
+    pub clip_bound: Option<f64>,
+    /// Standard deviation of the Gaussian noise added to each coordinate of the sum.
+    pub noise_std: Option<f64>,
+}
+
+/// Why a strategy refused a client's update.
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    /// The update itself is unusable.
+    #[error(transparent)]
+    Update(#[from] UpdateError),
+}
+
+/// A server-side aggregation rule.
+pub trait Strategy: Send {
+    /// Instructions for the clients sampled in `round`.
+    fn configure_round(&mut self, round: u64, plan: &RoundPlan) -> LocalConfig;
+    /// Takes one client's update into the round's aggregate; a refused update changes nothing.
+    fn absorb(&mut self, round: u64, update: ClientUpdate) -> Result<(), StrategyError>;
+    /// Ends the round, starting from the global model `global`.
+    fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome;
+}

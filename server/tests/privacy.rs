@@ -1,0 +1,164 @@
+//! Client-level DP end to end: the run stops exactly at the first round that would cross its
+//! budget, never exceeds it, and its ledger alone reproduces the reported epsilon.
+
+use fl_client::{ClientOptions, LocalData, run_client};
+use fl_common::data::Dataset;
+use fl_common::privacy::{Accountant, Budget, GaussianRound, Sampling, after_rounds, max_rounds};
+use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
+use fl_server::ledger::replay;
+use fl_server::output::RoundMetrics;
+use ndarray::Array2;
+use std::sync::Arc;
+use std::time::Duration;
+
+const K: usize = 6;
+
+fn blobs(n: usize) -> Dataset {
+    let labels: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
+    let features = Array2::from_shape_fn((n, 4), |(i, j)| {
+        let sign = if labels[i] == 1 { 1.0 } else { -1.0 };
+        sign * (1.0 + j as f32 * 0.1) + ((i * 7 + j * 3) % 11) as f32 * 0.05
+    });
+    Dataset::new(features, labels, 2).unwrap()
+}
+
+fn private_config(out: &std::path::Path, sampling: Sampling, rounds: u64) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.server.clients = K;
+    c.server.clients_per_round = 3.0.into();
+    c.server.rounds = rounds;
+    c.server.round_timeout_secs = 20.0;
+    c.server.join_timeout_secs = 20.0;
+    c.server.seed = Some(5);
+    c.server.out = out.to_owned();
+    c.model.kind = ModelKind::Logistic;
+    c.privacy.mode = PrivacyMode::Central;
+    c.privacy.sampling = sampling;
+    c.privacy.noise_multiplier = 1.5.into();
+    c.privacy.clip_bound = 0.5;
+    c.privacy.epsilon = 6.0;
+    c.privacy.delta = 1e-5;
+    c
+}
+
+/// Runs a federation of K honest clients; returns the summary and the metrics lines.
+async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics>) {
+    let out = config.server.out.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(blobs(600));
+    let server = tokio::spawn(fl_server::serve(listener, config, data.clone(), None, stop));
+    let slots = Arc::new(tokio::sync::Semaphore::new(2));
+    for i in 0..K {
+        let opts = ClientOptions {
+            endpoint: endpoint.clone(),
+            token: String::new(),
+            name: format!("c{i}"),
+            seed: Some(i as u64),
+            connect_timeout: Duration::from_secs(10),
+            training_slots: slots.clone(),
+        };
+        let local = LocalData {
+            data: data.clone(),
+            indices: (i * 100..(i + 1) * 100).collect(),
+        };
+        tokio::spawn(run_client(opts, local));
+    }
+    let summary = tokio::time::timeout(Duration::from_secs(120), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (summary, metrics)
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("fl-privacy-{name}-{}", std::process::id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_stops_at_the_first_round_that_would_cross_the_budget() {
+    let out = temp("stop");
+    let config = private_config(&out, Sampling::Poisson, 1000);
+    let budget = config.privacy.budget();
+    let event = GaussianRound::new(0.5, 1.5, Sampling::Poisson).unwrap();
+    let allowed = max_rounds(&event, &budget, 1000).unwrap();
+    assert!(
+        (3..100).contains(&allowed),
+        "test needs a budget of a few rounds, got {allowed}"
+    );
+
+    let (summary, metrics) = run(config).await;
+
+    assert_eq!(summary.stopped_by, fl_server::output::StoppedBy::Budget);
+    assert_eq!(
+        metrics.len() as u64,
+        allowed,
+        "ran exactly the rounds the budget allows"
+    );
+    let Budget::Epsilon { epsilon, delta } = budget else {
+        unreachable!()
+    };
+    for (i, m) in metrics.iter().enumerate() {
+        let spent = m.epsilon.unwrap();
+        assert!(
+            spent <= epsilon,
+            "round {} spent {spent} > {epsilon}",
+            m.round
+        );
+        let expected = after_rounds(&event, i as u64 + 1).epsilon(delta);
+        assert!((spent - expected).abs() < 1e-9);
+        assert_eq!(m.clip_bound, Some(0.5));
+        assert_eq!(m.noise_std, Some(1.5 * 0.5));
+    }
+    // One more round would have crossed the budget.
+    assert!(after_rounds(&event, allowed + 1).epsilon(delta) > epsilon);
+    // The ledger alone reproduces the reported figure.
+    let ((eps, d), rounds) = replay(&out.join("ledger.jsonl"), &budget).unwrap();
+    assert_eq!(rounds as u64, allowed);
+    assert_eq!(eps, summary.epsilon.unwrap());
+    assert_eq!(d, delta);
+    assert_eq!(summary.accountant.as_deref(), Some("rdp"));
+    assert_eq!(summary.sampling, "poisson");
+    assert!(!summary.clip_bound_leaks);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_size_sampling_is_reported_with_its_own_bound() {
+    let out = temp("fixed");
+    let mut config = private_config(&out, Sampling::Fixed, 3);
+    config.privacy.epsilon = 100.0;
+    let (summary, metrics) = run(config).await;
+    assert_eq!(summary.sampling, "fixed");
+    assert!(metrics.iter().all(|m| m.sampled == 3));
+    let fixed = GaussianRound::new(0.5, 1.5, Sampling::Fixed).unwrap();
+    let poisson = GaussianRound::new(0.5, 1.5, Sampling::Poisson).unwrap();
+    let reported = summary.epsilon.unwrap();
+    assert!((reported - after_rounds(&fixed, 3).epsilon(1e-5)).abs() < 1e-9);
+    assert!(reported > after_rounds(&poisson, 3).epsilon(1e-5));
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn median_clipping_is_marked_as_leaking() {
+    let out = temp("median");
+    let mut config = private_config(&out, Sampling::Poisson, 2);
+    config.privacy.clip = fl_server::config::ClipMode::Median;
+    let (summary, _) = run(config).await;
+    assert!(summary.clip_bound_leaks);
+    assert_eq!(summary.clip_mode.as_deref(), Some("median"));
+    let ledger = std::fs::read_to_string(out.join("ledger.jsonl")).unwrap();
+    assert!(
+        ledger
+            .lines()
+            .all(|l| l.contains("\"clip_bound_leaks\":true"))
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
