@@ -4,6 +4,10 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=fl.proto");
     let descriptors = protox::compile(["fl.proto"], ["."])?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    // Chunk payloads as `Bytes`: one model encoded per round is shared by every sampled client's
+    // stream instead of copied.
+    tonic_prost_build::configure()
+        .bytes(".flp.v1.TensorChunk.data")
+        .compile_fds(descriptors)?;
     Ok(())
 }

@@ -26,7 +26,7 @@ pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorC
         TensorChunk {
             round,
             index: index as u32,
-            data,
+            data: data.into(),
         }
     })
 }
@@ -208,7 +208,7 @@ mod tests {
         let ragged = TensorChunk {
             round: 1,
             index: 0,
-            data: vec![0; 7],
+            data: vec![0; 7].into(),
         };
         assert!(matches!(
             asm.push(ragged),
@@ -218,7 +218,7 @@ mod tests {
         let short = TensorChunk {
             round: 1,
             index: 0,
-            data: vec![0; 8],
+            data: vec![0; 8].into(),
         };
         assert!(matches!(
             asm.push(short),

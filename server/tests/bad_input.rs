@@ -225,7 +225,7 @@ async fn garbage_chunk_is_refused() {
             client_message::Body::UpdateChunk(TensorChunk {
                 round,
                 index: 0,
-                data: vec![0xAB; 7],
+                data: vec![0xAB; 7].into(),
             }),
         ]
     })
