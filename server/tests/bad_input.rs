@@ -2,8 +2,8 @@
 //! round, garbage chunks, a bad token) gets a clear gRPC error and is dropped from the round; the
 //! round and the server go on with the well-behaved clients.
 
-use fl_client::{ClientOptions, LocalData, run_client};
-use fl_common::data::Dataset;
+mod support;
+
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
@@ -11,22 +11,12 @@ use fl_proto::v1::{
 };
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::RoundMetrics;
-use ndarray::Array2;
 use std::sync::Arc;
 use std::time::Duration;
+use support::blobs;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
-
-/// Two separable blobs in 4 dimensions.
-fn blobs(n: usize) -> Dataset {
-    let labels: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
-    let features = Array2::from_shape_fn((n, 4), |(i, j)| {
-        let sign = if labels[i] == 1 { 1.0 } else { -1.0 };
-        sign * (1.0 + j as f32 * 0.1) + ((i * 7 + j * 3) % 11) as f32 * 0.05
-    });
-    Dataset::new(features, labels, 2).unwrap()
-}
 
 fn config(out: &std::path::Path) -> RunConfig {
     let mut c = RunConfig::default();
@@ -64,24 +54,7 @@ async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetri
         None,
         stop,
     ));
-    let slots = Arc::new(tokio::sync::Semaphore::new(2));
-    let good: Vec<_> = (0..2)
-        .map(|i| {
-            let opts = ClientOptions {
-                endpoint: endpoint.clone(),
-                token: String::new(),
-                name: format!("good-{i}"),
-                seed: Some(i),
-                connect_timeout: Duration::from_secs(10),
-                training_slots: slots.clone(),
-            };
-            let local = LocalData {
-                data: data.clone(),
-                indices: (i as usize * 100..(i as usize + 1) * 100).collect(),
-            };
-            tokio::spawn(run_client(opts, local))
-        })
-        .collect();
+    let good = support::spawn_clients(&endpoint, &data, 2);
 
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     let joined = grpc
@@ -130,11 +103,7 @@ async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetri
             .unwrap()
             .expect("well-behaved clients finish normally");
     }
-    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    let metrics = metrics
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let metrics = support::read_metrics(&out);
     std::fs::remove_dir_all(&out).unwrap();
     (status, metrics, summary.rounds_completed)
 }

@@ -1,26 +1,17 @@
 //! Client-level DP end to end: the run stops exactly at the first round that would cross its
 //! budget, never exceeds it, and its ledger alone reproduces the reported epsilon.
 
-use fl_client::{ClientOptions, LocalData, run_client};
-use fl_common::data::Dataset;
+mod support;
+
 use fl_common::privacy::{Accountant, Budget, GaussianRound, Sampling, after_rounds, max_rounds};
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::ledger::replay;
 use fl_server::output::RoundMetrics;
-use ndarray::Array2;
 use std::sync::Arc;
 use std::time::Duration;
+use support::blobs;
 
 const K: usize = 6;
-
-fn blobs(n: usize) -> Dataset {
-    let labels: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
-    let features = Array2::from_shape_fn((n, 4), |(i, j)| {
-        let sign = if labels[i] == 1 { 1.0 } else { -1.0 };
-        sign * (1.0 + j as f32 * 0.1) + ((i * 7 + j * 3) % 11) as f32 * 0.05
-    });
-    Dataset::new(features, labels, 2).unwrap()
-}
 
 fn private_config(out: &std::path::Path, sampling: Sampling, rounds: u64) -> RunConfig {
     let mut c = RunConfig::default();
@@ -49,32 +40,13 @@ async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(blobs(600));
     let server = tokio::spawn(fl_server::serve(listener, config, data.clone(), None, stop));
-    let slots = Arc::new(tokio::sync::Semaphore::new(2));
-    for i in 0..K {
-        let opts = ClientOptions {
-            endpoint: endpoint.clone(),
-            token: String::new(),
-            name: format!("c{i}"),
-            seed: Some(i as u64),
-            connect_timeout: Duration::from_secs(10),
-            training_slots: slots.clone(),
-        };
-        let local = LocalData {
-            data: data.clone(),
-            indices: (i * 100..(i + 1) * 100).collect(),
-        };
-        tokio::spawn(run_client(opts, local));
-    }
+    support::spawn_clients(&endpoint, &data, K);
     let summary = tokio::time::timeout(Duration::from_secs(120), server)
         .await
         .expect("server finishes")
         .unwrap()
         .unwrap();
-    let metrics = std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let metrics = support::read_metrics(&out);
     (summary, metrics)
 }
 
