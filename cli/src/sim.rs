@@ -108,17 +108,19 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             data: train.clone(),
             indices,
         };
-        clients.spawn(run_client(opts, local));
+        clients.spawn(async move {
+            let result = run_client(opts, local).await;
+            if let Err(e) = &result {
+                tracing::warn!(client = index, error = %e, "simulated client stopped");
+            }
+            result
+        });
     }
     let summary = server.await??;
     progress.finish_and_clear();
-    // Clients end on the server's Shutdown; any that fail are reported, not fatal.
-    while let Ok(Some(joined)) =
-        tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
+    // Clients end on the server's Shutdown; failures were logged as they happened.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
     {
-        if let Ok(Err(e)) = joined {
-            tracing::warn!(error = %e, "simulated client ended with an error");
-        }
     }
     plot_accuracy(&out, &title)?;
     Ok(summary)

@@ -8,17 +8,20 @@ use fl_common::data::Dataset;
 use fl_common::model::{LocalConfig, ModelSpec, train_local};
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, RoundTask, TaskFailed, UpdateHeader, client_message,
-    server_message,
+    ClientMessage, Hello, JoinRequest, RoundTask, ServerMessage, TaskFailed, UpdateHeader,
+    client_message, server_message,
 };
 use fl_proto::{TensorAssembler, chunk_count, encode_chunks};
+use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+use tonic::Streaming;
+use tonic::transport::Endpoint;
 
 /// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
 const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_CHUNK_BYTES + 64 * 1024;
@@ -83,27 +86,67 @@ pub struct ClientReport {
     pub shutdown_reason: String,
 }
 
-/// Connects, retrying until `timeout` passes.
-async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, ClientError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let ep = Endpoint::from_shared(endpoint.to_string())
-        .map_err(|source| ClientError::Connect {
-            endpoint: endpoint.into(),
-            source,
-        })?
+/// Connects, joins and opens the Session stream, retrying with jittered back-off until
+/// `opts.connect_timeout` passes: the server may still be starting, or a burst of clients may
+/// overflow its accept queue (the kernel then resets connections it had half-opened, seen as
+/// transport errors or cancellations). A refusal (bad token, invalid request) is final.
+async fn open_session(
+    opts: &ClientOptions,
+    num_examples: u64,
+) -> Result<(mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
+    let deadline = tokio::time::Instant::now() + opts.connect_timeout;
+    let connect_error = |source| ClientError::Connect {
+        endpoint: opts.endpoint.clone(),
+        source,
+    };
+    let ep = Endpoint::from_shared(opts.endpoint.clone())
+        .map_err(connect_error)?
         .http2_keep_alive_interval(KEEPALIVE)
         .keep_alive_while_idle(true);
     loop {
-        match ep.connect().await {
-            Ok(channel) => return Ok(channel),
-            Err(source) if tokio::time::Instant::now() >= deadline => {
-                return Err(ClientError::Connect {
-                    endpoint: endpoint.into(),
-                    source,
-                });
+        let attempt = async {
+            let channel = ep.connect().await.map_err(connect_error)?;
+            let mut grpc = FederationClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let request = JoinRequest {
+                token: opts.token.clone(),
+                name: opts.name.clone(),
+                num_examples,
+            };
+            let joined = grpc.join(request).await?.into_inner();
+            let (outbox, rx) = mpsc::channel(8);
+            let hello = client_message::Body::Hello(Hello {
+                client_id: joined.client_id.clone(),
+                session_key: joined.session_key,
+            });
+            send(&outbox, hello).await?;
+            let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+            tracing::debug!(client = %joined.client_id, "session open");
+            Ok::<_, ClientError>((outbox, inbound))
+        };
+        match attempt.await {
+            Ok(joined) => return Ok(joined),
+            Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
+                let pause = 100 + rand::rng().random_range(0..400);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// Whether a failed connect or Join may succeed if tried again.
+fn is_transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Connect { .. } => true,
+        ClientError::Status(s) => {
+            matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::Cancelled
+            )
+        }
+        _ => false,
     }
 }
 
@@ -115,26 +158,7 @@ pub async fn run_client(
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
-    let channel = connect(&opts.endpoint, opts.connect_timeout).await?;
-    let mut grpc = FederationClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let joined = grpc
-        .join(JoinRequest {
-            token: opts.token.clone(),
-            name: opts.name.clone(),
-            num_examples: local.indices.len() as u64,
-        })
-        .await?
-        .into_inner();
-    let (outbox, rx) = mpsc::channel(8);
-    let hello = client_message::Body::Hello(Hello {
-        client_id: joined.client_id.clone(),
-        session_key: joined.session_key,
-    });
-    send(&outbox, hello).await?;
-    let mut inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
-    tracing::debug!(client = %joined.client_id, "session open");
+    let (outbox, mut inbound) = open_session(&opts, local.indices.len() as u64).await?;
 
     let mut rng = match opts.seed {
         Some(seed) => {
@@ -177,7 +201,7 @@ pub async fn run_client(
                 let reply = match check_task(&t, &local, global.len()) {
                     Ok((spec, config)) => {
                         let permit = opts.training_slots.clone().acquire_owned().await;
-                        let (local, seed) = (local.clone(), rand::Rng::random(&mut rng));
+                        let (local, seed) = (local.clone(), rng.random());
                         let trained = tokio::task::spawn_blocking(move || {
                             let _permit = permit;
                             train_update(&spec, &config, global, &local, seed)
