@@ -22,7 +22,7 @@ enum Command {
     /// Plan a private run: epsilon, delta, sigma or rounds (the server's RDP accountant).
     #[command(subcommand)]
     Privacy(privacy::Question),
-    /// Redraw accuracy.svg of a run folder from its metrics.jsonl.
+    /// Redraw accuracy.svg (and privacy.svg) of a run folder from its metrics.jsonl.
     Plot {
         /// The run folder.
         run: PathBuf,
@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&summary_line(&summary))?);
         }
         Command::Privacy(q) => privacy::run(q)?,
-        Command::Plot { run } => plot::plot_accuracy(&run, &run.display().to_string())?,
+        Command::Plot { run } => plot::plot_run(&run, &run.display().to_string())?,
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `fl sim`: the real server and K real clients in one process, talking gRPC over loopback.
 
-use crate::plot::plot_accuracy;
+use crate::plot::plot_run;
 use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, run_client};
 use fl_common::data::Partition;
@@ -122,7 +122,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
     {
     }
-    plot_accuracy(&out, &title)?;
+    plot_run(&out, &title)?;
     Ok(summary)
 }
 

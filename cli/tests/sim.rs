@@ -73,3 +73,41 @@ fn sim_writes_a_complete_run_folder() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn private_sim_reports_its_privacy_and_plots_it() {
+    let dir = std::env::temp_dir().join(format!("fl-sim-dp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
+    let config = dir.join("tiny-dp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nclients = 5\nclients_per_round = 3\nrounds = 3\n\
+             [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
+             [data]\nsource = \"mnist:{}\"\npartition = \"iid\"\n\
+             [privacy]\nmode = \"central\"\nnoise_multiplier = 2.0\nepsilon = 50.0\n",
+            mnist.display()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let status = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["sim", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(out.join("privacy.svg").is_file());
+    assert!(out.join("ledger.jsonl").is_file());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["accountant"], "rdp");
+    assert_eq!(summary["sampling"], "poisson");
+    assert_eq!(summary["clip_mode"], "fixed");
+    assert!(summary["epsilon"].as_f64().unwrap() > 0.0);
+    assert_eq!(summary["delta"], 1e-5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
