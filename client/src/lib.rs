@@ -180,6 +180,13 @@ pub async fn run_client(
         };
         match message.body {
             Some(server_message::Body::Task(t)) => {
+                if t.num_values > fl_common::model::MAX_PARAMS as u64 {
+                    return Err(ClientError::Protocol(format!(
+                        "task announces a model of {} values, above the limit of {}",
+                        t.num_values,
+                        fl_common::model::MAX_PARAMS
+                    )));
+                }
                 let assembler = TensorAssembler::new(t.round, t.num_values, t.num_chunks)
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
                 task = Some((t, assembler));
