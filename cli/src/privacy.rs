@@ -17,6 +17,20 @@ pub enum Question {
     Sigma(Args),
     /// How many rounds --sigma allows within --eps at --delta.
     Rounds(Args),
+    /// Recompute what a run spent from its ledger.jsonl alone (at --delta, or at fixed --eps).
+    Ledger {
+        /// The run's ledger.jsonl.
+        file: std::path::PathBuf,
+        /// State epsilon at this delta.
+        #[arg(long, conflicts_with = "eps")]
+        delta: Option<f64>,
+        /// State delta at this epsilon.
+        #[arg(long)]
+        eps: Option<f64>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Inputs shared by every question.
@@ -73,9 +87,44 @@ impl Args {
     }
 }
 
+/// Prints `out` as JSON or as `key = value` pairs.
+fn print(out: &serde_json::Value, as_json: bool) {
+    if as_json {
+        println!("{out}");
+    } else {
+        let obj = out.as_object().expect("built as an object");
+        let parts: Vec<String> = obj.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        println!("{}", parts.join(", "));
+    }
+}
+
 /// Answers the question; prints text or JSON.
 pub fn run(question: Question) -> anyhow::Result<()> {
     let (args, answer) = match question {
+        Question::Ledger {
+            file,
+            delta,
+            eps,
+            json,
+        } => {
+            let budget = match (delta, eps) {
+                (Some(delta), None) => Budget::Epsilon {
+                    epsilon: f64::INFINITY,
+                    delta,
+                },
+                (None, Some(epsilon)) => Budget::Delta {
+                    epsilon,
+                    delta: 1.0,
+                },
+                _ => bail!("give --delta (for epsilon) or --eps (for delta)"),
+            };
+            let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
+                             "accountant": "rdp", "ledger": file});
+            print(&out, json);
+            return Ok(());
+        }
         Question::Epsilon(a) => {
             let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
             let delta = Args::need(a.delta, "--delta")?;
@@ -136,12 +185,6 @@ pub fn run(question: Question) -> anyhow::Result<()> {
     {
         out["rounds"] = json!(r);
     }
-    if args.json {
-        println!("{out}");
-    } else {
-        let obj = out.as_object().expect("built as an object");
-        let parts: Vec<String> = obj.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-        println!("{}", parts.join(", "));
-    }
+    print(&out, args.json);
     Ok(())
 }
