@@ -62,6 +62,17 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         );
     }
 
+    // Each simulated client holds two sockets in this process (its end and the server's).
+    let wanted = 4 * config.server.clients as u64 + 256;
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(got) if got < wanted => tracing::warn!(
+            got,
+            wanted,
+            "open-file limit below what this many clients need; raise `ulimit -n`"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
     let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
     let endpoint = format!("http://{}", listener.local_addr()?);
     let progress = progress_bar(config.server.rounds);

@@ -81,6 +81,17 @@ async fn main() -> anyhow::Result<()> {
                 .collect()
         }
     };
+    // One socket per simulated client.
+    let wanted = 2 * shares.len() as u64 + 256;
+    if let Ok(got) = rlimit::increase_nofile_limit(wanted)
+        && got < wanted
+    {
+        tracing::warn!(
+            got,
+            wanted,
+            "open-file limit too low for --simulate; raise `ulimit -n`"
+        );
+    }
     let slots = Arc::new(tokio::sync::Semaphore::new(
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
