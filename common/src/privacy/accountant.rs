@@ -219,3 +219,39 @@ pub fn delta_from_rdp(orders: &[f64], rdp: &[f64], epsilon: f64) -> f64 {
         .exp()
         .min(1.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tiny q and 10^5 rounds stay finite and ordered (log-space arithmetic throughout).
+    #[test]
+    fn tiny_rates_and_many_rounds_are_stable() {
+        let event = GaussianRound::new(1e-6, 1.0, Sampling::Poisson).unwrap();
+        let mut acc = RdpAccountant::default();
+        acc.compose(&event, 10_000);
+        let eps_1e4 = acc.epsilon(1e-6);
+        acc.compose(&event, 90_000);
+        let eps_1e5 = acc.epsilon(1e-6);
+        assert!(eps_1e4.is_finite() && eps_1e5.is_finite());
+        assert!(
+            0.0 < eps_1e4 && eps_1e4 < eps_1e5 && eps_1e5 < 1.0,
+            "{eps_1e4} {eps_1e5}"
+        );
+        let (_, rdp) = acc.curve_so_far();
+        assert!(rdp.iter().all(|r| r.is_finite() && *r >= 0.0));
+    }
+
+    #[test]
+    fn invalid_inputs_are_refused() {
+        assert_eq!(
+            GaussianRound::new(0.0, 1.0, Sampling::Poisson),
+            Err(AccountingError::BadRate(0.0))
+        );
+        assert!(GaussianRound::new(1.5, 1.0, Sampling::Poisson).is_err());
+        assert!(GaussianRound::new(0.1, 0.0, Sampling::Fixed).is_err());
+        assert!(GaussianRound::new(0.1, f64::NAN, Sampling::Fixed).is_err());
+        assert!(check_delta(1.0).is_err() && check_delta(0.0).is_err());
+        assert!(check_epsilon(0.0).is_err());
+    }
+}
