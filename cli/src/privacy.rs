@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use fl_common::privacy::{
-    Accountant, Budget, GaussianRound, Sampling, after_rounds, max_rounds, min_sigma,
+    Accountant, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds, min_sigma,
 };
 use serde_json::json;
 
@@ -126,7 +126,8 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             return Ok(());
         }
         Question::Epsilon(a) => {
-            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let event: PrivacyEvent =
+                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let delta = Args::need(a.delta, "--delta")?;
             fl_common::privacy::check_delta(delta)?;
             let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
@@ -134,7 +135,8 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             (a, json!({"epsilon": eps, "delta": delta}))
         }
         Question::Delta(a) => {
-            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let event: PrivacyEvent =
+                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let eps = Args::need(a.eps, "--eps")?;
             fl_common::privacy::check_epsilon(eps)?;
             let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
@@ -147,7 +149,10 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             };
             let rounds = Args::need(a.rounds, "--rounds")?;
             let sigma = min_sigma(a.q()?, rounds, &budget, a.sampling)?;
-            let acc = after_rounds(&GaussianRound::new(a.q()?, sigma, a.sampling)?, rounds);
+            let acc = after_rounds(
+                &GaussianRound::new(a.q()?, sigma, a.sampling)?.into(),
+                rounds,
+            );
             let delta = Args::need(a.delta, "--delta")?;
             (
                 a,
@@ -159,7 +164,8 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 epsilon: Args::need(a.eps, "--eps")?,
                 delta: Args::need(a.delta, "--delta")?,
             };
-            let event = GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?;
+            let event: PrivacyEvent =
+                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let rounds = max_rounds(&event, &budget, 10_000_000)?;
             let acc = after_rounds(&event, rounds);
             let delta = Args::need(a.delta, "--delta")?;

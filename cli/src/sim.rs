@@ -4,6 +4,7 @@ use crate::plot::plot_run;
 use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, run_client};
 use fl_common::data::Partition;
+use fl_common::secagg::PlainInputs;
 use fl_server::config::RunConfig;
 use fl_server::output::Summary;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -93,11 +94,16 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     );
     let token = config.server.token.clone().unwrap_or_default();
     let seed = config.server.seed;
+    // Secure aggregation: clients record their plain inputs in-process, so that each round's
+    // unmasked sum can be checked (never sent over the network).
+    let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
+        .then(|| Arc::new(PlainInputs::default()));
     let server = tokio::spawn(fl_server::serve(
         listener,
         config,
         Arc::new(test),
         Some(observer),
+        oracle.clone(),
         stop,
     ));
 
@@ -114,6 +120,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
             connect_timeout: Duration::from_secs(30),
             training_slots: slots.clone(),
+            oracle: oracle.clone(),
         };
         let local = LocalData {
             data: train.clone(),

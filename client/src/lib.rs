@@ -6,12 +6,17 @@
 
 use fl_common::data::Dataset;
 use fl_common::model::{LocalConfig, ModelSpec, train_local};
+use fl_common::privacy::add_discrete_gaussian_noise;
+use fl_common::secagg::{
+    AdvertisedKeys, ClientRound, Neighbourhood, PlainInputs, Quantizer, Ring, SealedShares,
+};
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, RoundTask, ServerMessage, TaskFailed, UpdateHeader,
+    ClientMessage, Hello, JoinRequest, MaskedInputHeader, RevealedShare, RoundTask, SealedShare,
+    SecAggKeys, SecAggReveal, SecAggShares, SecAggTask, ServerMessage, TaskFailed, UpdateHeader,
     client_message, server_message,
 };
-use fl_proto::{TensorAssembler, chunk_count, encode_chunks};
+use fl_proto::{TensorAssembler, chunk_count, encode_chunks, encode_word_chunks, ring_words};
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -75,6 +80,8 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// Limits how many clients of this process train at once (one per core is best).
     pub training_slots: Arc<Semaphore>,
+    /// Simulation only: where to record plain secure-aggregation inputs (never sent).
+    pub oracle: Option<Arc<PlainInputs>>,
 }
 
 /// What a client did before the server shut the session down.
@@ -93,7 +100,7 @@ pub struct ClientReport {
 async fn open_session(
     opts: &ClientOptions,
     num_examples: u64,
-) -> Result<(mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
+) -> Result<(u64, mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
     let deadline = tokio::time::Instant::now() + opts.connect_timeout;
     let connect_error = |source| ClientError::Connect {
         endpoint: opts.endpoint.clone(),
@@ -115,6 +122,12 @@ async fn open_session(
                 num_examples,
             };
             let joined = grpc.join(request).await?.into_inner();
+            let id: u64 = joined.client_id.parse().map_err(|_| {
+                ClientError::Protocol(format!(
+                    "server issued a non-numeric id {:?}",
+                    joined.client_id
+                ))
+            })?;
             let (outbox, rx) = mpsc::channel(8);
             let hello = client_message::Body::Hello(Hello {
                 client_id: joined.client_id.clone(),
@@ -123,7 +136,7 @@ async fn open_session(
             send(&outbox, hello).await?;
             let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
             tracing::debug!(client = %joined.client_id, "session open");
-            Ok::<_, ClientError>((outbox, inbound))
+            Ok::<_, ClientError>((id, outbox, inbound))
         };
         match attempt.await {
             Ok(joined) => return Ok(joined),
@@ -158,7 +171,7 @@ pub async fn run_client(
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
-    let (outbox, mut inbound) = open_session(&opts, local.indices.len() as u64).await?;
+    let (me, outbox, mut inbound) = open_session(&opts, local.indices.len() as u64).await?;
 
     let mut rng = match opts.seed {
         Some(seed) => {
@@ -171,6 +184,7 @@ pub async fn run_client(
         None => StdRng::from_os_rng(),
     };
     let mut task: Option<(RoundTask, TensorAssembler)> = None;
+    let mut secure: Option<SecureRound> = None;
     let mut rounds_trained = 0;
     loop {
         let Some(message) = inbound.message().await? else {
@@ -229,17 +243,49 @@ pub async fn run_client(
                         Err("local training diverged (non-finite parameters)".to_string())
                     }
                 });
+                let reply = match (reply, t.secagg) {
+                    (Ok((update, _)), Some(sa)) => secure_start(
+                        me, round, sa, &update, &opts, &mut rng,
+                    )
+                    .map(|(state, keys)| {
+                        secure = Some(state);
+                        Reply::Stage(client_message::Body::SecaggKeys(keys))
+                    }),
+                    (Ok((update, loss)), None) => Ok(Reply::Update(update, loss)),
+                    (Err(reason), _) => Err(reason),
+                };
                 match reply {
-                    Ok((update, loss)) => {
+                    Ok(Reply::Update(update, loss)) => {
                         upload(&outbox, round, local.indices.len() as u64, &update, loss).await?
                     }
+                    Ok(Reply::Stage(body)) => send(&outbox, body).await?,
+                    Err(reason) => fail(&outbox, round, reason).await?,
+                }
+            }
+            Some(
+                body @ (server_message::Body::SecaggNeighbours(_)
+                | server_message::Body::SecaggShareInbox(_)
+                | server_message::Body::SecaggSurvivors(_)),
+            ) => {
+                let Some(state) = secure.as_mut() else {
+                    tracing::debug!("secure-aggregation message outside a secure round: ignored");
+                    continue;
+                };
+                match secure_step(state, body, &mut rng) {
+                    Ok(Step::Ignore) => {}
+                    Ok(Step::Send(bodies)) => {
+                        for b in bodies {
+                            send(&outbox, b).await?;
+                        }
+                    }
+                    Ok(Step::Done(body)) => {
+                        send(&outbox, body).await?;
+                        secure = None;
+                    }
                     Err(reason) => {
-                        tracing::warn!(round, %reason, "cannot do this round's task");
-                        send(
-                            &outbox,
-                            client_message::Body::TaskFailed(TaskFailed { round, reason }),
-                        )
-                        .await?;
+                        let round = state.round;
+                        secure = None;
+                        fail(&outbox, round, reason).await?;
                     }
                 }
             }
@@ -251,6 +297,163 @@ pub async fn run_client(
             }
             None => return Err(ClientError::Protocol("empty ServerMessage".into())),
         }
+    }
+}
+
+/// What a client sends once its local training is done.
+enum Reply {
+    /// A plain update and its training loss.
+    Update(Vec<f32>, f32),
+    /// The first stage message of a secure-aggregation round.
+    Stage(client_message::Body),
+}
+
+async fn fail(
+    outbox: &mpsc::Sender<ClientMessage>,
+    round: u64,
+    reason: String,
+) -> Result<(), ClientError> {
+    tracing::warn!(round, %reason, "cannot do this round's task");
+    send(
+        outbox,
+        client_message::Body::TaskFailed(TaskFailed { round, reason }),
+    )
+    .await
+}
+
+/// A secure-aggregation round in progress: the protocol state and the quantised input x_u.
+struct SecureRound {
+    round: u64,
+    ring: Ring,
+    protocol: ClientRound,
+    input: Vec<u64>,
+}
+
+/// What a stage message asks the client to do.
+enum Step {
+    /// A message of another round: nothing.
+    Ignore,
+    /// Send these and wait for the next stage.
+    Send(Vec<client_message::Body>),
+    /// Send this; the round is over for this client.
+    Done(client_message::Body),
+}
+
+/// Quantises the update as the task says (clip to S, scale by gamma, stochastic rounding, then
+/// the distributed discrete Gaussian noise if any) and starts the protocol: returns its state and
+/// the public keys to advertise.
+fn secure_start(
+    me: u64,
+    round: u64,
+    task: SecAggTask,
+    update: &[f32],
+    opts: &ClientOptions,
+    rng: &mut StdRng,
+) -> Result<(SecureRound, SecAggKeys), String> {
+    let ring = Ring::new(task.ring_bits)?;
+    if !(task.clip_bound > 0.0
+        && task.clip_bound.is_finite()
+        && task.scale >= 1.0 / task.clip_bound
+        && task.scale.is_finite())
+    {
+        return Err(format!(
+            "unusable quantisation S = {}, gamma = {}",
+            task.clip_bound, task.scale
+        ));
+    }
+    let quantizer = Quantizer {
+        ring,
+        clip: task.clip_bound,
+        scale: task.scale,
+    };
+    let mut codes = quantizer.encode(update, rng);
+    if task.noise_variance > 0 {
+        add_discrete_gaussian_noise(&mut codes, task.noise_variance, rng);
+    }
+    let input = quantizer.to_ring(&codes);
+    if let Some(oracle) = &opts.oracle {
+        oracle.record(round, me, input.clone());
+    }
+    let protocol = ClientRound::new(round, me, ring, rng);
+    let keys = protocol.advertise();
+    let advert = SecAggKeys {
+        round,
+        cipher_public: keys.cipher_public.to_vec(),
+        mask_public: keys.mask_public.to_vec(),
+    };
+    Ok((
+        SecureRound {
+            round,
+            ring,
+            protocol,
+            input,
+        },
+        advert,
+    ))
+}
+
+/// Answers one stage message of the server.
+fn secure_step(
+    state: &mut SecureRound,
+    body: server_message::Body,
+    rng: &mut StdRng,
+) -> Result<Step, String> {
+    let round = state.round;
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    match body {
+        server_message::Body::SecaggNeighbours(n) if n.round == round => {
+            let neighbours = n
+                .neighbours
+                .iter()
+                .map(AdvertisedKeys::try_from)
+                .collect::<Result<_, _>>()
+                .map_err(|e| text(&e))?;
+            let hood = Neighbourhood {
+                threshold: n.threshold as usize,
+                neighbours,
+            };
+            let sealed = state.protocol.share_keys(hood, rng).map_err(|e| text(&e))?;
+            Ok(Step::Send(vec![client_message::Body::SecaggShares(
+                SecAggShares {
+                    round,
+                    shares: sealed.iter().map(SealedShare::from).collect(),
+                },
+            )]))
+        }
+        server_message::Body::SecaggShareInbox(inbox) if inbox.round == round => {
+            let shares: Vec<SealedShares> = inbox
+                .shares
+                .iter()
+                .map(SealedShares::try_from)
+                .collect::<Result<_, _>>()
+                .map_err(|e| text(&e))?;
+            let y = state
+                .protocol
+                .masked_input(&shares, &state.input)
+                .map_err(|e| text(&e))?;
+            let words = ring_words(state.ring, &y);
+            let header = client_message::Body::MaskedInputHeader(MaskedInputHeader {
+                round,
+                num_words: words.len() as u64,
+                num_chunks: chunk_count(words.len()),
+            });
+            let mut bodies = vec![header];
+            bodies.extend(
+                encode_word_chunks(round, words.len(), |i| words[i])
+                    .map(client_message::Body::UpdateChunk),
+            );
+            Ok(Step::Send(bodies))
+        }
+        server_message::Body::SecaggSurvivors(s) if s.round == round => {
+            let reveals = state.protocol.unmask(&s.survivors).map_err(|e| text(&e))?;
+            Ok(Step::Done(client_message::Body::SecaggReveal(
+                SecAggReveal {
+                    round,
+                    shares: reveals.iter().map(RevealedShare::from).collect(),
+                },
+            )))
+        }
+        _ => Ok(Step::Ignore),
     }
 }
 

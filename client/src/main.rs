@@ -107,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             seed: args.seed.map(|s| s.wrapping_add(index as u64)),
             connect_timeout: Duration::from_secs_f64(args.connect_timeout),
             training_slots: slots.clone(),
+            oracle: None,
         };
         let local = LocalData {
             data: data.clone(),

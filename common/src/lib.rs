@@ -11,3 +11,4 @@ pub mod data;
 pub mod model;
 pub mod privacy;
 pub mod schedule;
+pub mod secagg;

@@ -28,7 +28,7 @@ fn rows(name: &str) -> Vec<HashMap<String, f64>> {
 
 fn accountant(row: &HashMap<String, f64>, sampling: Sampling) -> impl Accountant {
     let event = GaussianRound::new(row["q"], row["sigma"], sampling).unwrap();
-    after_rounds(&event, row["steps"] as u64)
+    after_rounds(&event.into(), row["steps"] as u64)
 }
 
 fn close(ours: f64, reference: f64, rel: f64) -> bool {

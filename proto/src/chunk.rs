@@ -1,5 +1,6 @@
-//! Tensor chunking: a flat `f32` vector travels as little-endian bytes in [`TensorChunk`]s of at
-//! most [`MAX_CHUNK_BYTES`], so any model size fits under gRPC's message limits.
+//! Tensor chunking: a flat vector of 32-bit words (`f32` model values, or ring elements of a
+//! masked input) travels as little-endian bytes in [`TensorChunk`]s of at most
+//! [`MAX_CHUNK_BYTES`], so any model size fits under gRPC's message limits.
 
 use crate::v1::TensorChunk;
 
@@ -15,13 +16,22 @@ pub fn chunk_count(num_values: usize) -> u32 {
 
 /// Splits `values` into chunks tagged with `round`, in order.
 pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorChunk> + '_ {
-    let n = chunk_count(values.len()) as usize;
+    encode_word_chunks(round, values.len(), move |i| values[i].to_bits())
+}
+
+/// Splits `len` 32-bit words, the i-th given by `word(i)`, into chunks tagged with `round`.
+pub fn encode_word_chunks(
+    round: u64,
+    len: usize,
+    word: impl Fn(usize) -> u32,
+) -> impl Iterator<Item = TensorChunk> {
+    let n = chunk_count(len) as usize;
     (0..n).map(move |index| {
-        let start = (index * VALUES_PER_CHUNK).min(values.len());
-        let end = ((index + 1) * VALUES_PER_CHUNK).min(values.len());
+        let start = (index * VALUES_PER_CHUNK).min(len);
+        let end = ((index + 1) * VALUES_PER_CHUNK).min(len);
         let mut data = Vec::with_capacity((end - start) * 4);
-        for v in &values[start..end] {
-            data.extend_from_slice(&v.to_le_bytes());
+        for i in start..end {
+            data.extend_from_slice(&word(i).to_le_bytes());
         }
         TensorChunk {
             round,
@@ -85,7 +95,7 @@ pub struct TensorAssembler {
     expected_values: u64,
     expected_chunks: u32,
     next_index: u32,
-    values: Vec<f32>,
+    values: Vec<u32>,
 }
 
 impl TensorAssembler {
@@ -114,8 +124,15 @@ impl TensorAssembler {
         self.round
     }
 
-    /// Adds the next chunk; returns the whole tensor once the last chunk has arrived.
+    /// Adds the next chunk; returns the whole tensor of `f32` values once the last chunk arrived.
     pub fn push(&mut self, chunk: TensorChunk) -> Result<Option<Vec<f32>>, ChunkError> {
+        Ok(self
+            .push_words(chunk)?
+            .map(|w| w.into_iter().map(f32::from_bits).collect()))
+    }
+
+    /// Adds the next chunk; returns the whole tensor of raw words once the last chunk arrived.
+    pub fn push_words(&mut self, chunk: TensorChunk) -> Result<Option<Vec<u32>>, ChunkError> {
         if chunk.round != self.round {
             return Err(ChunkError::WrongRound {
                 expected: self.round,
@@ -145,7 +162,7 @@ impl TensorAssembler {
             chunk
                 .data
                 .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         );
         self.next_index += 1;
         if self.next_index < self.expected_chunks {

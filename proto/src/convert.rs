@@ -2,6 +2,119 @@
 
 use crate::v1;
 use fl_common::model::{LocalConfig, ModelError, ModelSpec};
+use fl_common::secagg::{AdvertisedKeys, RevealedShare, Ring, SealedShares, SecretKind, Share};
+
+/// A wire message whose fields cannot be what the protocol says.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed message: {0}")]
+pub struct WireError(pub String);
+
+fn bytes32(bytes: &[u8], what: &str) -> Result<[u8; 32], WireError> {
+    bytes
+        .try_into()
+        .map_err(|_| WireError(format!("{what} must be 32 bytes, not {}", bytes.len())))
+}
+
+impl From<&AdvertisedKeys> for v1::PeerKeys {
+    fn from(k: &AdvertisedKeys) -> Self {
+        v1::PeerKeys {
+            client_id: k.client,
+            cipher_public: k.cipher_public.to_vec(),
+            mask_public: k.mask_public.to_vec(),
+        }
+    }
+}
+
+impl TryFrom<&v1::PeerKeys> for AdvertisedKeys {
+    type Error = WireError;
+    fn try_from(k: &v1::PeerKeys) -> Result<Self, WireError> {
+        Ok(AdvertisedKeys {
+            client: k.client_id,
+            cipher_public: bytes32(&k.cipher_public, "cipher_public")?,
+            mask_public: bytes32(&k.mask_public, "mask_public")?,
+        })
+    }
+}
+
+impl From<&SealedShares> for v1::SealedShare {
+    fn from(s: &SealedShares) -> Self {
+        v1::SealedShare {
+            from: s.from,
+            to: s.to,
+            ciphertext: s.ciphertext.clone(),
+            mask_key_commitment: s.mask_key_commitment.to_vec(),
+            self_mask_commitment: s.self_mask_commitment.to_vec(),
+        }
+    }
+}
+
+impl TryFrom<&v1::SealedShare> for SealedShares {
+    type Error = WireError;
+    fn try_from(s: &v1::SealedShare) -> Result<Self, WireError> {
+        Ok(SealedShares {
+            from: s.from,
+            to: s.to,
+            ciphertext: s.ciphertext.clone(),
+            mask_key_commitment: bytes32(&s.mask_key_commitment, "mask_key_commitment")?,
+            self_mask_commitment: bytes32(&s.self_mask_commitment, "self_mask_commitment")?,
+        })
+    }
+}
+
+impl From<&RevealedShare> for v1::RevealedShare {
+    fn from(r: &RevealedShare) -> Self {
+        v1::RevealedShare {
+            owner: r.owner,
+            kind: match r.kind {
+                SecretKind::MaskKey => v1::SecretKind::MaskKey,
+                SecretKind::SelfMask => v1::SecretKind::SelfMask,
+            } as i32,
+            share: r.share.to_bytes().to_vec(),
+        }
+    }
+}
+
+impl TryFrom<&v1::RevealedShare> for RevealedShare {
+    type Error = WireError;
+    fn try_from(r: &v1::RevealedShare) -> Result<Self, WireError> {
+        let kind = match v1::SecretKind::try_from(r.kind) {
+            Ok(v1::SecretKind::MaskKey) => SecretKind::MaskKey,
+            Ok(v1::SecretKind::SelfMask) => SecretKind::SelfMask,
+            _ => return Err(WireError(format!("unknown secret kind {}", r.kind))),
+        };
+        Ok(RevealedShare {
+            owner: r.owner,
+            kind,
+            share: Share::from_bytes(&r.share).map_err(|e| WireError(e.to_string()))?,
+        })
+    }
+}
+
+/// The 32-bit words that carry ring elements: one per element for b = 32, two (low first) for
+/// b = 64.
+pub fn ring_words(ring: Ring, values: &[u64]) -> Vec<u32> {
+    match ring.bits() {
+        32 => values.iter().map(|&v| v as u32).collect(),
+        _ => values
+            .iter()
+            .flat_map(|&v| [v as u32, (v >> 32) as u32])
+            .collect(),
+    }
+}
+
+/// The ring elements carried by `words` (see [`ring_words`]).
+pub fn ring_elements(ring: Ring, words: &[u32]) -> Result<Vec<u64>, WireError> {
+    match ring.bits() {
+        32 => Ok(words.iter().map(|&w| u64::from(w)).collect()),
+        _ if words.len().is_multiple_of(2) => Ok(words
+            .chunks_exact(2)
+            .map(|p| u64::from(p[0]) | (u64::from(p[1]) << 32))
+            .collect()),
+        _ => Err(WireError(
+            "a 64-bit masked input needs an even number of words".into(),
+        )),
+    }
+}
 
 impl From<&ModelSpec> for v1::ModelSpec {
     fn from(spec: &ModelSpec) -> Self {
@@ -43,6 +156,38 @@ impl From<v1::LocalConfig> for LocalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_elements_roundtrip_through_words() {
+        for bits in [32, 64] {
+            let ring = Ring::new(bits).unwrap();
+            let v = vec![0, 1, ring.mask(), 0x1234_5678 & ring.mask()];
+            assert_eq!(ring_elements(ring, &ring_words(ring, &v)).unwrap(), v);
+        }
+        assert!(ring_elements(Ring::new(64).unwrap(), &[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn malformed_secagg_fields_are_refused() {
+        let short = v1::PeerKeys {
+            client_id: 1,
+            cipher_public: vec![0; 31],
+            mask_public: vec![0; 32],
+        };
+        assert!(AdvertisedKeys::try_from(&short).is_err());
+        let bad_kind = v1::RevealedShare {
+            owner: 1,
+            kind: 0,
+            share: vec![0; 48],
+        };
+        assert!(RevealedShare::try_from(&bad_kind).is_err());
+        let bad_share = v1::RevealedShare {
+            owner: 1,
+            kind: 1,
+            share: vec![0; 47],
+        };
+        assert!(RevealedShare::try_from(&bad_share).is_err());
+    }
 
     #[test]
     fn model_spec_roundtrips_and_untrusted_specs_are_validated() {

@@ -9,7 +9,10 @@
 mod chunk;
 mod convert;
 
-pub use chunk::{ChunkError, MAX_CHUNK_BYTES, TensorAssembler, chunk_count, encode_chunks};
+pub use chunk::{
+    ChunkError, MAX_CHUNK_BYTES, TensorAssembler, chunk_count, encode_chunks, encode_word_chunks,
+};
+pub use convert::{WireError, ring_elements, ring_words};
 
 /// Generated protobuf messages and gRPC stubs of package `flp.v1`.
 #[allow(missing_docs, clippy::all)]

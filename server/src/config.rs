@@ -3,7 +3,7 @@
 
 use fl_common::data::{DataSource, PartitionScheme};
 use fl_common::model::{LocalConfig, ModelSpec};
-use fl_common::privacy::{Budget, GaussianRound, Sampling, max_rounds};
+use fl_common::privacy::{Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds};
 use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -47,6 +47,8 @@ pub struct RunConfig {
     pub data: DataSection,
     /// Client-level differential privacy.
     pub privacy: PrivacySection,
+    /// Secure aggregation (with `privacy.mode = "secagg"`).
+    pub secagg: SecAggSection,
 }
 
 /// `[server]`: networking, rounds and outputs.
@@ -268,14 +270,30 @@ impl RunConfig {
             .round() as usize
     }
 
-    /// The accountant's view of round `round` with K clients, or `None` in a non-private run.
+    /// The central Gaussian mechanism of round `round` with K clients, or `None` when no
+    /// central noise is added (non-private runs, and distributed noise under secure aggregation,
+    /// which the round loop accounts once it knows the round's quantisation).
     pub fn round_event(&self, round: u64) -> Option<GaussianRound> {
         let p = &self.privacy;
-        (p.mode == PrivacyMode::Central).then(|| GaussianRound {
+        let central = match p.mode {
+            PrivacyMode::None => false,
+            PrivacyMode::Central => true,
+            PrivacyMode::SecAgg => self.secagg.noise == SecAggNoise::Central,
+        };
+        central.then(|| GaussianRound {
             q: self.clients_at(round) as f64 / self.server.clients as f64,
             noise_multiplier: p.noise_multiplier.at(round, self.server.rounds),
             sampling: p.sampling,
         })
+    }
+
+    /// Whether the run keeps a privacy ledger.
+    pub fn is_private(&self) -> bool {
+        match self.privacy.mode {
+            PrivacyMode::None => false,
+            PrivacyMode::Central => true,
+            PrivacyMode::SecAgg => self.secagg.noise != SecAggNoise::None,
+        }
     }
 }
 
@@ -287,6 +305,9 @@ pub enum PrivacyMode {
     None,
     /// Client-level central DP (Geyer et al.): clipping, Gaussian noise on the sum, accountant.
     Central,
+    /// Secure aggregation: the server sees only the sum of clipped, quantised updates (with
+    /// optional central or distributed noise, see `[secagg]`).
+    SecAgg,
 }
 
 /// How the clip bound S is chosen.
@@ -390,10 +411,20 @@ impl PrivacySection {
     }
 
     fn validate(&self, run: &RunConfig) -> Result<(), ConfigError> {
-        if self.mode == PrivacyMode::None {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.mode == PrivacyMode::SecAgg {
+            run.secagg.validate()?;
+            if self.clip != ClipMode::Fixed {
+                return bad(
+                    "secure aggregation needs privacy.clip = \"fixed\": the server never \
+                            sees the update norms a median or quantile would need"
+                        .into(),
+                );
+            }
+        }
+        if !run.is_private() {
             return Ok(());
         }
-        let bad = |m: String| Err(ConfigError::Invalid(m));
         self.noise_multiplier
             .check(
                 "privacy.noise_multiplier",
@@ -437,11 +468,18 @@ impl PrivacySection {
                 ));
             }
         }
-        // A budget already spent by the first round is refused now, not discovered later.
-        let first = run.round_event(1).expect("central mode has events");
+        // A budget already spent by the first round is refused now, not discovered later. The
+        // distributed discrete Gaussian is checked as a Gaussian round without sampling (q = 1),
+        // which its RDP approaches for wide noise; the ledger enforces its exact bound.
+        let first = run.round_event(1).unwrap_or(GaussianRound {
+            q: 1.0,
+            noise_multiplier: self.noise_multiplier.at(1, run.server.rounds),
+            sampling: self.sampling,
+        });
         let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if max_rounds(&first, &self.budget(), 1).map_err(|e| ConfigError::Invalid(e.to_string()))?
+        let event = PrivacyEvent::from(first);
+        if max_rounds(&event, &self.budget(), 1).map_err(|e| ConfigError::Invalid(e.to_string()))?
             == 0
         {
             return bad(format!(
@@ -453,6 +491,118 @@ impl PrivacySection {
             ));
         }
         Ok(())
+    }
+}
+
+/// Where the noise of a secure-aggregation run comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecAggNoise {
+    /// No noise: updates are hidden, the sum is not differentially private.
+    None,
+    /// The server adds Gaussian noise to the unmasked sum (trusted to add it, not to see updates).
+    Central,
+    /// Each client adds discrete Gaussian noise; the server never sees a noiseless sum (Kairouz,
+    /// Liu, Steinke 2021).
+    Distributed,
+}
+
+/// The neighbour graph of a secure-aggregation round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecAggGraph {
+    /// Every pair masks (Bonawitz et al. 2017).
+    Complete,
+    /// A random k-regular graph (SecAgg+, Bell et al. 2020); k = `degree`, or O(log n) when 0.
+    Regular,
+}
+
+/// When the simulation's dropout injector drops clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropoutStage {
+    /// After advertising keys, before sharing them.
+    BeforeShares,
+    /// After sharing keys, before the masked input (their masks must be recovered).
+    AfterShares,
+    /// After the masked input, before unmasking.
+    AfterMasked,
+}
+
+/// `[secagg]`: secure aggregation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecAggSection {
+    /// `none`, `central` or `distributed`.
+    pub noise: SecAggNoise,
+    /// b: ring bit width, 32 or 64.
+    pub bits: u32,
+    /// Shamir threshold as a fraction of a client's neighbours (t = ceil(fraction * |N|), and
+    /// always more than half).
+    pub threshold: f64,
+    /// Fewest survivors of each stage, as a fraction of the expected m_t; below it the round
+    /// aborts. Distributed noise is calibrated so that this many clients' noise suffices.
+    pub min_survivors: f64,
+    /// `complete` or `regular`.
+    pub graph: SecAggGraph,
+    /// k for the regular graph; 0 picks O(log n).
+    pub degree: usize,
+    /// Seconds each stage after the first waits for answers.
+    pub stage_timeout_secs: f64,
+    /// `fl sim` only: fraction of each round's clients the dropout injector drops.
+    pub sim_dropout: f64,
+    /// `fl sim` only: the stage at which they drop.
+    pub sim_dropout_stage: DropoutStage,
+}
+
+impl Default for SecAggSection {
+    fn default() -> Self {
+        Self {
+            noise: SecAggNoise::None,
+            bits: 32,
+            threshold: 0.6,
+            min_survivors: 0.5,
+            graph: SecAggGraph::Complete,
+            degree: 0,
+            stage_timeout_secs: 60.0,
+            sim_dropout: 0.0,
+            sim_dropout_stage: DropoutStage::AfterShares,
+        }
+    }
+}
+
+impl SecAggSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let checks = [
+            (
+                self.bits == 32 || self.bits == 64,
+                "secagg.bits must be 32 or 64",
+            ),
+            (
+                self.threshold > 0.5 && self.threshold <= 1.0,
+                "secagg.threshold must be in (0.5, 1]: a minority must never hold t shares",
+            ),
+            (
+                self.min_survivors > 0.0 && self.min_survivors <= 1.0,
+                "secagg.min_survivors must be in (0, 1]",
+            ),
+            (
+                self.stage_timeout_secs > 0.0 && self.stage_timeout_secs.is_finite(),
+                "secagg.stage_timeout_secs must be positive",
+            ),
+            (
+                (0.0..1.0).contains(&self.sim_dropout),
+                "secagg.sim_dropout must be in [0, 1)",
+            ),
+            (
+                self.graph == SecAggGraph::Complete || self.degree == 0 || self.degree >= 2,
+                "secagg.degree must be 0 (automatic) or at least 2",
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, message)) => Err(ConfigError::Invalid(message.into())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -559,5 +709,30 @@ mod tests {
         c.privacy.clip = ClipMode::Quantile;
         c.privacy.clip_count_noise = Some(0.2);
         assert!(refused(&c).contains("sigma_b"));
+    }
+
+    #[test]
+    fn secure_aggregation_settings_are_checked() {
+        let mut c = RunConfig::default();
+        c.privacy.mode = PrivacyMode::SecAgg;
+        c.validate().unwrap();
+        assert!(!c.is_private());
+        c.secagg.noise = SecAggNoise::Distributed;
+        assert!(c.is_private() && c.round_event(1).is_none());
+        c.validate().unwrap();
+        c.secagg.noise = SecAggNoise::Central;
+        assert!(c.round_event(1).is_some());
+        let mut bad = c.clone();
+        bad.secagg.bits = 16;
+        assert!(refused(&bad).contains("bits"));
+        let mut bad = c.clone();
+        bad.secagg.threshold = 0.5;
+        assert!(refused(&bad).contains("threshold"));
+        let mut bad = c.clone();
+        bad.privacy.clip = ClipMode::Median;
+        assert!(refused(&bad).contains("fixed"));
+        let mut bad = c;
+        bad.secagg.sim_dropout = 1.0;
+        assert!(refused(&bad).contains("sim_dropout"));
     }
 }

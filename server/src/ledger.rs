@@ -3,7 +3,7 @@
 //! The ledger holds events, not a running epsilon: [`replay`] recomputes the budget from the file.
 
 use crate::config::ClipMode;
-use fl_common::privacy::{Accountant, Budget, GaussianRound, RdpAccountant};
+use fl_common::privacy::{Accountant, Budget, PrivacyEvent, RdpAccountant};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
@@ -13,9 +13,10 @@ use std::path::Path;
 pub struct LedgerEntry {
     /// The round.
     pub round: u64,
-    /// Sampling rate, noise multiplier and sampling scheme.
+    /// The mechanism and its parameters (sampling rate, noise multiplier and sampling scheme
+    /// for central noise; clients, variance, sensitivity and dimension for distributed noise).
     #[serde(flatten)]
-    pub event: GaussianRound,
+    pub event: PrivacyEvent,
     /// How S was chosen.
     pub clip_mode: ClipMode,
     /// True when S itself leaks (the non-private median): the epsilon does not cover it.
@@ -42,7 +43,7 @@ impl Ledger {
     }
 
     /// Whether composing one more round of `event` keeps the run within the budget.
-    pub fn allows(&self, event: &GaussianRound) -> bool {
+    pub fn allows(&self, event: &PrivacyEvent) -> bool {
         let mut next = self.accountant.clone();
         next.compose(event, 1);
         self.budget.allows(&next)

@@ -12,11 +12,13 @@ pub mod ledger;
 pub mod output;
 pub mod registry;
 pub mod rounds;
+pub mod secure_round;
 pub mod service;
 pub mod strategy;
 
-use config::{ClipMode, ConfigError, PrivacyMode, RunConfig};
+use config::{ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use fl_common::data::Dataset;
+use fl_common::secagg::PlainInputs;
 use fl_proto::MAX_CHUNK_BYTES;
 use fl_proto::v1::federation_server::FederationServer;
 use ledger::Ledger;
@@ -26,7 +28,7 @@ use rand::rngs::StdRng;
 use service::{FederationService, Shared};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use strategy::{ClipRule, DpFedAvg, FedAvg, QuantileClip, Strategy};
+use strategy::{ClipRule, DpFedAvg, FedAvg, QuantileClip, SecureSum, Strategy, SumNoise};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -74,11 +76,14 @@ pub enum ServerError {
 
 /// Serves the federation on `listener` and runs the training `config` describes, evaluating on
 /// `test`. Returns the run summary once training ends (all rounds, or `stop` set to true).
+/// `oracle` (simulation only) holds the clients' plain secure-aggregation inputs, so that each
+/// round's unmasked sum can be checked.
 pub async fn serve(
     listener: TcpListener,
     config: RunConfig,
     test: Arc<Dataset>,
     observer: Option<Observer>,
+    oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
     config.validate()?;
@@ -148,6 +153,19 @@ pub async fn serve(
             let ledger = Ledger::create(folder.dir(), p.budget())?;
             (Box::new(dp) as Box<dyn Strategy>, Some(ledger))
         }
+        PrivacyMode::SecAgg => {
+            let noise = match config.secagg.noise {
+                SecAggNoise::None => SumNoise::None,
+                SecAggNoise::Central => SumNoise::Central,
+                SecAggNoise::Distributed => SumNoise::Distributed,
+            };
+            let ledger = match noise {
+                SumNoise::None => None,
+                _ => Some(Ledger::create(folder.dir(), config.privacy.budget())?),
+            };
+            let sum = SecureSum::new(config.train.local_config(), noise, StdRng::from_os_rng());
+            (Box::new(sum) as Box<dyn Strategy>, ledger)
+        }
     };
     let result = rounds::RoundLoop {
         shared,
@@ -160,6 +178,7 @@ pub async fn serve(
         folder,
         observer,
         stop,
+        oracle,
         ledger,
     }
     .run()

@@ -134,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
         }
     });
     let out = config.server.out.clone();
-    let summary = fl_server::serve(listener, config, Arc::new(test), None, stop).await?;
+    let summary = fl_server::serve(listener, config, Arc::new(test), None, None, stop).await?;
     println!(
         "done: {} rounds, test accuracy {:.4}, run folder {}",
         summary.rounds_completed,

@@ -43,6 +43,51 @@ pub struct RoundMetrics {
     pub bytes_down: u64,
     /// Wall-clock seconds of the round, evaluation included.
     pub seconds: f64,
+    /// Secure-aggregation figures (secure-aggregation runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secagg: Option<SecAggRoundMetrics>,
+}
+
+/// One secure-aggregation round.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct SecAggRoundMetrics {
+    /// |U3|: clients whose masked input is in the sum.
+    pub survivors: usize,
+    /// |U2 \ U3|: clients that shared keys, dropped, and whose masks were removed.
+    pub dropouts_recovered: usize,
+    /// Largest |unmasked sum - plain sum| over coordinates, in ring units (simulation only: 0
+    /// when the sum is exact).
+    pub max_abs_error: Option<u64>,
+    /// Why the round aborted, if it did.
+    pub aborted: Option<String>,
+}
+
+impl SecAggSummary {
+    /// Adds one round.
+    pub fn add(&mut self, round: &SecAggRoundMetrics) {
+        if round.aborted.is_some() {
+            self.aborted_rounds += 1;
+            return;
+        }
+        self.rounds += 1;
+        self.dropouts_recovered += round.dropouts_recovered as u64;
+        if let Some(e) = round.max_abs_error {
+            self.max_abs_error = Some(self.max_abs_error.unwrap_or(0).max(e));
+        }
+    }
+}
+
+/// `summary.json`'s `secagg` object.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SecAggSummary {
+    /// Rounds whose secure sum was recovered.
+    pub rounds: u64,
+    /// Rounds that aborted (too few survivors).
+    pub aborted_rounds: u64,
+    /// Dropped clients whose masks were removed, over all rounds.
+    pub dropouts_recovered: u64,
+    /// Largest error of any round (simulation only; 0 when every sum was exact).
+    pub max_abs_error: Option<u64>,
 }
 
 /// Why the run ended.
@@ -92,6 +137,9 @@ pub struct Summary {
     pub model: String,
     /// The resolved configuration.
     pub config: serde_json::Value,
+    /// Secure-aggregation totals (secure-aggregation runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secagg: Option<SecAggSummary>,
 }
 
 /// Writes the files of one run folder.

@@ -2,17 +2,22 @@
 //! sends them the global model, collects their updates until all answered or the deadline
 //! passed, lets the strategy aggregate, evaluates the new model and records the round.
 
-use crate::config::{ClipMode, RunConfig};
+use crate::config::{ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use crate::ledger::{Ledger, LedgerEntry};
 use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
+use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
+use crate::secure_round::SecureRoundPlan;
 use crate::service::{Event, Shared, send_all};
-use crate::strategy::{ClientUpdate, RoundPlan, Strategy};
+use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
-use fl_common::privacy::{GaussianRound, Sampling, UpdateMoments};
-use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, server_message};
+use fl_common::privacy::{
+    DdgRound, GaussianRound, PrivacyEvent, Sampling, UpdateMoments, discrete_variance,
+};
+use fl_common::secagg::{PlainInputs, Quantizer, Ring};
+use fl_proto::v1::{RoundTask, SecAggTask, ServerMessage, Shutdown, server_message};
 use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
 use rand::Rng;
@@ -31,6 +36,20 @@ struct Tally {
     bytes_up: u64,
     /// Moments of the raw updates, for the paper's V_c and U_s.
     moments: UpdateMoments,
+    /// The secure-aggregation figures of the round.
+    secagg: Option<SecAggRoundMetrics>,
+}
+
+/// A secure-aggregation round as planned before its tasks go out.
+pub(crate) struct SecurePlan {
+    /// What the clients are told.
+    task: SecAggTask,
+    /// The fixed-point code.
+    quantizer: Quantizer,
+    /// Fewest survivors per stage (the distributed noise is calibrated for this many).
+    min_survivors: usize,
+    /// The distributed noise's accounting event, if any.
+    ddg: Option<DdgRound>,
 }
 
 /// Owns all round state; the gRPC handlers only feed it [`Event`]s.
@@ -55,6 +74,8 @@ pub struct RoundLoop {
     pub observer: Option<Observer>,
     /// Becomes true when the operator asks to stop.
     pub stop: watch::Receiver<bool>,
+    /// Simulation only: the clients' plain secure-aggregation inputs, to check the sums.
+    pub oracle: Option<Arc<PlainInputs>>,
     /// The privacy ledger of a private run.
     pub ledger: Option<Ledger>,
 }
@@ -70,6 +91,8 @@ impl RoundLoop {
         let (mut bytes_up, mut bytes_down) = (0, 0);
         let mut stopped_by = StoppedBy::Rounds;
         let mut last_eval = None;
+        let mut secagg_totals =
+            (self.config.privacy.mode == PrivacyMode::SecAgg).then(SecAggSummary::default);
         for round in 1..=self.config.server.rounds {
             if *self.stop.borrow() {
                 stopped_by = StoppedBy::Error;
@@ -83,7 +106,15 @@ impl RoundLoop {
                 break;
             }
             let m = self.config.clients_at(round);
-            let event = self.round_event(round, m, connected.len());
+            let central = self.round_event(round, m, connected.len());
+            let sampled = self.sample(&connected, m, central.as_ref());
+            let secure = match self.config.privacy.mode {
+                PrivacyMode::SecAgg => Some(self.plan_secure(round, m, sampled.len())?),
+                _ => None,
+            };
+            let event: Option<PrivacyEvent> = central
+                .map(PrivacyEvent::from)
+                .or_else(|| secure.as_ref().and_then(|s| s.ddg.map(PrivacyEvent::from)));
             if let (Some(ledger), Some(event)) = (&mut self.ledger, &event) {
                 if !ledger.allows(event) {
                     tracing::info!(round, "privacy budget reached: training stops");
@@ -99,19 +130,27 @@ impl RoundLoop {
                     accountant: ledger.accountant_name().into(),
                 })?;
             }
-            let sampled = self.sample(&connected, m, event.as_ref());
             // Under Poisson sampling the divisor is the public expectation q K = m_t, never the
             // private number of participants.
-            let expected_clients = match event.map(|e| e.sampling) {
+            let expected_clients = match central.map(|e| e.sampling) {
                 Some(Sampling::Poisson) => m as f64,
                 _ => sampled.len().max(1) as f64,
             };
             let plan = RoundPlan {
                 expected_clients,
-                noise_multiplier: event.map(|e| e.noise_multiplier),
+                noise_multiplier: event.is_some().then(|| {
+                    self.config
+                        .privacy
+                        .noise_multiplier
+                        .at(round, self.config.server.rounds)
+                }),
             };
-            let down = self.start_round(round, &global, &sampled, &plan);
-            let tally = self.collect(round, &sampled, t0, global.len()).await?;
+            let task = secure.as_ref().map(|s| s.task);
+            let down = self.start_round(round, &global, &sampled, &plan, task);
+            let tally = match secure {
+                None => self.collect(round, &sampled, t0, global.len()).await?,
+                Some(secure) => self.collect_sum(round, &sampled, t0, secure).await?,
+            };
             let applied = tally.completed >= self.config.server.min_clients;
             let outcome = self.strategy.finish_round(round, &global);
             match outcome.model {
@@ -143,7 +182,11 @@ impl RoundLoop {
             client_updates += tally.completed as u64;
             bytes_up += tally.bytes_up;
             bytes_down += down;
+            if let (Some(totals), Some(m)) = (&mut secagg_totals, &tally.secagg) {
+                totals.add(m);
+            }
             let metrics = RoundMetrics {
+                secagg: tally.secagg.clone(),
                 round,
                 sampled: sampled.len(),
                 completed: tally.completed,
@@ -155,7 +198,7 @@ impl RoundLoop {
                 delta,
                 test_accuracy: eval.accuracy,
                 test_loss: eval.loss,
-                train_loss: (tally.completed > 0)
+                train_loss: (tally.completed > 0 && tally.secagg.is_none())
                     .then(|| tally.train_loss_sum / tally.completed as f64),
                 v_c,
                 u_s,
@@ -196,8 +239,8 @@ impl RoundLoop {
                 .as_ref()
                 .map(|l| l.accountant_name().to_string()),
             sampling: match &self.ledger {
-                Some(_) => privacy.sampling.to_string(),
-                None => Sampling::Fixed.to_string(),
+                Some(_) if self.config.round_event(1).is_some() => privacy.sampling.to_string(),
+                _ => Sampling::Fixed.to_string(),
             },
             clip_mode: self.ledger.as_ref().map(|_| privacy.clip.to_string()),
             clip_bound_leaks: self.ledger.is_some() && privacy.clip == ClipMode::Median,
@@ -209,6 +252,7 @@ impl RoundLoop {
             model: self.spec.to_string(),
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
+            secagg: secagg_totals,
         };
         self.folder.write_summary(&summary)?;
         Ok(summary)
@@ -302,6 +346,7 @@ impl RoundLoop {
         global: &[f32],
         sampled: &BTreeSet<ClientId>,
         plan: &RoundPlan,
+        secagg: Option<SecAggTask>,
     ) -> u64 {
         let local = self.strategy.configure_round(round, plan);
         let mut messages = vec![ServerMessage {
@@ -311,6 +356,7 @@ impl RoundLoop {
                 config: Some(local.into()),
                 num_values: global.len() as u64,
                 num_chunks: chunk_count(global.len()),
+                secagg,
             })),
         }];
         messages.extend(encode_chunks(round, global).map(|c| ServerMessage {
@@ -343,6 +389,7 @@ impl RoundLoop {
             train_loss_sum: 0.0,
             bytes_up: 0,
             moments: UpdateMoments::new(num_params),
+            secagg: None,
         };
         while !waiting.is_empty() {
             let event = tokio::select! {
@@ -424,6 +471,15 @@ impl RoundLoop {
                         tracing::warn!(round, client, %reason, "client failed its task");
                     }
                 }
+                Event::SecAgg { client, .. } => {
+                    waiting.remove(&client);
+                    self.reject(
+                        client,
+                        Status::failed_precondition(
+                            "this round does not use secure aggregation: send a plain update",
+                        ),
+                    );
+                }
                 Event::Disconnected(client) => {
                     if waiting.remove(&client) {
                         tracing::warn!(round, client, "sampled client disconnected");
@@ -435,8 +491,93 @@ impl RoundLoop {
         Ok(tally)
     }
 
+    /// Fixes a secure-aggregation round's quantisation and noise: n_min = max(3, ceil(f m_t))
+    /// survivors, gamma for the sampled count, and, for distributed noise, each client's
+    /// discrete variance sigma_i^2 = ceil((z Delta_2)^2 / n_min) so that any n_min survivors
+    /// carry noise of standard deviation at least z Delta_2 (Kairouz et al. 2021).
+    fn plan_secure(&self, round: u64, m: usize, sampled: usize) -> Result<SecurePlan, ServerError> {
+        let cfg = &self.config.secagg;
+        let dim = self.spec.num_params();
+        let min_survivors = ((cfg.min_survivors * m as f64).ceil() as usize).max(3);
+        let n_max = sampled.max(min_survivors);
+        let distributed = cfg.noise == SecAggNoise::Distributed;
+        let z = self
+            .config
+            .privacy
+            .noise_multiplier
+            .at(round, self.config.server.rounds);
+        let headroom = if distributed {
+            z * (n_max as f64 / min_survivors as f64).sqrt()
+        } else {
+            0.0
+        };
+        let ring = Ring::new(cfg.bits).map_err(|e| ServerError::Config(ConfigError::Invalid(e)))?;
+        let quantizer = Quantizer::plan(ring, self.config.privacy.clip_bound, n_max, dim, headroom)
+            .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
+        let delta2 = quantizer.l2_sensitivity(dim);
+        let ddg = distributed.then(|| DdgRound {
+            clients: min_survivors as u64,
+            client_variance: discrete_variance(z * delta2 / (min_survivors as f64).sqrt()),
+            l2_sensitivity: delta2,
+            dim: dim as u64,
+        });
+        Ok(SecurePlan {
+            task: SecAggTask {
+                ring_bits: cfg.bits,
+                clip_bound: quantizer.clip,
+                scale: quantizer.scale,
+                noise_variance: ddg.map_or(0, |d| d.client_variance),
+            },
+            quantizer,
+            min_survivors,
+            ddg,
+        })
+    }
+
+    /// Runs a secure-aggregation round and hands its sum to the strategy.
+    async fn collect_sum(
+        &mut self,
+        round: u64,
+        sampled: &BTreeSet<ClientId>,
+        t0: Instant,
+        secure: SecurePlan,
+    ) -> Result<Tally, ServerError> {
+        let dim = self.spec.num_params();
+        let quantizer = secure.quantizer;
+        let noise_std = secure
+            .ddg
+            .map(|d| (d.client_variance as f64).sqrt() / quantizer.scale);
+        let plan = SecureRoundPlan {
+            quantizer,
+            min_survivors: secure.min_survivors,
+            oracle: self.oracle.clone(),
+        };
+        let secure_tally = self.collect_secure(round, sampled, t0, plan).await?;
+        let mut completed = 0;
+        if let Some((sum, contributors)) = secure_tally.sum {
+            let input = SumInput {
+                sum,
+                contributors,
+                clip_bound: quantizer.clip,
+                sensitivity: quantizer.decoded_sensitivity(dim),
+                noise_std: noise_std.map(|s| s * (contributors as f64).sqrt()),
+            };
+            match self.strategy.absorb_sum(round, input) {
+                Ok(()) => completed = contributors,
+                Err(e) => tracing::error!(round, error = %e, "the strategy refused the secure sum"),
+            }
+        }
+        Ok(Tally {
+            completed,
+            train_loss_sum: 0.0,
+            bytes_up: secure_tally.bytes_up,
+            moments: UpdateMoments::new(0),
+            secagg: Some(secure_tally.metrics),
+        })
+    }
+
     /// Ends a misbehaving client's stream with `status`; the round goes on without it.
-    fn reject(&self, client: ClientId, status: Status) {
+    pub(crate) fn reject(&self, client: ClientId, status: Status) {
         tracing::warn!(client, error = %status.message(), "update refused; client dropped");
         if let Some(outbox) = self.shared.registry().disconnect(client) {
             tokio::spawn(async move {

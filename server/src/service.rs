@@ -7,11 +7,13 @@
 //! loop.
 
 use crate::registry::{ClientId, Outbox, Registry, constant_time_eq};
+use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
     ClientMessage, JoinReply, JoinRequest, ServerMessage, UpdateHeader, client_message,
 };
-use fl_proto::{ChunkError, TensorAssembler};
+use fl_proto::v1::{PeerKeys, TensorChunk};
+use fl_proto::{ChunkError, TensorAssembler, WireError};
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +44,17 @@ pub enum Event {
         /// Encoded size of the header and chunks.
         bytes: u64,
     },
+    /// A secure-aggregation stage message (fields checked, protocol meaning not yet).
+    SecAgg {
+        /// Sender.
+        client: ClientId,
+        /// The round it claims.
+        round: u64,
+        /// The message.
+        message: SecAggMessage,
+        /// Encoded size.
+        bytes: u64,
+    },
     /// The client reports it could not do its task.
     Failed {
         /// Sender.
@@ -51,6 +64,19 @@ pub enum Event {
         /// Its reason.
         reason: String,
     },
+}
+
+/// A client's secure-aggregation stage message, in `fl-common`'s types.
+#[derive(Debug)]
+pub enum SecAggMessage {
+    /// Stage 0: its public keys.
+    Keys(AdvertisedKeys),
+    /// Stage 1: its sealed shares.
+    Shares(Vec<SealedShares>),
+    /// Stage 2: its masked input, as 32-bit words.
+    Masked(Vec<u32>),
+    /// Stage 3: its revealed shares.
+    Reveal(Vec<RevealedShare>),
 }
 
 /// State shared by the gRPC handlers and the round loop.
@@ -152,11 +178,100 @@ impl Federation for FederationService {
     }
 }
 
-/// An update being received: its header and the chunks so far.
+/// What the chunks being received will make.
+enum Expecting {
+    /// A plain update.
+    Update(UpdateHeader),
+    /// A masked input of a secure-aggregation round.
+    Masked {
+        /// Its round.
+        round: u64,
+    },
+}
+
+/// A tensor being received: what it is and the chunks so far.
 struct Pending {
-    header: UpdateHeader,
+    expecting: Expecting,
     assembler: TensorAssembler,
     bytes: u64,
+}
+
+fn wire_status(e: WireError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// Adds a chunk to the tensor in progress; once complete, turns it into its event.
+fn push_chunk(
+    pending: &mut Option<Pending>,
+    id: ClientId,
+    chunk: TensorChunk,
+    size: u64,
+) -> Result<Option<Event>, Status> {
+    let Some(p) = pending.as_mut() else {
+        return Err(Status::invalid_argument(
+            "update chunk without an UpdateHeader or MaskedInputHeader",
+        ));
+    };
+    p.bytes += size;
+    let Some(words) = p.assembler.push_words(chunk).map_err(chunk_status)? else {
+        return Ok(None);
+    };
+    let p = pending.take().expect("checked above");
+    Ok(Some(match p.expecting {
+        Expecting::Update(header) => Event::Update {
+            client: id,
+            header,
+            values: words.into_iter().map(f32::from_bits).collect(),
+            bytes: p.bytes,
+        },
+        Expecting::Masked { round } => Event::SecAgg {
+            client: id,
+            round,
+            message: SecAggMessage::Masked(words),
+            bytes: p.bytes,
+        },
+    }))
+}
+
+/// Turns a secure-aggregation stage message into its event (the tensor-carrying stage goes
+/// through [`push_chunk`]).
+fn secagg_event(id: ClientId, body: client_message::Body, bytes: u64) -> Result<Event, Status> {
+    let (round, message) = match body {
+        client_message::Body::SecaggKeys(k) => {
+            let keys = AdvertisedKeys::try_from(&PeerKeys {
+                client_id: id,
+                cipher_public: k.cipher_public,
+                mask_public: k.mask_public,
+            })
+            .map_err(wire_status)?;
+            (k.round, SecAggMessage::Keys(keys))
+        }
+        client_message::Body::SecaggShares(s) => {
+            let shares = s
+                .shares
+                .iter()
+                .map(SealedShares::try_from)
+                .collect::<Result<_, _>>()
+                .map_err(wire_status)?;
+            (s.round, SecAggMessage::Shares(shares))
+        }
+        client_message::Body::SecaggReveal(r) => {
+            let reveals = r
+                .shares
+                .iter()
+                .map(RevealedShare::try_from)
+                .collect::<Result<_, _>>()
+                .map_err(wire_status)?;
+            (r.round, SecAggMessage::Reveal(reveals))
+        }
+        _ => unreachable!("only called with secure-aggregation bodies"),
+    };
+    Ok(Event::SecAgg {
+        client: id,
+        round,
+        message,
+        bytes,
+    })
 }
 
 /// Reads one client's stream until it ends; returns the status to send it on a framing error.
@@ -184,7 +299,7 @@ async fn read_stream(
             Some(client_message::Body::UpdateHeader(header)) => {
                 if pending.is_some() {
                     return Err(Status::invalid_argument(
-                        "new UpdateHeader before the previous update's chunks were complete",
+                        "new UpdateHeader before the previous tensor's chunks were complete",
                     ));
                 }
                 if header.num_values != shared.num_params as u64 {
@@ -197,30 +312,47 @@ async fn read_stream(
                     TensorAssembler::new(header.round, header.num_values, header.num_chunks)
                         .map_err(chunk_status)?;
                 pending = Some(Pending {
-                    header,
+                    expecting: Expecting::Update(header),
+                    assembler,
+                    bytes: size,
+                });
+            }
+            Some(client_message::Body::MaskedInputHeader(header)) => {
+                if pending.is_some() {
+                    return Err(Status::invalid_argument(
+                        "new MaskedInputHeader before the previous tensor's chunks were complete",
+                    ));
+                }
+                // One or two words per parameter (32- or 64-bit ring); the round loop checks which.
+                let n = shared.num_params as u64;
+                if header.num_words != n && header.num_words != 2 * n {
+                    return Err(Status::invalid_argument(format!(
+                        "masked input has {} words, the model has {n} parameters",
+                        header.num_words
+                    )));
+                }
+                let assembler =
+                    TensorAssembler::new(header.round, header.num_words, header.num_chunks)
+                        .map_err(chunk_status)?;
+                pending = Some(Pending {
+                    expecting: Expecting::Masked {
+                        round: header.round,
+                    },
                     assembler,
                     bytes: size,
                 });
             }
             Some(client_message::Body::UpdateChunk(chunk)) => {
-                let Some(p) = pending.as_mut() else {
-                    return Err(Status::invalid_argument(
-                        "update chunk without an UpdateHeader",
-                    ));
-                };
-                p.bytes += size;
-                if let Some(values) = p.assembler.push(chunk).map_err(chunk_status)? {
-                    let p = pending.take().expect("checked above");
-                    let _ = shared
-                        .events
-                        .send(Event::Update {
-                            client: id,
-                            header: p.header,
-                            values,
-                            bytes: p.bytes,
-                        })
-                        .await;
+                if let Some(event) = push_chunk(&mut pending, id, chunk, size)? {
+                    let _ = shared.events.send(event).await;
                 }
+            }
+            Some(
+                body @ (client_message::Body::SecaggKeys(_)
+                | client_message::Body::SecaggShares(_)
+                | client_message::Body::SecaggReveal(_)),
+            ) => {
+                let _ = shared.events.send(secagg_event(id, body, size)?).await;
             }
             Some(client_message::Body::TaskFailed(f)) => {
                 let _ = shared

@@ -52,6 +52,7 @@ async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetri
         config(&out),
         data.clone(),
         None,
+        None,
         stop,
     ));
     let good = support::spawn_clients(&endpoint, &data, 2);
@@ -232,6 +233,7 @@ async fn wrong_token_cannot_join() {
         listener,
         c,
         Arc::new(blobs(10)),
+        None,
         None,
         stop,
     ));

@@ -3,7 +3,9 @@
 
 mod support;
 
-use fl_common::privacy::{Accountant, Budget, GaussianRound, Sampling, after_rounds, max_rounds};
+use fl_common::privacy::{
+    Accountant, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
+};
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::ledger::replay;
 use fl_server::output::RoundMetrics;
@@ -39,7 +41,14 @@ async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(blobs(600));
-    let server = tokio::spawn(fl_server::serve(listener, config, data.clone(), None, stop));
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        data.clone(),
+        None,
+        None,
+        stop,
+    ));
     support::spawn_clients(&endpoint, &data, K);
     let summary = tokio::time::timeout(Duration::from_secs(120), server)
         .await
@@ -59,7 +68,9 @@ async fn training_stops_at_the_first_round_that_would_cross_the_budget() {
     let out = temp("stop");
     let config = private_config(&out, Sampling::Poisson, 1000);
     let budget = config.privacy.budget();
-    let event = GaussianRound::new(0.5, 1.5, Sampling::Poisson).unwrap();
+    let event: PrivacyEvent = GaussianRound::new(0.5, 1.5, Sampling::Poisson)
+        .unwrap()
+        .into();
     let allowed = max_rounds(&event, &budget, 1000).unwrap();
     assert!(
         (3..100).contains(&allowed),
@@ -110,8 +121,12 @@ async fn fixed_size_sampling_is_reported_with_its_own_bound() {
     let (summary, metrics) = run(config).await;
     assert_eq!(summary.sampling, "fixed");
     assert!(metrics.iter().all(|m| m.sampled == 3));
-    let fixed = GaussianRound::new(0.5, 1.5, Sampling::Fixed).unwrap();
-    let poisson = GaussianRound::new(0.5, 1.5, Sampling::Poisson).unwrap();
+    let fixed: PrivacyEvent = GaussianRound::new(0.5, 1.5, Sampling::Fixed)
+        .unwrap()
+        .into();
+    let poisson: PrivacyEvent = GaussianRound::new(0.5, 1.5, Sampling::Poisson)
+        .unwrap()
+        .into();
     let reported = summary.epsilon.unwrap();
     assert!((reported - after_rounds(&fixed, 3).epsilon(1e-5)).abs() < 1e-9);
     assert!(reported > after_rounds(&poisson, 3).epsilon(1e-5));

@@ -5,6 +5,7 @@
 //! The ledger persists the events, never a running epsilon, so the budget can always be
 //! recomputed from the file (the shape of Opacus' accountant history).
 
+use super::ddg::DdgRound;
 use super::rdp::{default_orders, rdp_poisson, rdp_without_replacement};
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,38 @@ impl GaussianRound {
     }
 }
 
+/// One round of any mechanism the accountant knows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PrivacyEvent {
+    /// Central Gaussian noise on the sum of a sampled round.
+    SampledGaussian(GaussianRound),
+    /// Distributed discrete Gaussian noise under secure aggregation (no sampling amplification).
+    DistributedDiscreteGaussian(DdgRound),
+}
+
+impl PrivacyEvent {
+    /// RDP of this round at `alpha`.
+    pub fn rdp(&self, alpha: f64) -> f64 {
+        match self {
+            PrivacyEvent::SampledGaussian(g) => g.rdp(alpha),
+            PrivacyEvent::DistributedDiscreteGaussian(d) => d.rdp(alpha),
+        }
+    }
+}
+
+impl From<GaussianRound> for PrivacyEvent {
+    fn from(g: GaussianRound) -> Self {
+        PrivacyEvent::SampledGaussian(g)
+    }
+}
+
+impl From<DdgRound> for PrivacyEvent {
+    fn from(d: DdgRound) -> Self {
+        PrivacyEvent::DistributedDiscreteGaussian(d)
+    }
+}
+
 /// Checks delta in (0, 1).
 pub fn check_delta(delta: f64) -> Result<(), AccountingError> {
     if delta > 0.0 && delta < 1.0 {
@@ -106,7 +139,7 @@ pub trait Accountant {
     /// Name for summaries and ledgers (e.g. `rdp`).
     fn name(&self) -> &'static str;
     /// Adds `count` rounds of `event`.
-    fn compose(&mut self, event: &GaussianRound, count: u64);
+    fn compose(&mut self, event: &PrivacyEvent, count: u64);
     /// The smallest epsilon such that the rounds so far are (epsilon, delta)-DP.
     fn epsilon(&self, delta: f64) -> f64;
     /// The smallest delta such that the rounds so far are (epsilon, delta)-DP, at most 1.
@@ -119,7 +152,7 @@ pub struct RdpAccountant {
     orders: Vec<f64>,
     total: Vec<f64>,
     /// Curves of events seen before: schedules repeat the same (q, sigma) for many rounds.
-    cache: Vec<(GaussianRound, Vec<f64>)>,
+    cache: Vec<(PrivacyEvent, Vec<f64>)>,
 }
 
 impl Default for RdpAccountant {
@@ -136,7 +169,7 @@ impl Default for RdpAccountant {
 
 impl RdpAccountant {
     /// The RDP curve of one round of `event`.
-    fn curve(&mut self, event: &GaussianRound) -> &[f64] {
+    fn curve(&mut self, event: &PrivacyEvent) -> &[f64] {
         let index = match self.cache.iter().position(|(e, _)| e == event) {
             Some(i) => i,
             None => {
@@ -159,7 +192,7 @@ impl Accountant for RdpAccountant {
         "rdp"
     }
 
-    fn compose(&mut self, event: &GaussianRound, count: u64) {
+    fn compose(&mut self, event: &PrivacyEvent, count: u64) {
         let curve = self.curve(event).to_vec();
         for (t, r) in self.total.iter_mut().zip(curve) {
             *t += count as f64 * r;
@@ -229,9 +262,9 @@ mod tests {
     fn tiny_rates_and_many_rounds_are_stable() {
         let event = GaussianRound::new(1e-6, 1.0, Sampling::Poisson).unwrap();
         let mut acc = RdpAccountant::default();
-        acc.compose(&event, 10_000);
+        acc.compose(&event.into(), 10_000);
         let eps_1e4 = acc.epsilon(1e-6);
-        acc.compose(&event, 90_000);
+        acc.compose(&event.into(), 90_000);
         let eps_1e5 = acc.epsilon(1e-6);
         assert!(eps_1e4.is_finite() && eps_1e5.is_finite());
         assert!(

@@ -3,15 +3,21 @@
 
 mod accountant;
 mod clip;
+mod ddg;
+mod discrete_gaussian;
 mod gaussian;
 mod planning;
 mod rdp;
 
 pub use accountant::{
-    Accountant, AccountingError, GaussianRound, RdpAccountant, Sampling, check_delta,
+    Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
     check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
 pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
+pub use ddg::DdgRound;
+pub use discrete_gaussian::{
+    add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,
+};
 pub use gaussian::add_gaussian_noise;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use rdp::{default_orders, rdp_poisson, rdp_without_replacement};

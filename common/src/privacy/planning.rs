@@ -3,7 +3,8 @@
 //! sigma meets the target, a returned round count stays within it.
 
 use super::accountant::{
-    Accountant, AccountingError, GaussianRound, RdpAccountant, Sampling, check_delta, check_epsilon,
+    Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
+    check_epsilon,
 };
 
 /// A budget: epsilon at a target delta, or delta below a threshold at fixed epsilon (the Geyer
@@ -45,7 +46,7 @@ impl Budget {
 }
 
 /// An RDP accountant after `rounds` rounds of `event`.
-pub fn after_rounds(event: &GaussianRound, rounds: u64) -> RdpAccountant {
+pub fn after_rounds(event: &PrivacyEvent, rounds: u64) -> RdpAccountant {
     let mut acc = RdpAccountant::default();
     acc.compose(event, rounds);
     acc
@@ -62,7 +63,7 @@ pub fn min_sigma(
     budget.check()?;
     let fits = |sigma: f64| -> Result<bool, AccountingError> {
         let event = GaussianRound::new(q, sigma, sampling)?;
-        Ok(budget.allows(&after_rounds(&event, rounds)))
+        Ok(budget.allows(&after_rounds(&event.into(), rounds)))
     };
     let (mut lo, mut hi) = (1e-2, 1e-2);
     while !fits(hi)? {
@@ -88,11 +89,7 @@ pub fn min_sigma(
 
 /// The most rounds of `event` that stay within `budget` (0 when even one round exceeds it), up to
 /// `cap`.
-pub fn max_rounds(
-    event: &GaussianRound,
-    budget: &Budget,
-    cap: u64,
-) -> Result<u64, AccountingError> {
+pub fn max_rounds(event: &PrivacyEvent, budget: &Budget, cap: u64) -> Result<u64, AccountingError> {
     budget.check()?;
     let fits = |t: u64| budget.allows(&after_rounds(event, t));
     if !fits(1) {

@@ -1,12 +1,14 @@
 //! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one client's
-//! result at a time, finish the round. [`FedAvg`] and [`DpFedAvg`] implement it; the round loop
-//! never branches on which one runs.
+//! result at a time (or, under secure aggregation, the round's sum), finish the round.
+//! [`FedAvg`], [`DpFedAvg`] and [`SecureSum`] implement it.
 
 mod dp_fedavg;
 mod fedavg;
+mod secure_sum;
 
 pub use dp_fedavg::{ClipRule, DpFedAvg, QuantileClip};
 pub use fedavg::FedAvg;
+pub use secure_sum::{SecureSum, SumNoise};
 
 use crate::registry::ClientId;
 use fl_common::model::{LocalConfig, UpdateError};
@@ -43,12 +45,33 @@ pub struct RoundOutcome {
     pub noise_std: Option<f64>,
 }
 
+/// The unmasked sum of a secure-aggregation round, decoded to floats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SumInput {
+    /// sum_{u in U3} x_u / gamma.
+    pub sum: Vec<f32>,
+    /// |U3|.
+    pub contributors: usize,
+    /// S: the clients' clip bound.
+    pub clip_bound: f64,
+    /// The decoded sum's L2 sensitivity, S + sqrt(d)/gamma.
+    pub sensitivity: f64,
+    /// Standard deviation of the distributed noise already in the sum, in model units.
+    pub noise_std: Option<f64>,
+}
+
 /// Why a strategy refused a client's update.
 #[derive(Debug, thiserror::Error)]
 pub enum StrategyError {
     /// The update itself is unusable.
     #[error(transparent)]
     Update(#[from] UpdateError),
+    /// Under secure aggregation only the round's sum is accepted.
+    #[error("this round uses secure aggregation: individual updates are not accepted")]
+    NeedsSum,
+    /// This strategy needs individual updates.
+    #[error("this strategy aggregates individual updates, not a secure sum")]
+    NeedsUpdates,
 }
 
 /// A server-side aggregation rule.
@@ -57,6 +80,10 @@ pub trait Strategy: Send {
     fn configure_round(&mut self, round: u64, plan: &RoundPlan) -> LocalConfig;
     /// Takes one client's update into the round's aggregate; a refused update changes nothing.
     fn absorb(&mut self, round: u64, update: ClientUpdate) -> Result<(), StrategyError>;
+    /// Takes a secure-aggregation round's sum; strategies that need each update refuse it.
+    fn absorb_sum(&mut self, _round: u64, _input: SumInput) -> Result<(), StrategyError> {
+        Err(StrategyError::NeedsUpdates)
+    }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome;
 }

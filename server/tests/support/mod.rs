@@ -36,6 +36,7 @@ pub fn spawn_clients(
                 seed: Some(i as u64),
                 connect_timeout: Duration::from_secs(10),
                 training_slots: slots.clone(),
+                oracle: None,
             };
             let local = LocalData {
                 data: data.clone(),

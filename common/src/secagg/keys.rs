@@ -1,0 +1,252 @@
+//! Key agreement and share encryption (Bonawitz et al. 2017, Sec. 4, "KA" and "AE").
+//!
+//! Each client makes two X25519 key pairs per round: (c_pk, c_sk) to encrypt its Shamir shares to
+//! peers and (s_pk, s_sk) for mask agreement. Every symmetric key is HKDF-SHA256 (RFC 5869) of an
+//! X25519 shared secret with a context that binds the protocol, the purpose, the round and both
+//! client ids, so no key is reused across rounds, pairs or purposes.
+
+use chacha20poly1305::aead::{Aead, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
+use hkdf::Hkdf;
+use rand::{CryptoRng, Rng};
+use sha2::{Digest, Sha256};
+use x25519_dalek::{PublicKey, StaticSecret};
+
+/// HKDF salt: the protocol name and version.
+const SALT: &[u8] = b"flp.v1 secure aggregation";
+
+/// An X25519 key pair.
+pub struct KeyPair {
+    /// The secret scalar (kept so it can be Shamir-shared).
+    pub secret: StaticSecret,
+    /// Its public key.
+    pub public: PublicKey,
+}
+
+impl KeyPair {
+    /// A fresh key pair from a CSPRNG.
+    pub fn generate<R: Rng + CryptoRng>(rng: &mut R) -> Self {
+        Self::from_secret(rng.random())
+    }
+
+    /// The key pair of a known secret (used when the server reconstructs a dropped client's key).
+    pub fn from_secret(bytes: [u8; 32]) -> Self {
+        let secret = StaticSecret::from(bytes);
+        let public = PublicKey::from(&secret);
+        Self { secret, public }
+    }
+}
+
+/// Why a key agreement fails.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum KeyError {
+    /// The peer's public key is a low-order point: the shared secret would be predictable.
+    #[error("client {0}'s public key is a low-order point")]
+    NonContributory(u64),
+}
+
+fn context(purpose: &[u8], round: u64, a: u64, b: u64) -> Vec<u8> {
+    let mut info = purpose.to_vec();
+    for v in [round, a, b] {
+        info.extend_from_slice(&v.to_be_bytes());
+    }
+    info
+}
+
+fn derive(
+    secret: &StaticSecret,
+    peer: &PublicKey,
+    peer_id: u64,
+    info: &[u8],
+) -> Result<[u8; 32], KeyError> {
+    let shared = secret.diffie_hellman(peer);
+    if !shared.was_contributory() {
+        return Err(KeyError::NonContributory(peer_id));
+    }
+    let mut okm = [0u8; 32];
+    Hkdf::<Sha256>::new(Some(SALT), shared.as_bytes())
+        .expand(info, &mut okm)
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    Ok(okm)
+}
+
+/// s_{u,v}: the pairwise mask seed of clients u and v in `round`, the same from either side:
+/// HKDF(X25519(s_sk_u, s_pk_v), "mask" || round || min(u,v) || max(u,v)).
+pub fn pair_seed(
+    round: u64,
+    me: u64,
+    my_secret: &StaticSecret,
+    peer: u64,
+    peer_public: &PublicKey,
+) -> Result<[u8; 32], KeyError> {
+    let info = context(b"mask", round, me.min(peer), me.max(peer));
+    derive(my_secret, peer_public, peer, &info)
+}
+
+/// The AEAD that carries `from`'s shares to `to` in `round`: ChaCha20-Poly1305 keyed by
+/// HKDF(X25519(c_sk, c_pk_peer), "share" || round || from || to). The direction is in the
+/// context, so each key encrypts exactly one message and a zero nonce is safe.
+pub fn share_cipher(
+    round: u64,
+    from: u64,
+    to: u64,
+    my_secret: &StaticSecret,
+    peer: u64,
+    peer_public: &PublicKey,
+) -> Result<ChaCha20Poly1305, KeyError> {
+    let key = derive(
+        my_secret,
+        peer_public,
+        peer,
+        &context(b"share", round, from, to),
+    )?;
+    Ok(ChaCha20Poly1305::new(&key.into()))
+}
+
+/// Associated data of a share ciphertext: round, sender and receiver.
+fn share_aad(round: u64, from: u64, to: u64) -> Vec<u8> {
+    context(b"share-aad", round, from, to)
+}
+
+/// Encrypts `plaintext` from `from` to `to`.
+pub fn seal(
+    cipher: &ChaCha20Poly1305,
+    round: u64,
+    from: u64,
+    to: u64,
+    plaintext: &[u8],
+) -> Vec<u8> {
+    cipher
+        .encrypt(
+            &[0u8; 12].into(),
+            Payload {
+                msg: plaintext,
+                aad: &share_aad(round, from, to),
+            },
+        )
+        .expect("in-memory ChaCha20-Poly1305 encryption cannot fail")
+}
+
+/// Decrypts and authenticates; `None` for a forged, altered or misaddressed ciphertext.
+pub fn open(
+    cipher: &ChaCha20Poly1305,
+    round: u64,
+    from: u64,
+    to: u64,
+    ciphertext: &[u8],
+) -> Option<Vec<u8>> {
+    cipher
+        .decrypt(
+            &[0u8; 12].into(),
+            Payload {
+                msg: ciphertext,
+                aad: &share_aad(round, from, to),
+            },
+        )
+        .ok()
+}
+
+/// Which secret a share belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SecretKind {
+    /// s_sk_u: revealed only for a client that dropped before sending its masked input.
+    MaskKey,
+    /// b_u: the self-mask seed, revealed only for a client whose masked input arrived.
+    SelfMask,
+}
+
+/// A hiding, binding commitment to one share: SHA-256 of the context and the share bytes. The
+/// server keeps it from the sharing stage and checks revealed shares against it, so a forged
+/// share is caught before it can corrupt the unmasked sum. Shares are uniform field elements
+/// (305 bits), so the hash reveals nothing about them.
+pub fn share_commitment(
+    round: u64,
+    kind: SecretKind,
+    owner: u64,
+    holder: u64,
+    share: &[u8],
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(SALT);
+    h.update(context(
+        match kind {
+            SecretKind::MaskKey => b"commit-mask-key",
+            SecretKind::SelfMask => b"commit-self-mask",
+        },
+        round,
+        owner,
+        holder,
+    ));
+    h.update(share);
+    h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    #[test]
+    fn both_sides_derive_the_same_pair_seed_and_it_binds_round_and_ids() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let (a, b, c) = (
+            KeyPair::generate(&mut rng),
+            KeyPair::generate(&mut rng),
+            KeyPair::generate(&mut rng),
+        );
+        let ab = pair_seed(3, 1, &a.secret, 2, &b.public).unwrap();
+        assert_eq!(ab, pair_seed(3, 2, &b.secret, 1, &a.public).unwrap());
+        assert_ne!(ab, pair_seed(4, 1, &a.secret, 2, &b.public).unwrap());
+        assert_ne!(ab, pair_seed(3, 1, &a.secret, 5, &b.public).unwrap());
+        assert_ne!(ab, pair_seed(3, 1, &a.secret, 3, &c.public).unwrap());
+    }
+
+    #[test]
+    fn low_order_public_keys_are_refused() {
+        let a = KeyPair::generate(&mut StdRng::seed_from_u64(2));
+        assert_eq!(
+            pair_seed(1, 1, &a.secret, 9, &PublicKey::from([0u8; 32])),
+            Err(KeyError::NonContributory(9))
+        );
+    }
+
+    #[test]
+    fn shares_open_only_for_their_addressee_round_and_bytes() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let (u, v, w) = (
+            KeyPair::generate(&mut rng),
+            KeyPair::generate(&mut rng),
+            KeyPair::generate(&mut rng),
+        );
+        let send = share_cipher(7, 1, 2, &u.secret, 2, &v.public).unwrap();
+        let ct = seal(&send, 7, 1, 2, b"share");
+        let recv = share_cipher(7, 1, 2, &v.secret, 1, &u.public).unwrap();
+        assert_eq!(open(&recv, 7, 1, 2, &ct).unwrap(), b"share");
+        // Wrong round, wrong direction, a third party, or a flipped bit: all refused.
+        assert!(open(&recv, 8, 1, 2, &ct).is_none());
+        assert!(
+            open(
+                &share_cipher(7, 2, 1, &v.secret, 1, &u.public).unwrap(),
+                7,
+                2,
+                1,
+                &ct
+            )
+            .is_none()
+        );
+        assert!(
+            open(
+                &share_cipher(7, 1, 2, &w.secret, 1, &u.public).unwrap(),
+                7,
+                1,
+                2,
+                &ct
+            )
+            .is_none()
+        );
+        let mut forged = ct.clone();
+        forged[0] ^= 1;
+        assert!(open(&recv, 7, 1, 2, &forged).is_none());
+    }
+}

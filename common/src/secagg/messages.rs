@@ -1,0 +1,51 @@
+//! The stage messages of one round, as the protocol sees them (the wire format maps 1:1).
+
+use super::keys::SecretKind;
+use super::shamir::Share;
+
+/// Stage 0, client → server: u's two public keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdvertisedKeys {
+    /// u.
+    pub client: u64,
+    /// c_pk_u: for encrypting shares to u.
+    pub cipher_public: [u8; 32],
+    /// s_pk_u: for agreeing pairwise mask seeds with u.
+    pub mask_public: [u8; 32],
+}
+
+/// After stage 0, server → client: its neighbours' keys and the Shamir threshold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbourhood {
+    /// t: shares needed to recover a secret.
+    pub threshold: usize,
+    /// The advertised keys of every neighbour in U1.
+    pub neighbours: Vec<AdvertisedKeys>,
+}
+
+/// Stage 1, client → server → client: `from`'s two shares for `to`, sealed, and the commitments
+/// the server keeps to check them when they are revealed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedShares {
+    /// The secrets' owner.
+    pub from: u64,
+    /// The holder.
+    pub to: u64,
+    /// ChaCha20-Poly1305 of round || from || to || share of s_sk || share of b.
+    pub ciphertext: Vec<u8>,
+    /// Commitment to the share of s_sk_from.
+    pub mask_key_commitment: [u8; 32],
+    /// Commitment to the share of b_from.
+    pub self_mask_commitment: [u8; 32],
+}
+
+/// Stage 3, client → server: one share the holder reveals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevealedShare {
+    /// Whose secret.
+    pub owner: u64,
+    /// Which secret.
+    pub kind: SecretKind,
+    /// The share.
+    pub share: Share,
+}

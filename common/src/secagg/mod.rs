@@ -1,0 +1,127 @@
+//! Secure aggregation: the server learns only the sum of the round's quantised updates.
+//!
+//! The protocol is Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine
+//! Learning" (CCS 2017), in its semi-honest form (no signatures or consistency round), with the
+//! sparse neighbour graph of SecAgg+ (Bell et al., CCS 2020). Per round:
+//!
+//! 0. AdvertiseKeys: client u sends (c_pk_u, s_pk_u); the server sends each u its neighbours' keys
+//!    and the Shamir threshold t. U1 = who advertised.
+//! 1. ShareKeys: u draws the self-mask seed b_u, Shamir-shares s_sk_u and b_u among its neighbours
+//!    (t of them recover either) and sends each share AEAD-encrypted to its holder, plus a hash
+//!    commitment per share that the server keeps. U2 = who shared.
+//! 2. MaskedInput: u sends y_u = x_u + PRG(b_u) + sum_{v in N(u) ∩ U2} ±PRG(s_{u,v}) mod 2^b
+//!    (+ when u < v, − when u > v, so p_uv = −p_vu). U3 = who sent y.
+//! 3. Unmasking: the server sends U3; each survivor reveals, for every neighbour v that shared,
+//!    its share of b_v if v is in U3 and of s_sk_v otherwise (never both). The server checks each
+//!    share against its commitment, recovers the secrets and removes every mask: the exact sum of
+//!    the survivors' x_u.
+//!
+//! Everything here is sans-IO: [`ClientRound`] and [`ServerRound`] consume and produce the stage
+//! messages; the server and client crates only carry them.
+
+mod client;
+mod graph;
+mod keys;
+mod messages;
+mod oracle;
+mod prg;
+mod quantize;
+mod ring;
+mod server;
+mod shamir;
+
+pub use client::ClientRound;
+pub use graph::{GraphKind, auto_degree, build as build_graph};
+pub use keys::{KeyError, KeyPair, SecretKind, pair_seed, share_commitment};
+pub use messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
+pub use oracle::PlainInputs;
+pub use prg::{Sign, apply_mask, expand};
+pub use quantize::{QuantizeError, Quantizer};
+pub use ring::Ring;
+pub use server::{RoundResult, ServerRound, Stage};
+pub use shamir::{SHARE_BYTES, ShamirError, Share};
+
+/// Why a stage message is refused or a round cannot go on.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SecAggError {
+    /// A message for a stage that is not the current one (replayed, stale or early).
+    #[error("round {round}: a {got} message arrived during {expected}")]
+    WrongStage {
+        /// The round.
+        round: u64,
+        /// The stage in progress.
+        expected: Stage,
+        /// The stage the message belongs to.
+        got: Stage,
+    },
+    /// The sender is not a participant of this stage.
+    #[error("client {0} is not taking part in this stage of the round")]
+    NotParticipant(u64),
+    /// The sender already answered this stage.
+    #[error("client {0} already answered this stage")]
+    Duplicate(u64),
+    /// A share addressed to someone who is not a neighbour, or a neighbour left out.
+    #[error("client {from}'s shares must go to exactly its {expected} neighbours: {problem}")]
+    WrongRecipients {
+        /// Sender.
+        from: u64,
+        /// How many neighbours it has.
+        expected: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A share ciphertext that does not decrypt, or decrypts to the wrong round or parties.
+    #[error("the share from client {from} is forged, altered or not addressed to this client")]
+    BadShare {
+        /// Claimed sender.
+        from: u64,
+    },
+    /// A revealed share that does not match its commitment.
+    #[error("client {holder}'s share of client {owner}'s {kind:?} does not match its commitment")]
+    ForgedShare {
+        /// Who revealed it.
+        holder: u64,
+        /// Whose secret.
+        owner: u64,
+        /// Which secret.
+        kind: SecretKind,
+    },
+    /// A reveal that is not the one the protocol asks for.
+    #[error("client {holder}'s reveal is wrong: {problem}")]
+    WrongReveal {
+        /// Who revealed.
+        holder: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A masked input of the wrong length or with values outside the ring.
+    #[error("masked input from client {from}: {problem}")]
+    BadMaskedInput {
+        /// Sender.
+        from: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A server message the client refuses (it would break the protocol's guarantees).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// Too few clients survived a stage: the round ends with no update and nothing revealed.
+    #[error("round {round} aborted during {stage}: {reason}")]
+    Aborted {
+        /// The round.
+        round: u64,
+        /// The stage that could not complete.
+        stage: Stage,
+        /// Why.
+        reason: String,
+    },
+    /// A key agreement failed.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A secret could not be shared or recovered.
+    #[error(transparent)]
+    Shamir(#[from] ShamirError),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,430 @@
+//! Whole-protocol tests: clients and server driven in memory, with dropouts and hostile input.
+
+use super::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+
+/// When a simulated client stops answering.
+#[derive(Clone, Copy, PartialEq)]
+enum DropAt {
+    Never,
+    /// After advertising keys, before sharing.
+    BeforeShares,
+    /// After sharing keys, before sending its masked input.
+    AfterShares,
+    /// After its masked input, before unmasking.
+    AfterMasked,
+}
+
+struct Outcome {
+    result: Result<RoundResult, SecAggError>,
+    expected: Vec<u64>,
+}
+
+/// One round over `n` clients with ids 10.. and inputs drawn uniformly from the ring; `drop(i)`
+/// says when client i stops answering.
+fn run(
+    n: usize,
+    ring: Ring,
+    dim: usize,
+    graph: GraphKind,
+    drop: impl Fn(usize) -> DropAt,
+    seed: u64,
+) -> Outcome {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let ids: Vec<u64> = (0..n as u64).map(|i| 10 + i).collect();
+    let inputs: BTreeMap<u64, Vec<u64>> = ids
+        .iter()
+        .map(|&u| {
+            (
+                u,
+                (0..dim)
+                    .map(|_| rng.random::<u64>() & ring.mask())
+                    .collect(),
+            )
+        })
+        .collect();
+    let mut server = ServerRound::new(1, ring, dim, graph, 0.6, 3, ids.iter().copied());
+    let mut clients: BTreeMap<u64, ClientRound> = ids
+        .iter()
+        .map(|&u| (u, ClientRound::new(1, u, ring, &mut rng)))
+        .collect();
+    let plan: BTreeMap<u64, DropAt> = ids.iter().enumerate().map(|(i, &u)| (u, drop(i))).collect();
+    let outcome = |result, survivors: &[u64]| {
+        let mut expected = vec![0u64; dim];
+        for u in survivors {
+            ring.add_assign(&mut expected, &inputs[u]);
+        }
+        Outcome { result, expected }
+    };
+    let mut go = || -> Result<RoundResult, SecAggError> {
+        for (u, c) in &clients {
+            server.receive_keys(*u, c.advertise())?;
+        }
+        let hoods = server.close_keys(&mut rng)?;
+        for (u, hood) in hoods {
+            if plan[&u] == DropAt::BeforeShares {
+                continue;
+            }
+            let sealed = clients.get_mut(&u).unwrap().share_keys(hood, &mut rng)?;
+            server.receive_shares(u, sealed)?;
+        }
+        for (u, inbox) in server.close_shares()? {
+            if plan[&u] == DropAt::AfterShares {
+                continue;
+            }
+            let y = clients
+                .get_mut(&u)
+                .unwrap()
+                .masked_input(&inbox, &inputs[&u])?;
+            server.receive_masked(u, &y)?;
+        }
+        let survivors = server.close_masked()?;
+        for &u in &survivors {
+            if plan[&u] == DropAt::AfterMasked {
+                continue;
+            }
+            let reveals = clients.get_mut(&u).unwrap().unmask(&survivors)?;
+            server.receive_reveal(u, reveals)?;
+        }
+        server.finish()
+    };
+    let result = go();
+    let survivors = result
+        .as_ref()
+        .map(|r| r.survivors.clone())
+        .unwrap_or_default();
+    outcome(result, &survivors)
+}
+
+/// Exactness: with 0%, 10% and 30% of the clients dropping after key sharing (and some before
+/// sharing or after masking), the unmasked sum equals the survivors' sum in the ring exactly.
+#[test]
+fn the_unmasked_sum_is_exact_under_dropouts() {
+    for bits in [32, 64] {
+        let ring = Ring::new(bits).unwrap();
+        for (percent, graph) in [
+            (0, GraphKind::Complete),
+            (10, GraphKind::Complete),
+            (30, GraphKind::Complete),
+            (10, GraphKind::Regular(8)),
+        ] {
+            let n = 20;
+            let dropped = n * percent / 100;
+            let out = run(
+                n,
+                ring,
+                1000,
+                graph,
+                |i| {
+                    if i < dropped {
+                        DropAt::AfterShares
+                    } else {
+                        DropAt::Never
+                    }
+                },
+                7 + percent as u64,
+            );
+            let result = out.result.unwrap();
+            assert_eq!(result.survivors.len(), n - dropped);
+            assert_eq!(result.dropouts_recovered, dropped);
+            assert_eq!(
+                result.sum, out.expected,
+                "{bits} bits, {percent}% dropped, {graph:?}"
+            );
+        }
+    }
+    // Dropouts at every stage at once.
+    let ring = Ring::new(32).unwrap();
+    let out = run(
+        30,
+        ring,
+        257,
+        GraphKind::Complete,
+        |i| match i % 10 {
+            0 => DropAt::BeforeShares,
+            1 => DropAt::AfterShares,
+            2 => DropAt::AfterMasked,
+            _ => DropAt::Never,
+        },
+        3,
+    );
+    let result = out.result.unwrap();
+    assert_eq!(result.survivors.len(), 24);
+    assert_eq!(result.sum, out.expected);
+}
+
+/// Too few survivors: the round aborts, says why, and yields nothing.
+#[test]
+fn a_round_below_threshold_aborts_cleanly() {
+    let ring = Ring::new(32).unwrap();
+    let out = run(
+        10,
+        ring,
+        10,
+        GraphKind::Complete,
+        |i| {
+            if i < 6 {
+                DropAt::AfterShares
+            } else {
+                DropAt::Never
+            }
+        },
+        1,
+    );
+    match out.result {
+        Err(SecAggError::Aborted { stage, reason, .. }) => {
+            assert_eq!(stage, Stage::MaskedInput, "{reason}");
+            assert!(reason.contains("needed"), "{reason}");
+        }
+        other => panic!("expected an abort, got {:?}", other.map(|r| r.survivors)),
+    }
+    let out = run(
+        10,
+        ring,
+        10,
+        GraphKind::Complete,
+        |i| {
+            if i < 8 {
+                DropAt::BeforeShares
+            } else {
+                DropAt::Never
+            }
+        },
+        2,
+    );
+    assert!(matches!(
+        out.result,
+        Err(SecAggError::Aborted {
+            stage: Stage::ShareKeys,
+            ..
+        })
+    ));
+}
+
+/// Hiding: one client's masked upload is indistinguishable from uniform even when its input is
+/// all zeros. 64,000 ring elements bucketed by their top 6 bits: chi-square with 63 degrees of
+/// freedom stays under 103.4 (p = 0.001).
+#[test]
+fn a_masked_upload_looks_uniform() {
+    let ring = Ring::new(32).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let ids = [1u64, 2, 3, 4];
+    let mut server = ServerRound::new(1, ring, 64_000, GraphKind::Complete, 0.6, 3, ids);
+    let mut clients: Vec<ClientRound> = ids
+        .iter()
+        .map(|&u| ClientRound::new(1, u, ring, &mut rng))
+        .collect();
+    for (c, &u) in clients.iter().zip(&ids) {
+        server.receive_keys(u, c.advertise()).unwrap();
+    }
+    let hoods = server.close_keys(&mut rng).unwrap();
+    for (c, &u) in clients.iter_mut().zip(&ids) {
+        let sealed = c.share_keys(hoods[&u].clone(), &mut rng).unwrap();
+        server.receive_shares(u, sealed).unwrap();
+    }
+    let inbox = server.close_shares().unwrap();
+    let y = clients[0]
+        .masked_input(&inbox[&1], &vec![0u64; 64_000])
+        .unwrap();
+    let mut counts = [0f64; 64];
+    for v in &y {
+        counts[(v >> 26) as usize] += 1.0;
+    }
+    let expected = y.len() as f64 / 64.0;
+    let chi2: f64 = counts
+        .iter()
+        .map(|c| (c - expected).powi(2) / expected)
+        .sum();
+    assert!(chi2 < 103.4, "chi-square {chi2}");
+}
+
+/// Drives a 5-client round to the stage named and returns everything needed to tamper with it.
+struct Staged {
+    server: ServerRound,
+    clients: BTreeMap<u64, ClientRound>,
+    inbox: BTreeMap<u64, Vec<SealedShares>>,
+    sealed: BTreeMap<u64, Vec<SealedShares>>,
+    rng: StdRng,
+}
+
+fn staged(upto: Stage) -> Staged {
+    let ring = Ring::new(32).unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    let ids = [1u64, 2, 3, 4, 5];
+    let mut server = ServerRound::new(4, ring, 8, GraphKind::Complete, 0.6, 3, ids);
+    let mut clients: BTreeMap<u64, ClientRound> = ids
+        .iter()
+        .map(|&u| (u, ClientRound::new(4, u, ring, &mut rng)))
+        .collect();
+    for (&u, c) in &clients {
+        server.receive_keys(u, c.advertise()).unwrap();
+    }
+    let hoods = server.close_keys(&mut rng).unwrap();
+    let mut sealed = BTreeMap::new();
+    for (&u, c) in clients.iter_mut() {
+        sealed.insert(u, c.share_keys(hoods[&u].clone(), &mut rng).unwrap());
+    }
+    let mut st = Staged {
+        server,
+        clients,
+        inbox: BTreeMap::new(),
+        sealed,
+        rng,
+    };
+    if upto == Stage::ShareKeys {
+        return st;
+    }
+    for (&u, s) in &st.sealed {
+        st.server.receive_shares(u, s.clone()).unwrap();
+    }
+    st.inbox = st.server.close_shares().unwrap();
+    if upto == Stage::MaskedInput {
+        return st;
+    }
+    for (&u, c) in st.clients.iter_mut().filter(|(u, _)| **u != 5) {
+        let y = c.masked_input(&st.inbox[&u], &[u; 8]).unwrap();
+        st.server.receive_masked(u, &y).unwrap();
+    }
+    st
+}
+
+#[test]
+fn forged_and_misaddressed_shares_are_refused() {
+    let mut st = staged(Stage::ShareKeys);
+    // A share for a peer that is not a neighbour (nor anyone), and a share set missing a peer.
+    let mut wrong = st.sealed[&1].clone();
+    wrong[0].to = 99;
+    assert!(matches!(
+        st.server.receive_shares(1, wrong),
+        Err(SecAggError::WrongRecipients { .. })
+    ));
+    let short = st.sealed[&1][1..].to_vec();
+    assert!(matches!(
+        st.server.receive_shares(1, short),
+        Err(SecAggError::WrongRecipients { .. })
+    ));
+    let mut spoofed = st.sealed[&2].clone();
+    spoofed[0].from = 3;
+    assert!(matches!(
+        st.server.receive_shares(2, spoofed),
+        Err(SecAggError::WrongRecipients { .. })
+    ));
+    // A forged ciphertext is caught by the receiving client's AEAD.
+    let mut st = staged(Stage::MaskedInput);
+    let mut inbox = st.inbox[&1].clone();
+    inbox[0].ciphertext[3] ^= 0x40;
+    let from = inbox[0].from;
+    let c = st.clients.get_mut(&1).unwrap();
+    assert_eq!(
+        c.masked_input(&inbox, &[0; 8]),
+        Err(SecAggError::BadShare { from })
+    );
+    // A share delivered to the wrong client does not open either.
+    let other = st.inbox[&2].clone();
+    assert!(matches!(
+        c.masked_input(&other, &[0; 8]),
+        Err(SecAggError::BadShare { .. })
+    ));
+}
+
+#[test]
+fn stale_replayed_and_malformed_stage_messages_are_refused() {
+    let mut st = staged(Stage::Unmasking);
+    let keys = st.clients[&1].advertise();
+    // A replayed stage-0 message during masking.
+    assert!(matches!(
+        st.server.receive_keys(1, keys),
+        Err(SecAggError::WrongStage {
+            expected: Stage::MaskedInput,
+            ..
+        })
+    ));
+    // A masked input twice, of the wrong length, or outside the ring.
+    assert_eq!(
+        st.server.receive_masked(1, &[0; 8]),
+        Err(SecAggError::Duplicate(1))
+    );
+    assert!(matches!(
+        st.server.receive_masked(5, &[0; 7]),
+        Err(SecAggError::BadMaskedInput { .. })
+    ));
+    assert!(matches!(
+        st.server.receive_masked(5, &[u64::MAX; 8]),
+        Err(SecAggError::BadMaskedInput { .. })
+    ));
+    // Client 5 is then dropped: the sum of the four others must come out exact.
+    let survivors = st.server.close_masked().unwrap();
+    assert_eq!(survivors, vec![1, 2, 3, 4]);
+    let mut reveals: BTreeMap<u64, Vec<RevealedShare>> = BTreeMap::new();
+    for &u in &survivors {
+        reveals.insert(
+            u,
+            st.clients.get_mut(&u).unwrap().unmask(&survivors).unwrap(),
+        );
+    }
+    // A client answering the unmasking stage twice is refused by itself and by the server.
+    assert!(matches!(
+        st.clients.get_mut(&1).unwrap().unmask(&survivors),
+        Err(SecAggError::WrongStage { .. })
+    ));
+    st.server.receive_reveal(1, reveals[&1].clone()).unwrap();
+    assert_eq!(
+        st.server.receive_reveal(1, reveals[&1].clone()),
+        Err(SecAggError::Duplicate(1))
+    );
+    // A forged share, a share of the wrong secret, and a share claimed by the wrong holder.
+    let mut forged = reveals[&2].clone();
+    forged[0].share.y[0] ^= 1;
+    assert!(matches!(
+        st.server.receive_reveal(2, forged),
+        Err(SecAggError::ForgedShare { .. })
+    ));
+    let mut wrong_kind = reveals[&2].clone();
+    let i = wrong_kind.iter().position(|r| r.owner == 5).unwrap();
+    wrong_kind[i].kind = SecretKind::SelfMask;
+    assert!(matches!(
+        st.server.receive_reveal(2, wrong_kind),
+        Err(SecAggError::WrongReveal { .. })
+    ));
+    assert!(matches!(
+        st.server.receive_reveal(3, reveals[&2].clone()),
+        Err(SecAggError::ForgedShare { .. })
+    ));
+    for u in [2, 3, 4] {
+        st.server.receive_reveal(u, reveals[&u].clone()).unwrap();
+    }
+    let result = st.server.finish().unwrap();
+    let ring = Ring::new(32).unwrap();
+    let mut expected = vec![0u64; 8];
+    for u in 1..=4u64 {
+        ring.add_assign(&mut expected, &[u; 8]);
+    }
+    assert_eq!(result.sum, expected);
+    assert_eq!(result.dropouts_recovered, 1);
+}
+
+/// The client refuses a survivor list that would expose it, and a threshold that a minority
+/// could reach.
+#[test]
+fn clients_refuse_unsafe_server_requests() {
+    let mut st = staged(Stage::MaskedInput);
+    let c = st.clients.get_mut(&1).unwrap();
+    let _ = c.masked_input(&st.inbox[&1], &[0; 8]).unwrap();
+    assert!(matches!(c.unmask(&[2, 3, 4]), Err(SecAggError::Refused(_))));
+    assert!(matches!(c.unmask(&[1, 2]), Err(SecAggError::Refused(_))));
+    let ring = Ring::new(32).unwrap();
+    let mut fresh = ClientRound::new(1, 1, ring, &mut st.rng);
+    let peers: Vec<AdvertisedKeys> = (2..6)
+        .map(|u| ClientRound::new(1, u, ring, &mut st.rng).advertise())
+        .collect();
+    let hood = Neighbourhood {
+        threshold: 2,
+        neighbours: peers,
+    };
+    assert!(matches!(
+        fresh.share_keys(hood, &mut st.rng),
+        Err(SecAggError::Refused(_))
+    ));
+}
