@@ -6,7 +6,7 @@
 
 use fl_common::data::Dataset;
 use fl_common::model::{LocalConfig, ModelSpec, train_local};
-use fl_common::privacy::add_discrete_gaussian_noise;
+use fl_common::privacy::{MAX_VARIANCE, add_discrete_gaussian_noise};
 use fl_common::secagg::{
     AdvertisedKeys, ClientRound, Neighbourhood, PlainInputs, Quantizer, Ring, SealedShares,
 };

@@ -40,6 +40,10 @@ struct Tally {
     secagg: Option<SecAggRoundMetrics>,
 }
 
+/// Largest per-client discrete Gaussian standard deviation, in levels (2^30): keeps the exact
+/// sampler's integer arithmetic in range.
+const MAX_DISCRETE_SIGMA: f64 = 1_073_741_824.0;
+
 /// A secure-aggregation round as planned before its tasks go out.
 pub(crate) struct SecurePlan {
     /// What the clients are told.
@@ -515,9 +519,16 @@ impl RoundLoop {
         let quantizer = Quantizer::plan(ring, self.config.privacy.clip_bound, n_max, dim, headroom)
             .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
         let delta2 = quantizer.l2_sensitivity(dim);
+        let sigma_i = z * delta2 / (min_survivors as f64).sqrt();
+        if distributed && sigma_i > MAX_DISCRETE_SIGMA {
+            return Err(ServerError::Config(ConfigError::Invalid(format!(
+                "distributed noise of {sigma_i:.3e} levels per client is beyond the exact \
+                 sampler's range ({MAX_DISCRETE_SIGMA:.0e}); lower privacy.noise_multiplier"
+            ))));
+        }
         let ddg = distributed.then(|| DdgRound {
             clients: min_survivors as u64,
-            client_variance: discrete_variance(z * delta2 / (min_survivors as f64).sqrt()),
+            client_variance: discrete_variance(sigma_i),
             l2_sensitivity: delta2,
             dim: dim as u64,
         });

@@ -51,17 +51,21 @@ fn discrete_laplace<R: Rng + CryptoRng>(t: u128, rng: &mut R) -> i128 {
     }
 }
 
+/// Largest variance the sampler takes: 2^60 (larger requests are clamped to it).
+pub const MAX_VARIANCE: u64 = 1 << 60;
+
 /// The integer variance used for a requested standard deviation: ceil(sigma^2), at least 1.
 pub fn discrete_variance(sigma: f64) -> u64 {
     (sigma * sigma).ceil().max(1.0) as u64
 }
 
-/// One draw of N_Z(0, sigma2) for an integer variance sigma2 >= 1 (CKS Alg. 3): propose
+/// One draw of N_Z(0, sigma2) for an integer variance 1 <= sigma2 <= 2^60 (CKS Alg. 3): propose
 /// Y ~ DLap(t), t = floor(sigma) + 1, accept with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
 /// In integers: gamma = (|Y| t - sigma2)^2 / (2 sigma2 t^2). A proposal so far out that this
 /// overflows u128 (|Y| t > 2^64) has acceptance probability below exp(-2^60) and is rejected.
 pub fn sample_discrete_gaussian<R: Rng + CryptoRng>(sigma2: u64, rng: &mut R) -> i64 {
-    let s2 = u128::from(sigma2.max(1));
+    let sigma2 = sigma2.clamp(1, MAX_VARIANCE);
+    let s2 = u128::from(sigma2);
     let t = (sigma2 as f64).sqrt().floor() as u128 + 1;
     let t = if t * t <= s2 { t + 1 } else { t }; // guard float sqrt: t > sigma
     loop {

@@ -16,7 +16,7 @@ pub use accountant::{
 pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
 pub use ddg::DdgRound;
 pub use discrete_gaussian::{
-    add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,
+    MAX_VARIANCE, add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,
 };
 pub use gaussian::add_gaussian_noise;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};

@@ -11,6 +11,9 @@ use crate::privacy::clip_l2;
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
 
+/// Most levels per S: 2^24, the precision of an f32 mantissa; a finer grid buys nothing, and it
+/// keeps distributed-noise variances (in levels^2) far inside the exact sampler's integer range.
+const MAX_LEVELS: f64 = 16_777_216.0;
 /// Noise standard deviations of headroom kept for distributed noise (P(|N(0,1)| > 20) < 1e-88).
 const NOISE_HEADROOM_STDS: f64 = 20.0;
 
@@ -48,7 +51,7 @@ pub struct Quantizer {
 }
 
 impl Quantizer {
-    /// The largest gamma such that n_max clipped, rounded updates plus noise of total standard
+    /// The largest gamma (at most 2^24 / S) such that n_max clipped, rounded updates plus noise of total standard
     /// deviation `noise_std_per_delta` * Delta (Delta = gamma S + sqrt(d), see
     /// [`Quantizer::l2_sensitivity`]) cannot wrap in `ring`:
     /// n_max (gamma S + 1) + 20 z_tot (gamma S + sqrt(d)) <= 2^(b-1) - 1.
@@ -65,7 +68,7 @@ impl Quantizer {
         let n = max_clients.max(1) as f64;
         let a = NOISE_HEADROOM_STDS * noise_std_per_delta;
         let gamma_s = (ring.max_signed() - n - a * (dim as f64).sqrt()) / (n + a);
-        let scale = gamma_s / clip;
+        let scale = gamma_s.min(MAX_LEVELS) / clip;
         if gamma_s.is_nan() || gamma_s < 1.0 {
             return Err(QuantizeError::TooManyClients {
                 bits: ring.bits(),
