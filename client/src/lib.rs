@@ -361,6 +361,12 @@ fn secure_start(
             task.clip_bound, task.scale
         ));
     }
+    if task.noise_variance > MAX_VARIANCE {
+        return Err(format!(
+            "noise variance {} is beyond the sampler's range",
+            task.noise_variance
+        ));
+    }
     let quantizer = Quantizer {
         ring,
         clip: task.clip_bound,
