@@ -2,6 +2,7 @@
 
 use fl_client::{ClientError, ClientOptions, ClientReport, LocalData, run_client};
 use fl_common::data::Dataset;
+use fl_common::secagg::PlainInputs;
 use fl_server::output::RoundMetrics;
 use ndarray::Array2;
 use std::path::Path;
@@ -26,6 +27,16 @@ pub fn spawn_clients(
     data: &Arc<Dataset>,
     count: usize,
 ) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
+    spawn_recording_clients(endpoint, data, count, None)
+}
+
+/// [`spawn_clients`], recording secure-aggregation inputs in `oracle`.
+pub fn spawn_recording_clients(
+    endpoint: &str,
+    data: &Arc<Dataset>,
+    count: usize,
+    oracle: Option<Arc<PlainInputs>>,
+) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
     let slots = Arc::new(tokio::sync::Semaphore::new(2));
     (0..count)
         .map(|i| {
@@ -36,7 +47,7 @@ pub fn spawn_clients(
                 seed: Some(i as u64),
                 connect_timeout: Duration::from_secs(10),
                 training_slots: slots.clone(),
-                oracle: None,
+                oracle: oracle.clone(),
             };
             let local = LocalData {
                 data: data.clone(),

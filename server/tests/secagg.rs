@@ -1,0 +1,334 @@
+//! Secure aggregation against a hostile client over real gRPC streams. The hostile client runs
+//! the real protocol (`fl_common::secagg::ClientRound`) and breaks it at one stage: bad key bytes,
+//! a replayed or stale stage message, a plain update, a share for a peer that is not its
+//! neighbour, a masked input of the wrong length or sent too early, a forged share, or a second
+//! answer to the unmasking stage. Each time it gets a clear gRPC error, and the round's unmasked
+//! sum still equals the plain sum of the survivors' inputs exactly.
+
+mod support;
+
+use fl_common::secagg::{ClientRound, PlainInputs, Ring, SealedShares};
+use fl_proto::v1::federation_client::FederationClient;
+use fl_proto::v1::{
+    ClientMessage, Hello, JoinRequest, MaskedInputHeader, RevealedShare, SealedShare, SecAggKeys,
+    SecAggReveal, SecAggShares, UpdateHeader, client_message, server_message,
+};
+use fl_proto::{chunk_count, encode_chunks, encode_word_chunks, ring_words};
+use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
+use fl_server::output::RoundMetrics;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::sync::Arc;
+use std::time::Duration;
+use support::blobs;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+/// How the hostile client breaks the protocol in round 1.
+#[derive(Clone, Copy, Debug)]
+enum Deviation {
+    ShortKey,
+    StaleRound,
+    KeysTwice,
+    PlainUpdate,
+    EarlyMaskedInput,
+    ShareForStranger,
+    MaskedWrongLength,
+    ForgedShare,
+    RevealTwice,
+}
+
+fn body(b: client_message::Body) -> ClientMessage {
+    ClientMessage { body: Some(b) }
+}
+
+fn masked(round: u64, ring: Ring, y: &[u64]) -> Vec<client_message::Body> {
+    let words = ring_words(ring, y);
+    let mut out = vec![client_message::Body::MaskedInputHeader(MaskedInputHeader {
+        round,
+        num_words: words.len() as u64,
+        num_chunks: chunk_count(words.len()),
+    })];
+    out.extend(
+        encode_word_chunks(round, words.len(), |i| words[i]).map(client_message::Body::UpdateChunk),
+    );
+    out
+}
+
+/// Runs 3 honest clients and one that deviates as `how`; returns the status the hostile client
+/// got and the run's metrics.
+async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
+    let out = std::env::temp_dir().join(format!("fl-secagg-{}-{how:?}", std::process::id()));
+    let mut c = RunConfig::default();
+    c.server.clients = 4;
+    c.server.clients_per_round = 4.0.into();
+    c.server.rounds = 2;
+    c.server.round_timeout_secs = 20.0;
+    c.server.join_timeout_secs = 20.0;
+    c.server.seed = Some(1);
+    c.server.out = out.clone();
+    c.model.kind = ModelKind::Logistic;
+    c.privacy.mode = PrivacyMode::SecAgg;
+    c.privacy.clip_bound = 10.0;
+    c.secagg.stage_timeout_secs = 20.0;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(blobs(400));
+    let oracle = Arc::new(PlainInputs::default());
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        c,
+        data.clone(),
+        None,
+        Some(oracle.clone()),
+        stop,
+    ));
+    let good = support::spawn_recording_clients(&endpoint, &data, 3, Some(oracle.clone()));
+
+    let mut grpc = FederationClient::connect(endpoint).await.unwrap();
+    let joined = grpc
+        .join(JoinRequest {
+            token: String::new(),
+            name: "hostile".into(),
+            num_examples: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let me: u64 = joined.client_id.parse().unwrap();
+    let (tx, rx) = mpsc::channel(64);
+    tx.send(body(client_message::Body::Hello(Hello {
+        client_id: joined.client_id,
+        session_key: joined.session_key,
+    })))
+    .await
+    .unwrap();
+    let mut inbound = grpc
+        .session(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut rng = StdRng::seed_from_u64(9);
+    let ring = Ring::new(32).unwrap();
+    let mut protocol: Option<(u64, usize, ClientRound)> = None;
+    let status = loop {
+        let m = match inbound.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => panic!("stream ended without an error status"),
+            Err(status) => break status,
+        };
+        let mut send = Vec::new();
+        match m.body {
+            Some(server_message::Body::Task(t)) => {
+                let round = t.round;
+                let n = t.num_values as usize;
+                let p = ClientRound::new(round, me, ring, &mut rng);
+                let keys = p.advertise();
+                let mut advert = SecAggKeys {
+                    round,
+                    cipher_public: keys.cipher_public.to_vec(),
+                    mask_public: keys.mask_public.to_vec(),
+                };
+                match how {
+                    Deviation::ShortKey => advert.cipher_public.pop().map(|_| ()).unwrap(),
+                    Deviation::StaleRound => advert.round = round + 7,
+                    _ => {}
+                }
+                match how {
+                    Deviation::PlainUpdate => {
+                        send.push(client_message::Body::UpdateHeader(UpdateHeader {
+                            round,
+                            num_examples: 100,
+                            num_values: n as u64,
+                            num_chunks: chunk_count(n),
+                            train_loss: 0.1,
+                        }));
+                        send.extend(
+                            encode_chunks(round, &vec![0.0; n])
+                                .map(client_message::Body::UpdateChunk),
+                        );
+                    }
+                    Deviation::EarlyMaskedInput => send.extend(masked(round, ring, &vec![0; n])),
+                    Deviation::KeysTwice => {
+                        send.push(client_message::Body::SecaggKeys(advert.clone()));
+                        send.push(client_message::Body::SecaggKeys(advert));
+                    }
+                    _ => send.push(client_message::Body::SecaggKeys(advert)),
+                }
+                protocol = Some((round, n, p));
+            }
+            Some(server_message::Body::SecaggNeighbours(hood)) => {
+                let (round, _, p) = protocol.as_mut().unwrap();
+                let hood = fl_common::secagg::Neighbourhood {
+                    threshold: hood.threshold as usize,
+                    neighbours: hood
+                        .neighbours
+                        .iter()
+                        .map(|k| k.try_into().unwrap())
+                        .collect(),
+                };
+                let mut shares: Vec<SealedShare> = p
+                    .share_keys(hood, &mut rng)
+                    .unwrap()
+                    .iter()
+                    .map(SealedShare::from)
+                    .collect();
+                if let Deviation::ShareForStranger = how {
+                    shares[0].to = 9999;
+                }
+                send.push(client_message::Body::SecaggShares(SecAggShares {
+                    round: *round,
+                    shares,
+                }));
+            }
+            Some(server_message::Body::SecaggShareInbox(inbox)) => {
+                let (round, n, p) = protocol.as_mut().unwrap();
+                let shares: Vec<SealedShares> =
+                    inbox.shares.iter().map(|s| s.try_into().unwrap()).collect();
+                let x = vec![0u64; *n];
+                oracle.record(*round, me, x.clone());
+                let mut y = p.masked_input(&shares, &x).unwrap();
+                if let Deviation::MaskedWrongLength = how {
+                    y.pop();
+                }
+                send.extend(masked(*round, ring, &y));
+            }
+            Some(server_message::Body::SecaggSurvivors(s)) => {
+                let (round, _, p) = protocol.as_mut().unwrap();
+                let mut shares: Vec<RevealedShare> = p
+                    .unmask(&s.survivors)
+                    .unwrap()
+                    .iter()
+                    .map(RevealedShare::from)
+                    .collect();
+                if let Deviation::ForgedShare = how {
+                    shares[0].share[20] ^= 1;
+                }
+                let reveal = SecAggReveal {
+                    round: *round,
+                    shares,
+                };
+                if let Deviation::RevealTwice = how {
+                    send.push(client_message::Body::SecaggReveal(reveal.clone()));
+                }
+                send.push(client_message::Body::SecaggReveal(reveal));
+            }
+            _ => {}
+        }
+        for b in send {
+            if tx.send(body(b)).await.is_err() {
+                break;
+            }
+        }
+    };
+    drop(tx);
+    let summary = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    for g in good {
+        g.await.unwrap().expect("honest clients finish normally");
+    }
+    assert_eq!(summary.rounds_completed, 2);
+    let metrics = support::read_metrics(&out);
+    std::fs::remove_dir_all(&out).unwrap();
+    (status, metrics)
+}
+
+/// Round 1 recovered an exact sum of `survivors` inputs; round 2 ran with the 3 honest clients.
+fn assert_exact(metrics: &[RoundMetrics], survivors: usize) {
+    let first = metrics[0].secagg.as_ref().unwrap();
+    assert_eq!(first.aborted, None, "{metrics:?}");
+    assert_eq!(first.survivors, survivors, "{metrics:?}");
+    assert_eq!(first.max_abs_error, Some(0), "{metrics:?}");
+    let second = metrics[1].secagg.as_ref().unwrap();
+    assert_eq!((second.survivors, second.max_abs_error), (3, Some(0)));
+}
+
+fn expect(status: &tonic::Status, code: Code, text: &str) {
+    assert_eq!(status.code(), code, "{status:?}");
+    assert!(status.message().contains(text), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_keys_are_refused() {
+    let (status, metrics) = run(Deviation::ShortKey).await;
+    expect(
+        &status,
+        Code::InvalidArgument,
+        "cipher_public must be 32 bytes",
+    );
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_message_for_another_round_is_refused() {
+    let (status, metrics) = run(Deviation::StaleRound).await;
+    expect(&status, Code::InvalidArgument, "current round is 1");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_stage_message_is_refused() {
+    let (status, metrics) = run(Deviation::KeysTwice).await;
+    expect(&status, Code::FailedPrecondition, "already answered");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_update_is_refused_in_a_secure_round() {
+    let (status, metrics) = run(Deviation::PlainUpdate).await;
+    expect(&status, Code::FailedPrecondition, "uses secure aggregation");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masked_input_before_its_stage_is_refused() {
+    let (status, metrics) = run(Deviation::EarlyMaskedInput).await;
+    expect(
+        &status,
+        Code::FailedPrecondition,
+        "masked-input message arrived during advertise-keys",
+    );
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_for_a_stranger_is_refused() {
+    let (status, metrics) = run(Deviation::ShareForStranger).await;
+    expect(
+        &status,
+        Code::InvalidArgument,
+        "client 9999 is not a neighbour",
+    );
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masked_input_of_the_wrong_length_is_refused_and_its_masks_recovered() {
+    let (status, metrics) = run(Deviation::MaskedWrongLength).await;
+    expect(&status, Code::InvalidArgument, "masked input has");
+    assert_exact(&metrics, 3);
+    assert_eq!(metrics[0].secagg.as_ref().unwrap().dropouts_recovered, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_share_is_refused_and_the_sum_stays_exact() {
+    let (status, metrics) = run(Deviation::ForgedShare).await;
+    expect(
+        &status,
+        Code::InvalidArgument,
+        "does not match its commitment",
+    );
+    assert_exact(&metrics, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_unmasking_answer_is_refused_and_the_sum_stays_exact() {
+    let (status, metrics) = run(Deviation::RevealTwice).await;
+    expect(&status, Code::FailedPrecondition, "already answered");
+    assert_exact(&metrics, 4);
+}
