@@ -55,7 +55,7 @@ async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetri
         None,
         stop,
     ));
-    let good = support::spawn_clients(&endpoint, &data, 2);
+    let good = support::spawn_clients(&endpoint, &data, 2, None);
 
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     let joined = grpc

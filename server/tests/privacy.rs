@@ -49,7 +49,7 @@ async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics
         None,
         stop,
     ));
-    support::spawn_clients(&endpoint, &data, K);
+    support::spawn_clients(&endpoint, &data, K, None);
     let summary = tokio::time::timeout(Duration::from_secs(120), server)
         .await
         .expect("server finishes")

@@ -85,7 +85,7 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
         Some(oracle.clone()),
         stop,
     ));
-    let good = support::spawn_recording_clients(&endpoint, &data, 3, Some(oracle.clone()));
+    let good = support::spawn_clients(&endpoint, &data, 3, Some(oracle.clone()));
 
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     let joined = grpc

@@ -21,17 +21,9 @@ pub fn blobs(n: usize) -> Dataset {
 }
 
 /// Starts `count` honest clients against `endpoint`, client i training on examples
-/// i*100 .. (i+1)*100 of `data`.
+/// i*100 .. (i+1)*100 of `data`; in secure-aggregation rounds they record their plain inputs in
+/// `oracle`, if any.
 pub fn spawn_clients(
-    endpoint: &str,
-    data: &Arc<Dataset>,
-    count: usize,
-) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
-    spawn_recording_clients(endpoint, data, count, None)
-}
-
-/// [`spawn_clients`], recording secure-aggregation inputs in `oracle`.
-pub fn spawn_recording_clients(
     endpoint: &str,
     data: &Arc<Dataset>,
     count: usize,
