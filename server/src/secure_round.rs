@@ -105,50 +105,63 @@ impl RoundLoop {
         let mut deadline = t0 + Duration::from_secs_f64(self.config.server.round_timeout_secs);
         let outcome = loop {
             let stage = server.stage();
-            if cfg.sim_dropout > 0.0 && stage == injected_at(cfg.sim_dropout_stage) {
-                let pending = server.pending();
-                let count = (cfg.sim_dropout * pending.len() as f64).round() as usize;
-                let dropped = pending.into_iter().choose_multiple(&mut self.rng, count);
-                tracing::info!(round, %stage, dropped = dropped.len(), "dropout injector");
-                gone.extend(dropped);
-            }
             self.wait_stage(round, &mut server, &mut gone, deadline, &mut tally, &plan)
                 .await?;
             deadline = Instant::now() + Duration::from_secs_f64(cfg.stage_timeout_secs);
             let closed = match stage {
                 Stage::AdvertiseKeys => server.close_keys(&mut self.rng).map(|hoods| {
-                    for (u, hood) in hoods.into_iter().filter(|(u, _)| !gone.contains(u)) {
-                        let body = server_message::Body::SecaggNeighbours(SecAggNeighbours {
-                            round,
-                            threshold: hood.threshold as u32,
-                            neighbours: hood.neighbours.iter().map(PeerKeys::from).collect(),
-                        });
-                        tally.bytes_down += send_to(self, u, body);
-                    }
+                    hoods
+                        .into_iter()
+                        .map(|(u, hood)| {
+                            let body = server_message::Body::SecaggNeighbours(SecAggNeighbours {
+                                round,
+                                threshold: hood.threshold as u32,
+                                neighbours: hood.neighbours.iter().map(PeerKeys::from).collect(),
+                            });
+                            (u, body)
+                        })
+                        .collect::<Vec<_>>()
                 }),
                 Stage::ShareKeys => server.close_shares().map(|inboxes| {
-                    for (u, inbox) in inboxes.into_iter().filter(|(u, _)| !gone.contains(u)) {
-                        let body = server_message::Body::SecaggShareInbox(SecAggShareInbox {
-                            round,
-                            shares: inbox.iter().map(SealedShare::from).collect(),
-                        });
-                        tally.bytes_down += send_to(self, u, body);
-                    }
+                    inboxes
+                        .into_iter()
+                        .map(|(u, inbox)| {
+                            let body = server_message::Body::SecaggShareInbox(SecAggShareInbox {
+                                round,
+                                shares: inbox.iter().map(SealedShare::from).collect(),
+                            });
+                            (u, body)
+                        })
+                        .collect()
                 }),
                 Stage::MaskedInput => server.close_masked().map(|survivors| {
-                    for &u in survivors.iter().filter(|u| !gone.contains(u)) {
-                        let body = server_message::Body::SecaggSurvivors(SecAggSurvivors {
-                            round,
-                            survivors: survivors.clone(),
-                        });
-                        tally.bytes_down += send_to(self, u, body);
-                    }
+                    let body = server_message::Body::SecaggSurvivors(SecAggSurvivors {
+                        round,
+                        survivors: survivors.clone(),
+                    });
+                    survivors.into_iter().map(|u| (u, body.clone())).collect()
                 }),
                 Stage::Unmasking => break server.finish(),
                 Stage::Done => unreachable!("the loop ends at Unmasking"),
             };
-            if let Err(e) = closed {
-                break Err(e);
+            let messages = match closed {
+                Ok(m) => m,
+                Err(e) => break Err(e),
+            };
+            // The injector's clients never see the next stage's message, as if they had dropped.
+            if cfg.sim_dropout > 0.0 && server.stage() == injected_at(cfg.sim_dropout_stage) {
+                let candidates: Vec<ClientId> = messages
+                    .iter()
+                    .map(|(u, _)| *u)
+                    .filter(|u| !gone.contains(u))
+                    .collect();
+                let count = (cfg.sim_dropout * candidates.len() as f64).round() as usize;
+                let dropped = candidates.into_iter().choose_multiple(&mut self.rng, count);
+                tracing::info!(round, stage = %server.stage(), dropped = dropped.len(), "dropout injector");
+                gone.extend(dropped);
+            }
+            for (u, body) in messages.into_iter().filter(|(u, _)| !gone.contains(u)) {
+                tally.bytes_down += send_to(self, u, body);
             }
         };
         match outcome {
@@ -271,7 +284,7 @@ impl RoundLoop {
     }
 }
 
-/// The stage before which the injector drops its clients.
+/// The stage whose message the injector's clients do not receive.
 fn injected_at(stage: DropoutStage) -> Stage {
     match stage {
         DropoutStage::BeforeShares => Stage::ShareKeys,

@@ -51,6 +51,7 @@ pub struct RoundResult {
 }
 
 /// The server's state in one round.
+#[derive(Clone)]
 pub struct ServerRound {
     round: u64,
     ring: Ring,
