@@ -422,6 +422,16 @@ impl PrivacySection {
                 );
             }
         }
+        if run.secagg.noise == SecAggNoise::Distributed
+            && self.mode == PrivacyMode::SecAgg
+            && self.sampling != Sampling::Fixed
+        {
+            return bad(
+                "distributed noise is accounted for replace-one neighbours: set \
+                        privacy.sampling = \"fixed\""
+                    .into(),
+            );
+        }
         if !run.is_private() {
             return Ok(());
         }
@@ -469,12 +479,13 @@ impl PrivacySection {
             }
         }
         // A budget already spent by the first round is refused now, not discovered later. The
-        // distributed discrete Gaussian is checked as a Gaussian round without sampling (q = 1),
-        // which its RDP approaches for wide noise; the ledger enforces its exact bound.
+        // distributed discrete Gaussian is checked as a Gaussian round without sampling (q = 1)
+        // at z/2 (replace-one), which its RDP approaches for wide noise; the ledger enforces its
+        // exact bound.
         let first = run.round_event(1).unwrap_or(GaussianRound {
             q: 1.0,
-            noise_multiplier: self.noise_multiplier.at(1, run.server.rounds),
-            sampling: self.sampling,
+            noise_multiplier: self.noise_multiplier.at(1, run.server.rounds) / 2.0,
+            sampling: Sampling::Poisson,
         });
         let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -719,6 +730,11 @@ mod tests {
         assert!(!c.is_private());
         c.secagg.noise = SecAggNoise::Distributed;
         assert!(c.is_private() && c.round_event(1).is_none());
+        assert!(refused(&c).contains("replace-one"));
+        c.privacy.sampling = Sampling::Fixed;
+        // Accounted at z/2: z = 1 spends the default budget in one round, z = 4 does not.
+        assert!(refused(&c).contains("already spent by round 1"));
+        c.privacy.noise_multiplier = 4.0.into();
         c.validate().unwrap();
         c.secagg.noise = SecAggNoise::Central;
         assert!(c.round_event(1).is_some());

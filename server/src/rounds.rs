@@ -498,7 +498,9 @@ impl RoundLoop {
     /// Fixes a secure-aggregation round's quantisation and noise: n_min = max(3, ceil(f m_t))
     /// survivors, gamma for the sampled count, and, for distributed noise, each client's
     /// discrete variance sigma_i^2 = ceil((z Delta_2)^2 / n_min) so that any n_min survivors
-    /// carry noise of standard deviation at least z Delta_2 (Kairouz et al. 2021).
+    /// carry noise of standard deviation at least z Delta_2 (Kairouz et al. 2021). As for central
+    /// noise under fixed-size sampling, z is relative to one update's bound Delta_2 and the
+    /// accountant sees the replace-one sensitivity 2 Delta_2.
     fn plan_secure(&self, round: u64, m: usize, sampled: usize) -> Result<SecurePlan, ServerError> {
         let cfg = &self.config.secagg;
         let dim = self.spec.num_params();
@@ -526,10 +528,12 @@ impl RoundLoop {
                  sampler's range ({MAX_DISCRETE_SIGMA:.0e}); lower privacy.noise_multiplier"
             ))));
         }
+        // Replace-one neighbours (the participants, hence the noise terms, are the same on both
+        // sides): the sum moves by at most 2 Delta_2.
         let ddg = distributed.then(|| DdgRound {
             clients: min_survivors as u64,
             client_variance: discrete_variance(sigma_i),
-            l2_sensitivity: delta2,
+            l2_sensitivity: 2.0 * delta2,
             dim: dim as u64,
         });
         Ok(SecurePlan {

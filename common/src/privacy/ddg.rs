@@ -3,8 +3,10 @@
 //!
 //! n clients each add N_Z(0, sigma^2) to their quantised update; the sum of n such noises is
 //! close to, but not exactly, N_Z(0, n sigma^2), and Prop. 14 bounds the RDP of the sum with the
-//! excess tau. No amplification by sampling is claimed: each round is accounted as if every
-//! client took part (q = 1), which errs towards a larger epsilon.
+//! excess tau. Neighbours replace one client's data (the participants, and so the number of noise
+//! terms, are the same on both sides); more survivors than the n accounted only add independent
+//! noise (post-processing). No amplification by sampling is claimed: each round is accounted as
+//! if every client took part (q = 1), which errs towards a larger epsilon.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +17,8 @@ pub struct DdgRound {
     pub clients: u64,
     /// sigma^2: each client's discrete variance, in quantisation levels.
     pub client_variance: u64,
-    /// Delta_2: L2 sensitivity of one client's quantised update, in quantisation levels.
+    /// Delta_2: L2 sensitivity of the noiseless sum between neighbouring datasets, in
+    /// quantisation levels (replace-one: twice one client's quantised-update bound).
     pub l2_sensitivity: f64,
     /// d: the model's dimension.
     pub dim: u64,
