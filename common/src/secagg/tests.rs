@@ -428,3 +428,20 @@ fn clients_refuse_unsafe_server_requests() {
         Err(SecAggError::Refused(_))
     ));
 }
+
+/// The server never gets both secrets of one client: across every survivor's reveal, each owner's
+/// shares are all of b (it survived) or all of its mask key (it dropped), never a mix.
+#[test]
+fn no_client_has_both_secrets_revealed() {
+    let mut st = staged(Stage::Unmasking);
+    let survivors = st.server.close_masked().unwrap();
+    let mut kinds: BTreeMap<u64, std::collections::BTreeSet<SecretKind>> = BTreeMap::new();
+    for &u in &survivors {
+        for r in st.clients.get_mut(&u).unwrap().unmask(&survivors).unwrap() {
+            kinds.entry(r.owner).or_default().insert(r.kind);
+        }
+    }
+    assert!(kinds.values().all(|k| k.len() == 1), "{kinds:?}");
+    assert_eq!(kinds[&5].iter().next(), Some(&SecretKind::MaskKey));
+    assert_eq!(kinds[&1].iter().next(), Some(&SecretKind::SelfMask));
+}
