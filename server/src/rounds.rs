@@ -38,6 +38,8 @@ struct Tally {
     moments: UpdateMoments,
     /// The secure-aggregation figures of the round.
     secagg: Option<SecAggRoundMetrics>,
+    /// Bytes of secure-aggregation stage messages sent (beyond the task and model).
+    stage_bytes_down: u64,
 }
 
 /// Largest per-client discrete Gaussian standard deviation, in levels (2^30): keeps the exact
@@ -185,6 +187,7 @@ impl RoundLoop {
             };
             client_updates += tally.completed as u64;
             bytes_up += tally.bytes_up;
+            let down = down + tally.stage_bytes_down;
             bytes_down += down;
             if let (Some(totals), Some(m)) = (&mut secagg_totals, &tally.secagg) {
                 totals.add(m);
@@ -394,6 +397,7 @@ impl RoundLoop {
             bytes_up: 0,
             moments: UpdateMoments::new(num_params),
             secagg: None,
+            stage_bytes_down: 0,
         };
         while !waiting.is_empty() {
             let event = tokio::select! {
@@ -588,6 +592,7 @@ impl RoundLoop {
             bytes_up: secure_tally.bytes_up,
             moments: UpdateMoments::new(0),
             secagg: Some(secure_tally.metrics),
+            stage_bytes_down: secure_tally.bytes_down,
         })
     }
 
