@@ -24,21 +24,29 @@ const BLOCK_BYTES: usize = 16 * 1024;
 pub fn apply_mask(acc: &mut [u64], seed: &[u8; 32], ring: Ring, sign: Sign) {
     let mut cipher = ChaCha20::new(seed.into(), &[0u8; 12].into());
     let width = ring.element_bytes();
-    let per_block = BLOCK_BYTES / width;
     let mut buf = vec![0u8; BLOCK_BYTES];
-    for chunk in acc.chunks_mut(per_block) {
+    for chunk in acc.chunks_mut(BLOCK_BYTES / width) {
         let bytes = &mut buf[..chunk.len() * width];
         bytes.fill(0);
         cipher.apply_keystream(bytes);
-        for (a, c) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
-            let mut b = [0u8; 8];
-            b[..width].copy_from_slice(c);
-            let m = u64::from_le_bytes(b);
-            *a = match sign {
-                Sign::Plus => ring.add(*a, m),
-                Sign::Minus => ring.sub(*a, m),
-            };
+        match (width, sign) {
+            (4, Sign::Plus) => mix::<4, false>(chunk, bytes, ring.mask()),
+            (4, Sign::Minus) => mix::<4, true>(chunk, bytes, ring.mask()),
+            (_, Sign::Plus) => mix::<8, false>(chunk, bytes, ring.mask()),
+            (_, Sign::Minus) => mix::<8, true>(chunk, bytes, ring.mask()),
         }
+    }
+}
+
+/// acc[i] = acc[i] ± m_i mod 2^b, m_i the i-th W-byte little-endian word of `bytes`. Width and
+/// sign are constants so the loop compiles without branches (a - m = a + (2^64 - m) mod 2^b).
+fn mix<const W: usize, const NEGATE: bool>(acc: &mut [u64], bytes: &[u8], mask: u64) {
+    for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(W)) {
+        let mut word = [0u8; 8];
+        word[..W].copy_from_slice(c);
+        let m = u64::from_le_bytes(word);
+        let m = if NEGATE { m.wrapping_neg() } else { m };
+        *a = a.wrapping_add(m) & mask;
     }
 }
 
