@@ -12,3 +12,4 @@ pub mod model;
 pub mod privacy;
 pub mod schedule;
 pub mod secagg;
+pub mod signds;
