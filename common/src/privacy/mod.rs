@@ -2,6 +2,7 @@
 //! sampled Gaussian mechanism, budgets and planning.
 
 mod accountant;
+mod analytic_gaussian;
 mod clip;
 mod ddg;
 mod discrete_gaussian;
@@ -13,6 +14,7 @@ pub use accountant::{
     Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
     check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
+pub use analytic_gaussian::{analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta};
 pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
 pub use ddg::DdgRound;
 pub use discrete_gaussian::{
