@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+pub mod admm;
 pub mod data;
 pub mod model;
 pub mod privacy;
