@@ -183,6 +183,8 @@ pub async fn run_client(
         }
         None => StdRng::from_os_rng(),
     };
+    // Keys, masks, shares, rounding and noise always come from the OS, even in seeded runs.
+    let mut secret_rng = StdRng::from_os_rng();
     let mut task: Option<(RoundTask, TensorAssembler)> = None;
     let mut secure: Option<SecureRound> = None;
     let mut rounds_trained = 0;
@@ -244,13 +246,14 @@ pub async fn run_client(
                     }
                 });
                 let reply = match (reply, t.secagg) {
-                    (Ok((update, _)), Some(sa)) => secure_start(
-                        me, round, sa, &update, &opts, &mut rng,
-                    )
-                    .map(|(state, keys)| {
-                        secure = Some(state);
-                        Reply::Stage(client_message::Body::SecaggKeys(keys))
-                    }),
+                    (Ok((update, _)), Some(sa)) => {
+                        secure_start(me, round, sa, &update, &opts, &mut secret_rng).map(
+                            |(state, keys)| {
+                                secure = Some(state);
+                                Reply::Stage(client_message::Body::SecaggKeys(keys))
+                            },
+                        )
+                    }
                     (Ok((update, loss)), None) => Ok(Reply::Update(update, loss)),
                     (Err(reason), _) => Err(reason),
                 };
@@ -271,7 +274,7 @@ pub async fn run_client(
                     tracing::debug!("secure-aggregation message outside a secure round: ignored");
                     continue;
                 };
-                match secure_step(state, body, &mut rng) {
+                match secure_step(state, body, &mut secret_rng) {
                     Ok(Step::Ignore) => {}
                     Ok(Step::Send(bodies)) => {
                         for b in bodies {
