@@ -1,6 +1,7 @@
 //! The round loop: waits for K clients, then each round samples m of the connected clients,
 //! sends them the global model, collects their updates until all answered or the deadline
-//! passed, lets the strategy aggregate, evaluates the new model and records the round.
+//! passed (or, under secure aggregation, runs the stages of [`crate::secure_round`] and gets
+//! only the sum), lets the strategy aggregate, evaluates the new model and records the round.
 
 use crate::config::{ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use crate::ledger::{Ledger, LedgerEntry};
