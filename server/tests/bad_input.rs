@@ -7,15 +7,13 @@ mod support;
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, TensorChunk, UpdateHeader, client_message, server_message,
+    ClientMessage, JoinRequest, TensorChunk, UpdateHeader, client_message, server_message,
 };
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
 use std::time::Duration;
 use support::blobs;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
 fn config(out: &std::path::Path) -> RunConfig {
@@ -57,29 +55,8 @@ async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetri
     ));
     let good = support::spawn_clients(&endpoint, &data, 2, None);
 
-    let mut grpc = FederationClient::connect(endpoint).await.unwrap();
-    let joined = grpc
-        .join(JoinRequest {
-            token: String::new(),
-            name: "evil".into(),
-            num_examples: 100,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let (tx, rx) = mpsc::channel(64);
+    let (_, tx, mut inbound) = support::raw_session(&endpoint, "evil").await;
     let send = |body| ClientMessage { body: Some(body) };
-    tx.send(send(client_message::Body::Hello(Hello {
-        client_id: joined.client_id,
-        session_key: joined.session_key,
-    })))
-    .await
-    .unwrap();
-    let mut inbound = grpc
-        .session(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
     let status = loop {
         match inbound.message().await {
             Ok(Some(m)) => {

@@ -1,12 +1,12 @@
 //! The client's side of one secure-aggregation round, as a state machine over the stage messages.
 
-use super::SecAggError;
 use super::keys::{self, KeyPair, SecretKind, share_commitment};
 use super::messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::server::Stage;
 use super::shamir::{self, SHARE_BYTES, Share};
+use super::{SecAggError, check_stage};
 use rand::{CryptoRng, Rng};
 use std::collections::{BTreeMap, BTreeSet};
 use x25519_dalek::PublicKey;
@@ -53,15 +53,7 @@ impl ClientRound {
     }
 
     fn expect(&self, stage: Stage) -> Result<(), SecAggError> {
-        if self.stage == stage {
-            Ok(())
-        } else {
-            Err(SecAggError::WrongStage {
-                round: self.round,
-                expected: self.stage,
-                got: stage,
-            })
-        }
+        check_stage(self.round, self.stage, stage)
     }
 
     /// Stage 0: the public keys to advertise.

@@ -123,5 +123,18 @@ pub enum SecAggError {
     Shamir(#[from] ShamirError),
 }
 
+/// Refuses a message for stage `got` while `current` is in progress.
+fn check_stage(round: u64, current: Stage, got: Stage) -> Result<(), SecAggError> {
+    if current == got {
+        Ok(())
+    } else {
+        Err(SecAggError::WrongStage {
+            round,
+            expected: current,
+            got,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;

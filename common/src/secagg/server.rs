@@ -1,13 +1,13 @@
 //! The server's side of one secure-aggregation round: it routes keys and sealed shares, sums the
 //! masked inputs and, from the revealed shares, removes every mask.
 
-use super::SecAggError;
 use super::graph::{self, GraphKind};
 use super::keys::{self, KeyPair, SecretKind, share_commitment};
 use super::messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::shamir::{self, Share};
+use super::{SecAggError, check_stage};
 use rand::{CryptoRng, Rng};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use x25519_dalek::PublicKey;
@@ -126,15 +126,7 @@ impl ServerRound {
     }
 
     fn expect(&self, stage: Stage) -> Result<(), SecAggError> {
-        if self.stage == stage {
-            Ok(())
-        } else {
-            Err(SecAggError::WrongStage {
-                round: self.round,
-                expected: self.stage,
-                got: stage,
-            })
-        }
+        check_stage(self.round, self.stage, stage)
     }
 
     fn abort(&mut self, reason: String) -> SecAggError {

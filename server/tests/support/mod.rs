@@ -1,14 +1,20 @@
-//! Helpers shared by the in-process federation tests.
+//! Helpers shared by the in-process federation tests (each test binary uses some of them).
+
+#![allow(dead_code)]
 
 use fl_client::{ClientError, ClientOptions, ClientReport, LocalData, run_client};
 use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
+use fl_proto::v1::federation_client::FederationClient;
+use fl_proto::v1::{ClientMessage, Hello, JoinRequest, ServerMessage, client_message};
 use fl_server::output::RoundMetrics;
 use ndarray::Array2;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
 
 /// Two separable blobs in 4 dimensions, labels alternating.
 pub fn blobs(n: usize) -> Dataset {
@@ -48,6 +54,43 @@ pub fn spawn_clients(
             tokio::spawn(run_client(opts, local))
         })
         .collect()
+}
+
+/// A hand-driven client for hostile tests: joins as `name`, opens its Session with Hello and
+/// returns its id, its outgoing queue and the server's stream.
+pub async fn raw_session(
+    endpoint: &str,
+    name: &str,
+) -> (
+    u64,
+    mpsc::Sender<ClientMessage>,
+    tonic::Streaming<ServerMessage>,
+) {
+    let mut grpc = FederationClient::connect(endpoint.to_string())
+        .await
+        .unwrap();
+    let joined = grpc
+        .join(JoinRequest {
+            token: String::new(),
+            name: name.into(),
+            num_examples: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = joined.client_id.parse().unwrap();
+    let (tx, rx) = mpsc::channel(64);
+    let hello = client_message::Body::Hello(Hello {
+        client_id: joined.client_id,
+        session_key: joined.session_key,
+    });
+    tx.send(ClientMessage { body: Some(hello) }).await.unwrap();
+    let inbound = grpc
+        .session(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (id, tx, inbound)
 }
 
 /// The lines of a run folder's `metrics.jsonl`.
