@@ -6,7 +6,7 @@
 //! release has RDP alpha (2C)^2 / (2 sigma^2) (Mironov 2017, Prop. 7) and r releases compose to r
 //! times that. Laplace output perturbation (APPFL): L1 sensitivity Delta, noise Laplace(Delta/eps)
 //! per coordinate, eps-DP per release (Dwork and Roth 2014, Thm 3.6); r releases compose to r eps
-//! (basic composition).
+//! (basic composition). Delta for FedAvg's local SGD is [`sgd_l1_sensitivity`].
 
 use super::accountant::{check_delta, epsilon_from_rdp};
 use super::rdp::default_orders;
@@ -44,6 +44,16 @@ pub fn add_laplace_noise<R: Rng + CryptoRng>(values: &mut [f32], scale: f64, rng
         let x = -scale * u.signum() * (1.0 - 2.0 * u.abs()).ln();
         *v = (f64::from(*v) + x) as f32;
     }
+}
+
+/// L1 sensitivity of a model released after `steps` SGD steps of rate eta on per-example
+/// gradients clipped in L1 to C, in batches of B examples: Delta = 2 C eta (1/B + steps - 1).
+/// The first step that sees the changed example moves by at most 2 C eta / B (the seed's case:
+/// one full-batch step, B = I_p, gives 2 C eta / I_p); after it the two trajectories differ, so
+/// with no smoothness assumed every later step's mean clipped gradient may differ by 2C. Output
+/// perturbation after several local steps therefore pays almost linearly in the steps.
+pub fn sgd_l1_sensitivity(clip: f64, learning_rate: f64, batch: usize, steps: u64) -> f64 {
+    2.0 * clip * learning_rate * (1.0 / batch.max(1) as f64 + steps.saturating_sub(1) as f64)
 }
 
 /// epsilon after `releases` Gaussian local releases of an update clipped to L2 norm `clip` with
@@ -89,6 +99,15 @@ mod tests {
             (var - var_true).abs() < 5.0 * se_var,
             "variance {var} vs {var_true}"
         );
+    }
+
+    #[test]
+    fn sgd_sensitivity_is_the_seeds_for_one_step_and_grows_with_steps() {
+        // One full-batch step over I_p = 600 examples: 2 C eta / I_p.
+        assert!((sgd_l1_sensitivity(1.0, 0.1, 600, 1) - 2.0 * 0.1 / 600.0).abs() < 1e-15);
+        let one = sgd_l1_sensitivity(1.0, 0.1, 20, 1);
+        let thirty = sgd_l1_sensitivity(1.0, 0.1, 20, 30);
+        assert!((thirty - (one + 29.0 * 0.2)).abs() < 1e-12);
     }
 
     #[test]
