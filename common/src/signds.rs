@@ -268,6 +268,54 @@ pub fn check_upload(sign: i64, indices: &[u64], dim: usize, h: usize) -> Result<
     Ok(())
 }
 
+/// The server's side: each upload (s, J) becomes the sparse update s * 1_J; the round's mean of
+/// them moves the model by a global learning rate: w <- w + eta_g (1/n) sum_clients s * 1_J.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignAggregate {
+    sum: Vec<f32>,
+    count: usize,
+    h: usize,
+}
+
+impl SignAggregate {
+    /// An empty aggregate for a model of `dim` parameters and uploads of at most `h` indices.
+    pub fn new(dim: usize, h: usize) -> Self {
+        Self {
+            sum: vec![0.0; dim],
+            count: 0,
+            h,
+        }
+    }
+
+    /// Adds one upload after [`check_upload`]; a refused upload changes nothing.
+    pub fn add(&mut self, sign: i64, indices: &[u64]) -> Result<(), SignDsError> {
+        check_upload(sign, indices, self.sum.len(), self.h)?;
+        let s = sign as f32;
+        for &i in indices {
+            self.sum[i as usize] += s;
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Uploads absorbed so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// w + eta_g * mean sparse update, or `None` if nothing was absorbed.
+    pub fn step(&self, global: &[f32], learning_rate: f32) -> Option<Vec<f32>> {
+        (self.count > 0).then(|| {
+            let scale = learning_rate / self.count as f32;
+            global
+                .iter()
+                .zip(&self.sum)
+                .map(|(w, s)| w + scale * s)
+                .collect()
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +434,19 @@ mod tests {
         assert!(s.expected_nu() / s.h as f64 >= 0.05);
         let next = SignDs::new(10_000, 100, s.h + 1, 2.0).unwrap();
         assert!(next.expected_nu() / (next.h as f64) < 0.05);
+    }
+
+    #[test]
+    fn the_server_averages_sparse_sign_updates() {
+        let mut agg = SignAggregate::new(5, 2);
+        assert_eq!(agg.step(&[0.0; 5], 1.0), None);
+        agg.add(1, &[0, 3]).unwrap();
+        agg.add(-1, &[3, 4]).unwrap();
+        // A refused upload leaves the aggregate alone.
+        assert!(agg.add(1, &[1, 1]).is_err());
+        assert_eq!(agg.count(), 2);
+        let w = agg.step(&[1.0; 5], 0.5).unwrap();
+        assert_eq!(w, vec![1.25, 1.0, 1.0, 1.0, 0.75]);
     }
 
     #[test]
