@@ -2,7 +2,7 @@
 
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
-use fl_client::{ClientOptions, LocalData, run_client};
+use fl_client::{ClientOptions, ClientPrivacy, LocalData, run_client};
 use fl_common::data::Partition;
 use fl_common::secagg::PlainInputs;
 use fl_server::config::RunConfig;
@@ -121,6 +121,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             connect_timeout: Duration::from_secs(30),
             training_slots: slots.clone(),
             oracle: oracle.clone(),
+            privacy: ClientPrivacy::default(),
         };
         let local = LocalData {
             data: train.clone(),

@@ -5,18 +5,24 @@
 #![deny(missing_docs)]
 
 use fl_common::data::Dataset;
-use fl_common::model::{LocalConfig, ModelSpec, train_local};
-use fl_common::privacy::{MAX_VARIANCE, add_discrete_gaussian_noise};
+mod local_round;
+
+use fl_common::model::{LocalConfig, ModelSpec};
+use fl_common::privacy::{
+    ClientLimits, LocalLedger, LocalMechanism, MAX_VARIANCE, ReleaseKind,
+    add_discrete_gaussian_noise,
+};
 use fl_common::secagg::{
     AdvertisedKeys, ClientRound, Neighbourhood, PlainInputs, Quantizer, Ring, SealedShares,
 };
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, MaskedInputHeader, RevealedShare, RoundTask, SealedShare,
-    SecAggKeys, SecAggReveal, SecAggShares, SecAggTask, ServerMessage, TaskFailed, UpdateHeader,
-    client_message, server_message,
+    ClientMessage, Hello, JoinRequest, LocalRelease, MaskedInputHeader, RevealedShare, RoundTask,
+    SealedShare, SecAggKeys, SecAggReveal, SecAggShares, SecAggTask, ServerMessage, SignDsUpload,
+    TaskFailed, UpdateHeader, client_message, server_message,
 };
 use fl_proto::{TensorAssembler, chunk_count, encode_chunks, encode_word_chunks, ring_words};
+use local_round::{AdmmStep, Upload, Work};
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -82,15 +88,30 @@ pub struct ClientOptions {
     pub training_slots: Arc<Semaphore>,
     /// Simulation only: where to record plain secure-aggregation inputs (never sent).
     pub oracle: Option<Arc<PlainInputs>>,
+    /// The protection this client insists on, whatever the server asks.
+    pub privacy: ClientPrivacy,
+}
+
+/// A client's own privacy requirements.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClientPrivacy {
+    /// The only local mechanism it uploads with (`None`: whatever the round asks).
+    pub require: Option<ReleaseKind>,
+    /// Limits that tighten the round's mechanism.
+    pub limits: ClientLimits,
 }
 
 /// What a client did before the server shut the session down.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClientReport {
     /// Rounds this client trained in.
     pub rounds_trained: u64,
     /// The server's reason for ending.
     pub shutdown_reason: String,
+    /// Local releases made (uploads protected by a local mechanism).
+    pub local_releases: u64,
+    /// Their composed epsilon (at the releases' delta; 0 when there were none).
+    pub local_epsilon: f64,
 }
 
 /// Connects, joins and opens the Session stream, retrying with jittered back-off until
@@ -188,6 +209,9 @@ pub async fn run_client(
     let mut task: Option<(RoundTask, TensorAssembler)> = None;
     let mut secure: Option<SecureRound> = None;
     let mut rounds_trained = 0;
+    // What this client's local releases have cost it, at the delta of its releases.
+    let mut spent = LocalLedger::default();
+    let mut spent_delta: f64 = 0.0;
     loop {
         let Some(message) = inbound.message().await? else {
             return Err(ClientError::Protocol(
@@ -221,45 +245,46 @@ pub async fn run_client(
                 };
                 let (t, _) = task.take().expect("checked above");
                 let round = t.round;
-                let reply = match check_task(&t, &local, global.len()) {
-                    Ok((spec, config)) => {
+                let reply = match plan_round(&t, &local, global.len(), &opts.privacy) {
+                    Ok((work, secagg)) => {
                         let permit = opts.training_slots.clone().acquire_owned().await;
                         let (local, seed) = (local.clone(), rng.random());
-                        let trained = tokio::task::spawn_blocking(move || {
+                        let computed = tokio::task::spawn_blocking(move || {
                             let _permit = permit;
-                            train_update(&spec, &config, global, &local, seed)
+                            local_round::compute(&work, &global, &local, seed)
                         })
                         .await
                         .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
                         rounds_trained += 1;
-                        Ok(trained)
+                        match (computed, secagg) {
+                            (Ok(Upload::Dense { values, .. }), Some(sa)) => {
+                                secure_start(me, round, sa, &values, &opts, &mut secret_rng).map(
+                                    |(state, keys)| {
+                                        secure = Some(state);
+                                        Reply::Stage(client_message::Body::SecaggKeys(keys))
+                                    },
+                                )
+                            }
+                            (computed, _) => computed.map(Reply::Upload),
+                        }
                     }
                     Err(reason) => Err(reason),
                 };
-                // A diverged local model is reported, not uploaded: the server refuses
-                // non-finite values and would drop this client.
-                let reply = reply.and_then(|(update, loss)| {
-                    if update.iter().all(|v| v.is_finite()) {
-                        Ok((update, loss))
-                    } else {
-                        Err("local training diverged (non-finite parameters)".to_string())
-                    }
-                });
-                let reply = match (reply, t.secagg) {
-                    (Ok((update, _)), Some(sa)) => {
-                        secure_start(me, round, sa, &update, &opts, &mut secret_rng).map(
-                            |(state, keys)| {
-                                secure = Some(state);
-                                Reply::Stage(client_message::Body::SecaggKeys(keys))
-                            },
-                        )
-                    }
-                    (Ok((update, loss)), None) => Ok(Reply::Update(update, loss)),
-                    (Err(reason), _) => Err(reason),
-                };
                 match reply {
-                    Ok(Reply::Update(update, loss)) => {
-                        upload(&outbox, round, local.indices.len() as u64, &update, loss).await?
+                    Ok(Reply::Upload(upload)) => {
+                        if let Some(release) = upload.release() {
+                            spent.record(release);
+                            spent_delta = spent_delta.max(release.delta);
+                            tracing::info!(
+                                round,
+                                mechanism = release.kind.name(),
+                                epsilon = release.epsilon,
+                                releases = spent.releases(),
+                                composed_epsilon = spent.epsilon(spent_delta),
+                                "local privacy spent"
+                            );
+                        }
+                        send_upload(&outbox, round, local.indices.len() as u64, upload).await?
                     }
                     Ok(Reply::Stage(body)) => send(&outbox, body).await?,
                     Err(reason) => fail(&outbox, round, reason).await?,
@@ -296,6 +321,8 @@ pub async fn run_client(
                 return Ok(ClientReport {
                     rounds_trained,
                     shutdown_reason: s.reason,
+                    local_releases: spent.releases(),
+                    local_epsilon: spent.epsilon(spent_delta),
                 });
             }
             None => return Err(ClientError::Protocol("empty ServerMessage".into())),
@@ -305,8 +332,8 @@ pub async fn run_client(
 
 /// What a client sends once its local training is done.
 enum Reply {
-    /// A plain update and its training loss.
-    Update(Vec<f32>, f32),
+    /// A plain or locally protected upload.
+    Upload(Upload),
     /// The first stage message of a secure-aggregation round.
     Stage(client_message::Body),
 }
@@ -467,7 +494,7 @@ fn secure_step(
 }
 
 /// Checks that a task fits this client's data; returns the model and training settings.
-fn check_task(
+fn check_model(
     task: &RoundTask,
     local: &LocalData,
     num_values: usize,
@@ -508,28 +535,63 @@ fn check_task(
     Ok((spec, config))
 }
 
-/// Trains from the global model; returns u = w_local - w_t and the last epoch's loss.
-fn train_update(
-    spec: &ModelSpec,
-    config: &LocalConfig,
-    global: Vec<f32>,
+/// Checks a task against this client's data and its own privacy requirements, and decides how
+/// to do the round: the local work, and the secure-aggregation task that follows it, if any. The
+/// client never uploads with less protection than it requires: its limits only tighten the
+/// round's mechanism, and a round of another kind is refused.
+fn plan_round(
+    task: &RoundTask,
     local: &LocalData,
-    seed: u64,
-) -> (Vec<f32>, f32) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut params = global.clone();
-    let loss = train_local(
-        spec,
-        &mut params,
-        &local.data,
-        &local.indices,
-        config,
-        &mut rng,
-    );
-    for (p, g) in params.iter_mut().zip(&global) {
-        *p -= g;
+    num_values: usize,
+    own: &ClientPrivacy,
+) -> Result<(Work, Option<SecAggTask>), String> {
+    let factor = if task.admm.is_some() { 2 } else { 1 };
+    if !num_values.is_multiple_of(factor) {
+        return Err(format!("an IADMM task cannot carry {num_values} values"));
     }
-    (params, loss)
+    let (spec, config) = check_model(task, local, num_values / factor)?;
+    let mechanism = task
+        .local_privacy
+        .as_ref()
+        .map(LocalMechanism::try_from)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let asked = mechanism.map_or("none", |m| m.name());
+    if let Some(required) = own.require
+        && required.name() != asked
+    {
+        return Err(format!(
+            "this client uploads only with {}; the round asks for {asked}",
+            required.name()
+        ));
+    }
+    if task.secagg.is_some() && (mechanism.is_some() || task.admm.is_some()) {
+        return Err("secure aggregation with local privacy or IADMM is not supported".into());
+    }
+    let mechanism = mechanism.map(|m| m.tightened(&own.limits));
+    if let Some(m) = &mechanism {
+        m.check(spec.num_params()).map_err(|e| e.to_string())?;
+    }
+    let admm = match task.admm {
+        None => None,
+        Some(a) if a.rho > 0.0 && a.rho.is_finite() && a.total_examples > 0 => Some(AdmmStep {
+            rho: a.rho,
+            total_examples: a.total_examples,
+        }),
+        Some(a) => {
+            return Err(format!(
+                "unusable IADMM step rho = {}, I = {}",
+                a.rho, a.total_examples
+            ));
+        }
+    };
+    let work = Work {
+        spec,
+        config,
+        mechanism,
+        admm,
+    };
+    Ok((work, task.secagg))
 }
 
 async fn send(
@@ -542,24 +604,46 @@ async fn send(
         .map_err(|_| ClientError::Protocol("session stream closed".into()))
 }
 
-/// Sends an update as a header and its chunks.
-async fn upload(
+/// Sends an upload: a dense tensor as a header and its chunks, or a SignDS release.
+async fn send_upload(
     outbox: &mpsc::Sender<ClientMessage>,
     round: u64,
     num_examples: u64,
-    update: &[f32],
-    train_loss: f32,
+    upload: Upload,
 ) -> Result<(), ClientError> {
-    let header = UpdateHeader {
-        round,
-        num_examples,
-        num_values: update.len() as u64,
-        num_chunks: chunk_count(update.len()),
-        train_loss,
-    };
-    send(outbox, client_message::Body::UpdateHeader(header)).await?;
-    for chunk in encode_chunks(round, update) {
-        send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
+    match upload {
+        Upload::Dense {
+            values,
+            loss,
+            release,
+        } => {
+            let header = UpdateHeader {
+                round,
+                num_examples,
+                num_values: values.len() as u64,
+                num_chunks: chunk_count(values.len()),
+                train_loss: loss,
+                release: release.as_ref().map(LocalRelease::from),
+            };
+            send(outbox, client_message::Body::UpdateHeader(header)).await?;
+            for chunk in encode_chunks(round, &values) {
+                send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
+            }
+            Ok(())
+        }
+        Upload::Sign {
+            sign,
+            indices,
+            release,
+        } => {
+            let upload = SignDsUpload {
+                round,
+                sign: i32::from(sign),
+                indices: indices.into_iter().map(u64::from).collect(),
+                num_examples,
+                release: Some(LocalRelease::from(&release)),
+            };
+            send(outbox, client_message::Body::SigndsUpload(upload)).await
+        }
     }
-    Ok(())
 }

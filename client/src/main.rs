@@ -3,8 +3,9 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fl_client::{ClientOptions, LocalData, run_client};
+use fl_client::{ClientOptions, ClientPrivacy, LocalData, run_client};
 use fl_common::data::{DataSource, Partition};
+use fl_common::privacy::{ClientLimits, ReleaseKind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,52 @@ struct Args {
     /// Seconds to keep retrying the first connection.
     #[arg(long, default_value_t = 60.0)]
     connect_timeout: f64,
+    /// The local protection this client insists on: it refuses rounds that ask for another.
+    /// `follow` applies whatever the round asks.
+    #[arg(long, value_enum, default_value_t = Protection::Follow)]
+    privacy: Protection,
+    /// Largest per-round epsilon this client accepts (it applies the smaller of this and the
+    /// round's).
+    #[arg(long)]
+    epsilon: Option<f64>,
+    /// Largest per-round delta this client accepts (ldp-gaussian).
+    #[arg(long)]
+    delta: Option<f64>,
+    /// This client's own clip bound C (L2 for ldp-gaussian, per-example L1 for ldp-laplace).
+    #[arg(long)]
+    clip_bound: Option<f64>,
+}
+
+/// `--privacy` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Protection {
+    /// Whatever the round asks.
+    Follow,
+    /// Gaussian local DP only.
+    LdpGaussian,
+    /// Laplace output perturbation only.
+    LdpLaplace,
+    /// SignDS only.
+    Signds,
+}
+
+impl Args {
+    /// The client's own requirements, checked.
+    fn privacy(&self) -> anyhow::Result<ClientPrivacy> {
+        let limits = ClientLimits {
+            epsilon: self.epsilon,
+            delta: self.delta,
+            clip: self.clip_bound,
+        };
+        limits.check()?;
+        let require = match self.privacy {
+            Protection::Follow => None,
+            Protection::LdpGaussian => Some(ReleaseKind::Gaussian),
+            Protection::LdpLaplace => Some(ReleaseKind::Laplace),
+            Protection::Signds => Some(ReleaseKind::SignDs),
+        };
+        Ok(ClientPrivacy { require, limits })
+    }
 }
 
 #[tokio::main]
@@ -55,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
     if args.simulate == 0 {
         bail!("--simulate must be at least 1");
     }
+    let privacy = args.privacy()?;
     let source = args.data.clone();
     let data = Arc::new(
         tokio::task::spawn_blocking(move || source.load_train())
@@ -108,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
             connect_timeout: Duration::from_secs_f64(args.connect_timeout),
             training_slots: slots.clone(),
             oracle: None,
+            privacy,
         };
         let local = LocalData {
             data: data.clone(),
@@ -121,6 +170,8 @@ async fn main() -> anyhow::Result<()> {
             (index, Ok(report)) => tracing::info!(
                 index,
                 rounds = report.rounds_trained,
+                local_releases = report.local_releases,
+                local_epsilon = report.local_epsilon,
                 reason = %report.shutdown_reason,
                 "client finished"
             ),

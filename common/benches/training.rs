@@ -5,7 +5,7 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
-use fl_common::model::{LocalConfig, ModelSpec, WeightedMean, train_local};
+use fl_common::model::{GradientRule, LocalConfig, ModelSpec, WeightedMean, train_local};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::hint::black_box;
@@ -29,7 +29,17 @@ fn local_epoch(c: &mut Criterion) {
         group.bench_function(format!("B={batch_size}"), |b| {
             b.iter_batched(
                 || params.clone(),
-                |mut p| train_local(&spec, &mut p, &data, &indices, &config, &mut rng),
+                |mut p| {
+                    train_local(
+                        &spec,
+                        &mut p,
+                        &data,
+                        &indices,
+                        &config,
+                        GradientRule::Mean,
+                        &mut rng,
+                    )
+                },
                 BatchSize::LargeInput,
             )
         });

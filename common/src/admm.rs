@@ -31,21 +31,29 @@ impl ClientState {
     }
 }
 
-/// z_p <- w + (1/rho)(lambda_p - g_p), with `gradient_sum` = sum_{i in I_p} grad f_i(z_p) and
-/// `total_examples` = I over all clients.
+/// The anchor a_p = w + lambda_p / rho the server sends client p: the primal step then needs
+/// only a_p and the point z_p at which to take the gradient.
+pub fn anchor(w: &[f32], lambda: &[f32], rho: f64) -> Vec<f32> {
+    let inv_rho = (1.0 / rho) as f32;
+    w.iter()
+        .zip(lambda)
+        .map(|(&w, &l)| w + inv_rho * l)
+        .collect()
+}
+
+/// z_p <- w + (1/rho)(lambda_p - g_p) = a_p - g_p / rho, with g_p = `gradient_sum` / I,
+/// `gradient_sum` = sum_{i in I_p} grad f_i(z_p) and `total_examples` = I over all clients.
 pub fn primal_step(
-    w: &[f32],
-    lambda: &[f32],
+    anchor: &[f32],
     gradient_sum: &[f32],
     rho: f64,
     total_examples: u64,
 ) -> Vec<f32> {
-    let inv_rho = (1.0 / rho) as f32;
-    let inv_i = (1.0 / total_examples as f64) as f32;
-    w.iter()
-        .zip(lambda)
+    let scale = (1.0 / (rho * total_examples as f64)) as f32;
+    anchor
+        .iter()
         .zip(gradient_sum)
-        .map(|((&w, &l), &g)| w + inv_rho * (l - inv_i * g))
+        .map(|(&a, &g)| a - scale * g)
         .collect()
 }
 
@@ -106,16 +114,14 @@ mod tests {
         let rho = 2.0;
         let mut states = vec![ClientState::start(&[0.0]), ClientState::start(&[0.0])];
         let mut w = vec![0.0f32];
+        // The seed's order: w^{t+1} from (z^t, lambda^t), then z^{t+1} and lambda^{t+1}.
         for _ in 0..500 {
+            w = consensus(&states, 1, rho);
             for (p, s) in states.iter_mut().enumerate() {
                 let grad = [n[p] as f32 * (s.z[0] - c[p])];
-                s.z = primal_step(&w, &s.lambda, &grad, rho, total);
+                s.z = primal_step(&anchor(&w, &s.lambda, rho), &grad, rho, total);
+                dual_step(&mut s.lambda, &w, &s.z, rho);
             }
-            let next = consensus(&states, 1, rho);
-            for s in &mut states {
-                dual_step(&mut s.lambda, &next, &s.z, rho);
-            }
-            w = next;
         }
         let optimum = (30.0 * 1.0 + 10.0 * 5.0) / 40.0;
         assert!((w[0] - optimum).abs() < 1e-3, "w = {} vs {optimum}", w[0]);

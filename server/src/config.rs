@@ -3,8 +3,10 @@
 
 use fl_common::data::{DataSource, PartitionScheme};
 use fl_common::model::{LocalConfig, ModelSpec};
+use fl_common::privacy::LocalMechanism;
 use fl_common::privacy::{Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds};
 use fl_common::schedule::Schedule;
+use fl_common::signds::{SignDs, SignDsError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -49,6 +51,13 @@ pub struct RunConfig {
     pub privacy: PrivacySection,
     /// Secure aggregation (with `privacy.mode = "secagg"`).
     pub secagg: SecAggSection,
+    /// Client-side mechanisms (with `privacy.mode = "ldp-gaussian"`, `"ldp-laplace"` or
+    /// `"signds"`).
+    pub local: LocalSection,
+    /// SignDS (with `privacy.mode = "signds"`).
+    pub signds: SignDsSection,
+    /// Inexact ADMM (with `train.algorithm = "iadmm"`).
+    pub admm: AdmmSection,
 }
 
 /// `[server]`: networking, rounds and outputs.
@@ -136,10 +145,23 @@ impl ModelSection {
     }
 }
 
+/// The training algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Federated averaging: E epochs of local SGD, the server averages the updates.
+    FedAvg,
+    /// Inexact ADMM (APPFL): one linearised primal step per round, duals kept by the server.
+    Iadmm,
+}
+
 /// `[train]`: local training each round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainSection {
+    /// `fedavg` or `iadmm` (which ignores epochs, batch size and learning rate: its step is
+    /// 1/rho).
+    pub algorithm: Algorithm,
     /// E: local epochs.
     pub epochs: u32,
     /// B: local mini-batch size.
@@ -151,6 +173,7 @@ pub struct TrainSection {
 impl Default for TrainSection {
     fn default() -> Self {
         Self {
+            algorithm: Algorithm::FedAvg,
             epochs: 1,
             batch_size: 10,
             learning_rate: 0.05,
@@ -276,7 +299,10 @@ impl RunConfig {
     pub fn round_event(&self, round: u64) -> Option<GaussianRound> {
         let p = &self.privacy;
         let central = match p.mode {
-            PrivacyMode::None => false,
+            PrivacyMode::None
+            | PrivacyMode::LdpGaussian
+            | PrivacyMode::LdpLaplace
+            | PrivacyMode::SignDs => false,
             PrivacyMode::Central => true,
             PrivacyMode::SecAgg => self.secagg.noise == SecAggNoise::Central,
         };
@@ -287,13 +313,52 @@ impl RunConfig {
         })
     }
 
-    /// Whether the run keeps a privacy ledger.
+    /// Whether the run keeps a central privacy ledger (local mechanisms are accounted per
+    /// client instead).
     pub fn is_private(&self) -> bool {
         match self.privacy.mode {
-            PrivacyMode::None => false,
+            PrivacyMode::None
+            | PrivacyMode::LdpGaussian
+            | PrivacyMode::LdpLaplace
+            | PrivacyMode::SignDs => false,
             PrivacyMode::Central => true,
             PrivacyMode::SecAgg => self.secagg.noise != SecAggNoise::None,
         }
+    }
+
+    /// The client-side mechanism of the run for a model of `dim` parameters, or `None`.
+    pub fn local_mechanism(&self, dim: usize) -> Result<Option<LocalMechanism>, ConfigError> {
+        let l = &self.local;
+        let mechanism = match self.privacy.mode {
+            PrivacyMode::LdpGaussian => LocalMechanism::Gaussian {
+                epsilon: l.epsilon,
+                delta: l.delta,
+                clip: l.clip_bound,
+            },
+            PrivacyMode::LdpLaplace => LocalMechanism::Laplace {
+                epsilon: l.epsilon,
+                clip: l.clip_bound,
+            },
+            PrivacyMode::SignDs => {
+                let invalid = |e: SignDsError| ConfigError::Invalid(e.to_string());
+                let k = ((self.signds.top_k * dim as f64).round() as usize).max(1);
+                let signds = match self.signds.output_dimensions {
+                    0 => SignDs::with_ratio(dim, k, l.epsilon, self.signds.ratio),
+                    h => SignDs::new(dim, k, h, l.epsilon),
+                }
+                .map_err(invalid)?;
+                LocalMechanism::SignDs {
+                    epsilon: l.epsilon,
+                    k: signds.k,
+                    h: signds.h,
+                }
+            }
+            PrivacyMode::None | PrivacyMode::Central | PrivacyMode::SecAgg => return Ok(None),
+        };
+        mechanism
+            .check(dim)
+            .map_err(|e| ConfigError::Invalid(format!("[local]: {e}")))?;
+        Ok(Some(mechanism))
     }
 }
 
@@ -308,6 +373,16 @@ pub enum PrivacyMode {
     /// Secure aggregation: the server sees only the sum of clipped, quantised updates (with
     /// optional central or distributed noise, see `[secagg]`).
     SecAgg,
+    /// Each client clips its update and adds Gaussian noise (W_p = W + G), see `[local]`.
+    #[serde(rename = "ldp-gaussian")]
+    LdpGaussian,
+    /// Each client trains on L1-clipped per-example gradients and adds Laplace noise to its
+    /// output (APPFL), see `[local]`.
+    #[serde(rename = "ldp-laplace")]
+    LdpLaplace,
+    /// Each client uploads only a sign and a few dimensions (SignDS, EM-MDS), see `[signds]`.
+    #[serde(rename = "signds")]
+    SignDs,
 }
 
 /// How the clip bound S is chosen.
@@ -412,6 +487,26 @@ impl PrivacySection {
 
     fn validate(&self, run: &RunConfig) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        let local = matches!(
+            self.mode,
+            PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace | PrivacyMode::SignDs
+        );
+        if local {
+            run.local.validate(self.mode)?;
+        }
+        if self.mode == PrivacyMode::SignDs {
+            run.signds.validate()?;
+        }
+        if run.train.algorithm == Algorithm::Iadmm {
+            run.admm.validate()?;
+            if !matches!(self.mode, PrivacyMode::None | PrivacyMode::LdpLaplace) {
+                return bad(format!(
+                    "train.algorithm = \"iadmm\" works with privacy.mode \"none\" or \
+                     \"ldp-laplace\", not {:?}",
+                    self.mode
+                ));
+            }
+        }
         if self.mode == PrivacyMode::SecAgg {
             run.secagg.validate()?;
             if self.clip != ClipMode::Fixed {
@@ -502,6 +597,135 @@ impl PrivacySection {
             ));
         }
         Ok(())
+    }
+}
+
+/// `[local]`: the per-round parameters of the client-side mechanisms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalSection {
+    /// epsilon of each upload (a client's loss composes over the rounds it takes part in).
+    pub epsilon: f64,
+    /// delta of each upload (`ldp-gaussian`).
+    pub delta: f64,
+    /// C: the L2 bound of the update (`ldp-gaussian`) or the L1 bound of each per-example
+    /// gradient (`ldp-laplace`).
+    pub clip_bound: f64,
+}
+
+impl Default for LocalSection {
+    fn default() -> Self {
+        Self {
+            epsilon: 1.0,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        }
+    }
+}
+
+impl LocalSection {
+    fn validate(&self, mode: PrivacyMode) -> Result<(), ConfigError> {
+        let ok = self.epsilon > 0.0
+            && self.epsilon.is_finite()
+            && (mode != PrivacyMode::LdpGaussian || (self.delta > 0.0 && self.delta < 1.0))
+            && (mode == PrivacyMode::SignDs
+                || (self.clip_bound > 0.0 && self.clip_bound.is_finite()));
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(format!(
+                "[local] needs epsilon > 0, delta in (0, 1) and clip_bound C > 0 (got epsilon = \
+                 {}, delta = {}, clip_bound = {})",
+                self.epsilon, self.delta, self.clip_bound
+            )))
+        }
+    }
+}
+
+/// `[signds]`: SignDS's sizes and the server's step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SignDsSection {
+    /// k as a fraction of d: the top-k set's size.
+    pub top_k: f64,
+    /// h: dimensions released; 0 takes the largest h with E[nu]/h >= `ratio`.
+    pub output_dimensions: usize,
+    /// The E[nu]/h ratio that picks h when `output_dimensions` is 0.
+    pub ratio: f64,
+    /// eta_g: the server's step along the mean sparse sign update.
+    pub global_learning_rate: f64,
+}
+
+impl Default for SignDsSection {
+    fn default() -> Self {
+        Self {
+            top_k: 0.01,
+            output_dimensions: 0,
+            ratio: 0.6,
+            global_learning_rate: 0.05,
+        }
+    }
+}
+
+impl SignDsSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let ok = self.top_k > 0.0
+            && self.top_k < 1.0
+            && self.ratio > 0.0
+            && self.ratio <= 1.0
+            && self.global_learning_rate > 0.0
+            && self.global_learning_rate.is_finite();
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(
+                "[signds] needs top_k in (0, 1), ratio in (0, 1] and global_learning_rate > 0"
+                    .into(),
+            ))
+        }
+    }
+}
+
+/// `[admm]`: the penalty of inexact ADMM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmmSection {
+    /// rho: the penalty (the step of the linearised primal update is 1/rho).
+    pub rho: f64,
+    /// Residual balancing (Boyd et al. 2011, Sec. 3.4.1): adapt rho each round.
+    pub balance: bool,
+    /// mu: how far apart the residuals may be before rho changes.
+    pub balance_mu: f64,
+    /// tau: the factor rho changes by.
+    pub balance_tau: f64,
+}
+
+impl Default for AdmmSection {
+    fn default() -> Self {
+        Self {
+            rho: 1.0,
+            balance: false,
+            balance_mu: 10.0,
+            balance_tau: 2.0,
+        }
+    }
+}
+
+impl AdmmSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let ok = self.rho > 0.0
+            && self.rho.is_finite()
+            && self.balance_mu > 1.0
+            && self.balance_tau > 1.0
+            && self.balance_mu.is_finite()
+            && self.balance_tau.is_finite();
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(
+                "[admm] needs rho > 0, balance_mu > 1 and balance_tau > 1".into(),
+            ))
+        }
     }
 }
 

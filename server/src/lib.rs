@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod ledger;
+pub mod local_accounts;
 pub mod output;
 pub mod registry;
 pub mod rounds;
@@ -16,19 +17,24 @@ pub mod secure_round;
 pub mod service;
 pub mod strategy;
 
-use config::{ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
+use config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use fl_common::data::Dataset;
+use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::PlainInputs;
 use fl_proto::MAX_CHUNK_BYTES;
 use fl_proto::v1::federation_server::FederationServer;
 use ledger::Ledger;
+use local_accounts::LocalAccounts;
 use output::{RoundMetrics, RunFolder, Summary};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use service::{FederationService, Shared};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use strategy::{ClipRule, DpFedAvg, FedAvg, QuantileClip, SecureSum, Strategy, SumNoise};
+use strategy::{
+    ClipRule, DpFedAvg, FedAvg, Iadmm, QuantileClip, ResidualBalancing, SecureSum, SignDsAvg,
+    Strategy, SumNoise,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -88,6 +94,8 @@ pub async fn serve(
 ) -> Result<Summary, ServerError> {
     config.validate()?;
     let spec = config.model.spec(test.num_features(), test.num_classes())?;
+    let dim = spec.num_params();
+    let local_mechanism = config.local_mechanism(dim)?;
     let rng = match config.server.seed {
         Some(seed) => {
             tracing::warn!(
@@ -118,12 +126,36 @@ pub async fn serve(
                 let _ = done_rx.await;
             }),
     );
+    let local_config = config.train.local_config();
     let (strategy, ledger) = match config.privacy.mode {
-        PrivacyMode::None => (
-            Box::new(FedAvg::new(spec.num_params(), config.train.local_config()))
-                as Box<dyn Strategy>,
+        _ if config.train.algorithm == Algorithm::Iadmm => {
+            let a = &config.admm;
+            let balancing = a.balance.then_some(ResidualBalancing {
+                mu: a.balance_mu,
+                tau: a.balance_tau,
+            });
+            let iadmm = Iadmm::new(dim, a.rho, balancing, local_config);
+            (Box::new(iadmm) as Box<dyn Strategy>, None)
+        }
+        PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => (
+            Box::new(FedAvg::new(dim, local_config)) as Box<dyn Strategy>,
             None,
         ),
+        PrivacyMode::SignDs => {
+            let Some(LocalMechanism::SignDs { k, h, epsilon }) = local_mechanism else {
+                unreachable!("signds runs have a SignDS mechanism");
+            };
+            tracing::info!(
+                d = dim,
+                k,
+                h,
+                epsilon,
+                "SignDS: each upload is a sign and h indices"
+            );
+            let lr = config.signds.global_learning_rate as f32;
+            let avg = SignDsAvg::new(dim, h, lr, local_config);
+            (Box::new(avg) as Box<dyn Strategy>, None)
+        }
         PrivacyMode::Central => {
             let p = &config.privacy;
             let rule = match p.clip {
@@ -167,6 +199,7 @@ pub async fn serve(
             (Box::new(sum) as Box<dyn Strategy>, ledger)
         }
     };
+    let config_delta = config.local.delta;
     let result = rounds::RoundLoop {
         shared,
         events,
@@ -180,6 +213,7 @@ pub async fn serve(
         stop,
         oracle,
         ledger,
+        local: local_mechanism.map(|m| LocalAccounts::new(m, config_delta)),
     }
     .run()
     .await;

@@ -1,6 +1,7 @@
 //! The run folder: `metrics.jsonl` (a line per round), `summary.json` and `model.safetensors`.
 //! Files are written to a temporary name and renamed, so a reader never sees half a file.
 
+use crate::local_accounts::{ClientSpend, LocalPrivacySummary};
 use fl_common::model::ModelSpec;
 use serde::Serialize;
 use std::io::Write;
@@ -25,6 +26,12 @@ pub struct RoundMetrics {
     pub noise_std: Option<f64>,
     /// Epsilon spent so far (private runs only).
     pub epsilon: Option<f64>,
+    /// Largest composed local epsilon of any client so far (client-side mechanisms only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_epsilon: Option<f64>,
+    /// IADMM's rho for the next round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rho: Option<f64>,
     /// Delta so far (private runs only).
     pub delta: Option<f64>,
     /// Accuracy of the global model on the test set after the round.
@@ -137,6 +144,10 @@ pub struct Summary {
     pub model: String,
     /// The resolved configuration.
     pub config: serde_json::Value,
+    /// Client-side privacy figures (client-side mechanisms only; per client in
+    /// `local_privacy.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_privacy: Option<LocalPrivacySummary>,
     /// Secure-aggregation totals (secure-aggregation runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secagg: Option<SecAggSummary>,
@@ -177,6 +188,12 @@ impl RunFolder {
     pub fn write_summary(&self, summary: &Summary) -> std::io::Result<()> {
         let text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
         write_atomic(&self.dir.join("summary.json"), &text)
+    }
+
+    /// Writes each client's local privacy figures as `local_privacy.json`.
+    pub fn write_local_privacy(&self, clients: &[ClientSpend]) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(clients).map_err(std::io::Error::other)?;
+        write_atomic(&self.dir.join("local_privacy.json"), &text)
     }
 
     /// Writes the model as `model.safetensors`, one tensor per layer weight and bias, with the

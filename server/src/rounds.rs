@@ -3,8 +3,9 @@
 //! passed (or, under secure aggregation, runs the stages of [`crate::secure_round`] and gets
 //! only the sum), lets the strategy aggregate, evaluates the new model and records the round.
 
-use crate::config::{ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
+use crate::config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use crate::ledger::{Ledger, LedgerEntry};
+use crate::local_accounts::LocalAccounts;
 use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
@@ -14,11 +15,15 @@ use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
+use fl_common::privacy::Release;
 use fl_common::privacy::{
     DdgRound, GaussianRound, PrivacyEvent, Sampling, UpdateMoments, discrete_variance,
 };
 use fl_common::secagg::{PlainInputs, Quantizer, Ring};
-use fl_proto::v1::{RoundTask, SecAggTask, ServerMessage, Shutdown, server_message};
+use fl_proto::v1::{
+    AdmmTask, LocalPrivacy, LocalRelease, RoundTask, SecAggTask, ServerMessage, Shutdown,
+    server_message,
+};
 use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
 use rand::Rng;
@@ -28,6 +33,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
+
+/// What an upload says about itself.
+struct Claim<'a> {
+    /// The round it is for.
+    round: u64,
+    /// n_k.
+    num_examples: u64,
+    /// Its declared local protection.
+    release: Option<&'a LocalRelease>,
+}
 
 /// Counters of one round in progress.
 #[derive(Debug)]
@@ -85,6 +100,8 @@ pub struct RoundLoop {
     pub oracle: Option<Arc<PlainInputs>>,
     /// The privacy ledger of a private run.
     pub ledger: Option<Ledger>,
+    /// The client-side mechanism and each client's local ledger, when clients protect uploads.
+    pub local: Option<LocalAccounts>,
 }
 
 impl RoundLoop {
@@ -143,7 +160,15 @@ impl RoundLoop {
                 Some(Sampling::Poisson) => m as f64,
                 _ => sampled.len().max(1) as f64,
             };
+            let total_examples = {
+                let registry = self.shared.registry();
+                connected
+                    .iter()
+                    .filter_map(|&c| registry.num_examples(c))
+                    .sum()
+            };
             let plan = RoundPlan {
+                total_examples,
                 expected_clients,
                 noise_multiplier: event.is_some().then(|| {
                     self.config
@@ -202,6 +227,8 @@ impl RoundLoop {
                 applied,
                 clip_bound: outcome.clip_bound,
                 noise_std: outcome.noise_std,
+                rho: outcome.rho,
+                local_epsilon: self.local.as_ref().map(LocalAccounts::max_epsilon),
                 epsilon,
                 delta,
                 test_accuracy: eval.accuracy,
@@ -261,7 +288,11 @@ impl RoundLoop {
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
             secagg: secagg_totals,
+            local_privacy: self.local.as_ref().map(LocalAccounts::summary),
         };
+        if let Some(accounts) = &self.local {
+            self.folder.write_local_privacy(&accounts.per_client())?;
+        }
         self.folder.write_summary(&summary)?;
         Ok(summary)
     }
@@ -292,7 +323,7 @@ impl RoundLoop {
                 Ok(None) => return Err(ServerError::Internal("event channel closed".into())),
                 // Only connections matter before the first round; stray uploads are refused
                 // when rounds start checking them, so drop them here.
-                Ok(Some(Event::Update { client, .. })) => {
+                Ok(Some(Event::Update { client, .. } | Event::Sign { client, .. })) => {
                     self.reject(client, Status::failed_precondition("no round is running"))
                 }
                 Ok(Some(_)) => {}
@@ -347,7 +378,8 @@ impl RoundLoop {
             .collect()
     }
 
-    /// Sends each sampled client its task and the global model; returns the bytes sent.
+    /// Sends each sampled client its task and the global model (or, for IADMM, its own anchor
+    /// and point); returns the bytes sent.
     fn start_round(
         &mut self,
         round: u64,
@@ -357,26 +389,45 @@ impl RoundLoop {
         secagg: Option<SecAggTask>,
     ) -> u64 {
         let local = self.strategy.configure_round(round, plan);
-        let mut messages = vec![ServerMessage {
-            body: Some(server_message::Body::Task(RoundTask {
-                round,
-                model: Some((&self.spec).into()),
-                config: Some(local.into()),
-                num_values: global.len() as u64,
-                num_chunks: chunk_count(global.len()),
-                secagg,
-            })),
-        }];
-        messages.extend(encode_chunks(round, global).map(|c| ServerMessage {
-            body: Some(server_message::Body::ModelChunk(c)),
-        }));
-        let per_client: u64 = messages.iter().map(|m| m.encoded_len() as u64).sum();
+        let admm = self.strategy.admm_round().map(|a| AdmmTask {
+            rho: a.rho,
+            total_examples: a.total_examples,
+        });
+        let local_privacy = self
+            .local
+            .as_ref()
+            .map(|a| LocalPrivacy::from(a.mechanism()));
+        let messages = |tensor: &[f32]| {
+            let mut messages = vec![ServerMessage {
+                body: Some(server_message::Body::Task(RoundTask {
+                    round,
+                    model: Some((&self.spec).into()),
+                    config: Some(local.into()),
+                    num_values: tensor.len() as u64,
+                    num_chunks: chunk_count(tensor.len()),
+                    secagg,
+                    local_privacy,
+                    admm,
+                })),
+            }];
+            messages.extend(encode_chunks(round, tensor).map(|c| ServerMessage {
+                body: Some(server_message::Body::ModelChunk(c)),
+            }));
+            messages
+        };
+        let common = messages(global);
         let mut sent = 0;
         for &id in sampled {
-            if let Some(outbox) = self.shared.registry().outbox(id) {
-                send_all(outbox, messages.clone());
-                sent += per_client;
-            }
+            let Some(outbox) = self.shared.registry().outbox(id) else {
+                continue;
+            };
+            let own = self
+                .strategy
+                .client_tensor(id, global)
+                .map(|t| messages(&t));
+            let batch = own.unwrap_or_else(|| common.clone());
+            sent += batch.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
+            send_all(outbox, batch);
         }
         tracing::debug!(round, sampled = sampled.len(), "tasks sent");
         sent
@@ -392,6 +443,8 @@ impl RoundLoop {
     ) -> Result<Tally, ServerError> {
         let deadline = t0 + Duration::from_secs_f64(self.config.server.round_timeout_secs);
         let mut waiting = sampled.clone();
+        // IADMM uploads are primal iterates z_p, not updates: V_c and U_s do not apply.
+        let updates_are_deltas = self.config.train.algorithm == Algorithm::FedAvg;
         let mut tally = Tally {
             completed: 0,
             train_loss_sum: 0.0,
@@ -421,52 +474,51 @@ impl RoundLoop {
                     bytes,
                 } => {
                     tally.bytes_up += bytes;
-                    if header.round != round {
-                        waiting.remove(&client);
-                        self.reject(
-                            client,
-                            Status::invalid_argument(format!(
-                                "update for round {}, but the current round is {round}",
-                                header.round
-                            )),
-                        );
+                    let claim = Claim {
+                        round: header.round,
+                        num_examples: header.num_examples,
+                        release: header.release.as_ref(),
+                    };
+                    let Some(release) = self.admit(round, client, &mut waiting, claim) else {
                         continue;
-                    }
-                    if !waiting.remove(&client) {
-                        self.reject(
-                            client,
-                            Status::failed_precondition(format!(
-                                "client {client} was not sampled in round {round} or already \
-                                 submitted"
-                            )),
-                        );
-                        continue;
-                    }
-                    let declared = self.shared.registry().num_examples(client).unwrap_or(0);
-                    if header.num_examples == 0 || header.num_examples > declared {
-                        self.reject(
-                            client,
-                            Status::invalid_argument(format!(
-                                "update claims {} examples; must be between 1 and the {declared} \
-                                 declared at Join",
-                                header.num_examples
-                            )),
-                        );
-                        continue;
-                    }
+                    };
                     let update = ClientUpdate {
                         client,
                         num_examples: header.num_examples,
                         values,
                     };
                     let finite = update.values.iter().all(|v| v.is_finite());
-                    if finite && update.values.len() == num_params {
+                    if updates_are_deltas && finite && update.values.len() == num_params {
                         tally.moments.add(&update.values);
                     }
                     match self.strategy.absorb(round, update) {
                         Ok(()) => {
                             tally.completed += 1;
                             tally.train_loss_sum += f64::from(header.train_loss);
+                            self.record_release(client, release);
+                        }
+                        Err(e) => self.reject(client, Status::invalid_argument(e.to_string())),
+                    }
+                }
+                Event::Sign {
+                    client,
+                    upload,
+                    bytes,
+                } => {
+                    tally.bytes_up += bytes;
+                    let claim = Claim {
+                        round: upload.round,
+                        num_examples: upload.num_examples,
+                        release: upload.release.as_ref(),
+                    };
+                    let Some(release) = self.admit(round, client, &mut waiting, claim) else {
+                        continue;
+                    };
+                    let sign = i64::from(upload.sign);
+                    match self.strategy.absorb_sign(round, sign, &upload.indices) {
+                        Ok(()) => {
+                            tally.completed += 1;
+                            self.record_release(client, release);
                         }
                         Err(e) => self.reject(client, Status::invalid_argument(e.to_string())),
                     }
@@ -595,6 +647,72 @@ impl RoundLoop {
             secagg: Some(secure_tally.metrics),
             stage_bytes_down: secure_tally.bytes_down,
         })
+    }
+
+    /// Checks what every upload must satisfy: its round, that its sender was sampled and has not
+    /// answered yet, its example count, and its local protection. Returns the release to record
+    /// once the upload is absorbed (`Some(None)` when the round has no local mechanism); on
+    /// failure the client is refused and dropped and `None` returned.
+    fn admit(
+        &mut self,
+        round: u64,
+        client: ClientId,
+        waiting: &mut BTreeSet<ClientId>,
+        claim: Claim<'_>,
+    ) -> Option<Option<Release>> {
+        if claim.round != round {
+            waiting.remove(&client);
+            self.reject(
+                client,
+                Status::invalid_argument(format!(
+                    "update for round {}, but the current round is {round}",
+                    claim.round
+                )),
+            );
+            return None;
+        }
+        if !waiting.remove(&client) {
+            self.reject(
+                client,
+                Status::failed_precondition(format!(
+                    "client {client} was not sampled in round {round} or already submitted"
+                )),
+            );
+            return None;
+        }
+        let declared = self.shared.registry().num_examples(client).unwrap_or(0);
+        if claim.num_examples == 0 || claim.num_examples > declared {
+            self.reject(
+                client,
+                Status::invalid_argument(format!(
+                    "update claims {} examples; must be between 1 and the {declared} declared at \
+                     Join",
+                    claim.num_examples
+                )),
+            );
+            return None;
+        }
+        let release = match (&self.local, claim.release) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => {
+                Err("this round uses no local mechanism: send the update without a release".into())
+            }
+            (Some(accounts), release) => accounts.admit(release).map(Some),
+        };
+        match release {
+            Ok(release) => Some(release),
+            Err(reason) => {
+                self.reject(client, Status::invalid_argument(reason));
+                None
+            }
+        }
+    }
+
+    /// Adds an absorbed upload's release to its client's local ledger.
+    fn record_release(&mut self, client: ClientId, release: Option<Release>) {
+        if let (Some(accounts), Some(release)) = (&mut self.local, release) {
+            accounts.record(client, &release);
+        }
     }
 
     /// Ends a misbehaving client's stream with `status`; the round goes on without it.

@@ -255,7 +255,7 @@ impl RoundLoop {
                         self.reject(client, status_of(&e));
                     }
                 }
-                Event::Update { client, .. } => {
+                Event::Update { client, .. } | Event::Sign { client, .. } => {
                     gone.insert(client);
                     self.reject(
                         client,

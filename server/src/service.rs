@@ -10,7 +10,8 @@ use crate::registry::{ClientId, Outbox, Registry, constant_time_eq};
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
-    ClientMessage, JoinReply, JoinRequest, ServerMessage, UpdateHeader, client_message,
+    ClientMessage, JoinReply, JoinRequest, ServerMessage, SignDsUpload, UpdateHeader,
+    client_message,
 };
 use fl_proto::v1::{PeerKeys, TensorChunk};
 use fl_proto::{ChunkError, TensorAssembler, WireError};
@@ -42,6 +43,15 @@ pub enum Event {
         /// The update's values.
         values: Vec<f32>,
         /// Encoded size of the header and chunks.
+        bytes: u64,
+    },
+    /// A SignDS upload (its indices are checked by the round loop).
+    Sign {
+        /// Sender.
+        client: ClientId,
+        /// The upload.
+        upload: SignDsUpload,
+        /// Encoded size.
         bytes: u64,
     },
     /// A secure-aggregation stage message (fields checked, protocol meaning not yet).
@@ -353,6 +363,19 @@ async fn read_stream(
                 | client_message::Body::SecaggReveal(_)),
             ) => {
                 let _ = shared.events.send(secagg_event(id, body, size)?).await;
+            }
+            Some(client_message::Body::SigndsUpload(upload)) => {
+                if pending.is_some() {
+                    return Err(Status::invalid_argument(
+                        "SignDsUpload before the previous tensor's chunks were complete",
+                    ));
+                }
+                let event = Event::Sign {
+                    client: id,
+                    upload,
+                    bytes: size,
+                };
+                let _ = shared.events.send(event).await;
             }
             Some(client_message::Body::TaskFailed(f)) => {
                 let _ = shared

@@ -93,6 +93,7 @@ fn header(round: u64, num_values: usize) -> client_message::Body {
         num_values: num_values as u64,
         num_chunks: fl_proto::chunk_count(num_values),
         train_loss: 0.5,
+        release: None,
     })
 }
 

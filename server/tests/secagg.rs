@@ -119,6 +119,7 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                             num_values: n as u64,
                             num_chunks: chunk_count(n),
                             train_loss: 0.1,
+                            release: None,
                         }));
                         send.extend(
                             encode_chunks(round, &vec![0.0; n])

@@ -11,7 +11,9 @@ mod training;
 
 pub use aggregate::{UpdateError, WeightedMean, apply_update, check_update};
 pub use network::{forward, loss_and_grad};
-pub use training::{Evaluation, LocalConfig, clipped_gradient_sum, evaluate, train_local};
+pub use training::{
+    Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
+};
 
 use rand::Rng;
 use rand_distr::{Distribution, Uniform};

@@ -35,15 +35,26 @@ fn gather(data: &Dataset, idx: &[usize]) -> (Array2<f32>, Vec<u32>) {
     (x, idx.iter().map(|&i| data.labels()[i]).collect())
 }
 
+/// How local SGD forms a batch's gradient.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GradientRule {
+    /// The batch-mean gradient.
+    Mean,
+    /// The mean of per-example gradients, each clipped to L1 norm C first (u / max(1, ||u||_1 / C)),
+    /// so that one example moves a step by at most 2 C eta / B (Laplace output perturbation).
+    ClippedL1(f64),
+}
+
 /// Runs E epochs of mini-batch SGD on the examples `indices` of `data`, starting from `params`
-/// (updated in place): each epoch shuffles, then for each batch b, w <- w - eta grad l(w; b).
-/// Returns the mean batch loss of the last epoch.
+/// (updated in place): each epoch shuffles, then for each batch b, w <- w - eta g(w; b), with g
+/// as `rule` says. Returns the mean batch loss of the last epoch.
 pub fn train_local(
     spec: &ModelSpec,
     params: &mut [f32],
     data: &Dataset,
     indices: &[usize],
     config: &LocalConfig,
+    rule: GradientRule,
     rng: &mut impl Rng,
 ) -> f32 {
     let mut order = indices.to_vec();
@@ -55,8 +66,19 @@ pub fn train_local(
         let mut total = 0.0f64;
         let mut batches = 0usize;
         for idx in order.chunks(batch) {
-            let (x, y) = gather(data, idx);
-            total += f64::from(loss_and_grad(spec, params, x.view(), &y, &mut grad));
+            total += match rule {
+                GradientRule::Mean => {
+                    let (x, y) = gather(data, idx);
+                    f64::from(loss_and_grad(spec, params, x.view(), &y, &mut grad))
+                }
+                GradientRule::ClippedL1(clip) => {
+                    grad.iter_mut().for_each(|g| *g = 0.0);
+                    let loss = clipped_sum_into(spec, params, data, idx, clip, &mut grad);
+                    let inv = 1.0 / idx.len() as f32;
+                    grad.iter_mut().for_each(|g| *g *= inv);
+                    loss / idx.len() as f64
+                }
+            };
             batches += 1;
             for (p, g) in params.iter_mut().zip(&grad) {
                 *p -= config.learning_rate * g;
@@ -67,27 +89,41 @@ pub fn train_local(
     last_epoch_loss
 }
 
+/// Adds sum_{i in indices} clip_1(grad f_i(params)) to `sum`; returns the summed loss.
+fn clipped_sum_into(
+    spec: &ModelSpec,
+    params: &[f32],
+    data: &Dataset,
+    indices: &[usize],
+    clip: f64,
+    sum: &mut [f32],
+) -> f64 {
+    let mut grad = vec![0.0f32; params.len()];
+    let mut loss = 0.0;
+    for &i in indices {
+        let (x, y) = gather(data, &[i]);
+        loss += f64::from(loss_and_grad(spec, params, x.view(), &y, &mut grad));
+        crate::privacy::clip_l1(&mut grad, clip);
+        for (s, g) in sum.iter_mut().zip(&grad) {
+            *s += g;
+        }
+    }
+    loss
+}
+
 /// sum_{i in indices} clip_1(grad f_i(params)): each example's cross-entropy gradient, clipped
-/// to L1 norm `clip` (u / max(1, ||u||_1 / C)), summed. The per-example clip bounds what one
-/// example can change, which the Laplace output perturbation of FedAvg and IADMM relies on.
+/// to L1 norm `clip` (u / max(1, ||u||_1 / C)), summed; and the summed loss. The per-example clip
+/// bounds what one example can change, which the Laplace output perturbation of IADMM relies on.
 pub fn clipped_gradient_sum(
     spec: &ModelSpec,
     params: &[f32],
     data: &Dataset,
     indices: &[usize],
     clip: f64,
-) -> Vec<f32> {
+) -> (Vec<f32>, f64) {
     let mut sum = vec![0.0f32; params.len()];
-    let mut grad = vec![0.0f32; params.len()];
-    for &i in indices {
-        let (x, y) = gather(data, &[i]);
-        loss_and_grad(spec, params, x.view(), &y, &mut grad);
-        crate::privacy::clip_l1(&mut grad, clip);
-        for (s, g) in sum.iter_mut().zip(&grad) {
-            *s += g;
-        }
-    }
-    sum
+    let loss = clipped_sum_into(spec, params, data, indices, clip, &mut sum);
+    (sum, loss)
 }
 
 /// Accuracy and mean cross-entropy of `params` on all of `data`.
@@ -139,15 +175,70 @@ mod tests {
         let spec = ModelSpec::mlp(4, &[5], 3).unwrap();
         let params = spec.init(&mut ChaCha8Rng::seed_from_u64(1));
         let all: Vec<usize> = (0..n).collect();
-        let loose = clipped_gradient_sum(&spec, &params, &data, &all, 1e9);
+        let (loose, _) = clipped_gradient_sum(&spec, &params, &data, &all, 1e9);
         let (x, y) = gather(&data, &all);
         let mut mean = vec![0.0f32; params.len()];
         loss_and_grad(&spec, &params, x.view(), &y, &mut mean);
         for (s, m) in loose.iter().zip(&mean) {
             assert!((s - n as f32 * m).abs() < 1e-4, "{s} vs {}", n as f32 * m);
         }
-        let tight = clipped_gradient_sum(&spec, &params, &data, &all, 0.01);
+        let (tight, _) = clipped_gradient_sum(&spec, &params, &data, &all, 0.01);
         assert!(crate::privacy::l1_norm(&tight) <= n as f64 * 0.01 + 1e-9);
+    }
+
+    /// Replacing one example moves the output of L1-clipped SGD by no more than the sensitivity
+    /// the Laplace mechanism is calibrated to, 2 C eta (1/B + steps - 1), for one full-batch step
+    /// (the seed's 2 C eta / I_p) and for several mini-batch steps.
+    #[test]
+    fn clipped_sgd_stays_within_its_l1_sensitivity() {
+        let n = 20;
+        let make = |last_label: u32, shift: f32| {
+            let labels: Vec<u32> = (0..n)
+                .map(|i| {
+                    if i == n - 1 {
+                        last_label
+                    } else {
+                        (i % 3) as u32
+                    }
+                })
+                .collect();
+            let features = Array2::from_shape_fn((n, 4), |(i, j)| {
+                let v = ((i * 5 + j * 3) % 7) as f32 - 3.0;
+                if i == n - 1 { v * shift } else { v }
+            });
+            Dataset::new(features, labels, 3).unwrap()
+        };
+        let (a, b) = (make(0, 1.0), make(2, -4.0));
+        let spec = ModelSpec::mlp(4, &[5], 3).unwrap();
+        let start = spec.init(&mut ChaCha8Rng::seed_from_u64(2));
+        let all: Vec<usize> = (0..n).collect();
+        let clip = 0.5;
+        for (epochs, batch) in [(1u32, n as u32), (3, 5)] {
+            let config = LocalConfig {
+                epochs,
+                batch_size: batch,
+                learning_rate: 0.3,
+            };
+            let run = |data: &Dataset| {
+                let mut p = start.clone();
+                let rule = GradientRule::ClippedL1(clip);
+                let mut rng = ChaCha8Rng::seed_from_u64(9);
+                train_local(&spec, &mut p, data, &all, &config, rule, &mut rng);
+                p
+            };
+            let (pa, pb) = (run(&a), run(&b));
+            let moved: f64 = pa
+                .iter()
+                .zip(&pb)
+                .map(|(x, y)| f64::from(x - y).abs())
+                .sum();
+            let steps = u64::from(epochs) * (n as u64).div_ceil(u64::from(batch));
+            let bound = crate::privacy::sgd_l1_sensitivity(clip, 0.3, batch as usize, steps);
+            assert!(
+                moved > 0.0 && moved <= bound * (1.0 + 1e-5),
+                "{moved} > {bound}"
+            );
+        }
     }
 
     /// Two Gaussian blobs: a few epochs of SGD must separate them.
@@ -170,7 +261,15 @@ mod tests {
             learning_rate: 0.1,
         };
         let all: Vec<usize> = (0..n).collect();
-        let loss = train_local(&spec, &mut params, &data, &all, &config, &mut rng);
+        let loss = train_local(
+            &spec,
+            &mut params,
+            &data,
+            &all,
+            &config,
+            GradientRule::Mean,
+            &mut rng,
+        );
         let after = evaluate(&spec, &params, &data);
         assert!(after.accuracy > 0.97, "{before:?} -> {after:?}");
         assert!(after.loss < before.loss);

@@ -1,15 +1,9 @@
-//! Client-side (local) mechanisms: Gaussian noise on a clipped update and Laplace noise on an
-//! output, with what each costs a client over the rounds it takes part in.
+//! Client-side (local) mechanisms: L1 clipping and Laplace noise on an output.
 //!
-//! Gaussian local DP (W_p = W + G): the client clips its update u to L2 norm C and adds
-//! N(0, sigma^2) per coordinate; replacing all of the client's data moves u by at most 2C, so one
-//! release has RDP alpha (2C)^2 / (2 sigma^2) (Mironov 2017, Prop. 7) and r releases compose to r
-//! times that. Laplace output perturbation (APPFL): L1 sensitivity Delta, noise Laplace(Delta/eps)
-//! per coordinate, eps-DP per release (Dwork and Roth 2014, Thm 3.6); r releases compose to r eps
-//! (basic composition). Delta for FedAvg's local SGD is [`sgd_l1_sensitivity`].
+//! Laplace output perturbation (APPFL): L1 sensitivity Delta, noise Laplace(Delta/eps) per
+//! coordinate, eps-DP per release (Dwork and Roth 2014, Thm 3.6). Delta for FedAvg's local SGD is
+//! [`sgd_l1_sensitivity`]. What releases cost over rounds is in [`super::release`].
 
-use super::accountant::{check_delta, epsilon_from_rdp};
-use super::rdp::default_orders;
 use rand::{CryptoRng, Rng};
 
 /// The L1 norm of `u`.
@@ -54,19 +48,6 @@ pub fn add_laplace_noise<R: Rng + CryptoRng>(values: &mut [f32], scale: f64, rng
 /// perturbation after several local steps therefore pays almost linearly in the steps.
 pub fn sgd_l1_sensitivity(clip: f64, learning_rate: f64, batch: usize, steps: u64) -> f64 {
     2.0 * clip * learning_rate * (1.0 / batch.max(1) as f64 + steps.saturating_sub(1) as f64)
-}
-
-/// epsilon after `releases` Gaussian local releases of an update clipped to L2 norm `clip` with
-/// noise std `sigma`, at `delta`: RDP alpha (2C)^2 / (2 sigma^2) per release (replace-one),
-/// composed and converted as in [`epsilon_from_rdp`].
-pub fn local_gaussian_epsilon(sigma: f64, clip: f64, releases: u64, delta: f64) -> f64 {
-    if releases == 0 || check_delta(delta).is_err() {
-        return 0.0;
-    }
-    let orders = default_orders();
-    let per = (2.0 * clip).powi(2) / (2.0 * sigma * sigma);
-    let rdp: Vec<f64> = orders.iter().map(|a| releases as f64 * a * per).collect();
-    epsilon_from_rdp(&orders, &rdp, delta)
 }
 
 #[cfg(test)]
@@ -122,19 +103,5 @@ mod tests {
                 assert_eq!(u, before);
             }
         }
-    }
-
-    /// One release at sigma = 2C sqrt(2 ln(1.25/delta)) / eps is (eps, delta)-DP by the classic
-    /// bound; the RDP conversion gives no more than that eps (here eps = 0.5), and r releases cost
-    /// more than one but at most r times as much.
-    #[test]
-    fn composed_local_loss_grows_with_participation() {
-        let (clip, delta, eps) = (1.0, 1e-5, 0.5);
-        let sigma = 2.0 * clip * (2.0 * (1.25f64 / delta).ln()).sqrt() / eps;
-        let one = local_gaussian_epsilon(sigma, clip, 1, delta);
-        assert!(one <= eps, "{one}");
-        let ten = local_gaussian_epsilon(sigma, clip, 10, delta);
-        assert!(ten > one && ten <= 10.0 * eps, "{ten}");
-        assert_eq!(local_gaussian_epsilon(sigma, clip, 0, delta), 0.0);
     }
 }

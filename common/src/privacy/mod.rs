@@ -10,6 +10,7 @@ mod gaussian;
 mod local;
 mod planning;
 mod rdp;
+mod release;
 
 pub use accountant::{
     Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
@@ -22,6 +23,9 @@ pub use discrete_gaussian::{
     MAX_VARIANCE, add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,
 };
 pub use gaussian::add_gaussian_noise;
-pub use local::{add_laplace_noise, clip_l1, l1_norm, local_gaussian_epsilon, sgd_l1_sensitivity};
+pub use local::{add_laplace_noise, clip_l1, l1_norm, sgd_l1_sensitivity};
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use rdp::{default_orders, rdp_poisson, rdp_without_replacement};
+pub use release::{
+    ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,
+};

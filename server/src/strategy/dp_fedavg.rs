@@ -77,6 +77,7 @@ impl DpFedAvg {
             plan: RoundPlan {
                 expected_clients: 1.0,
                 noise_multiplier: None,
+                total_examples: 0,
             },
             sum: vec![0.0; num_params],
             held: Vec::new(),
@@ -164,6 +165,7 @@ impl Strategy for DpFedAvg {
             model: Some(model),
             clip_bound: Some(bound),
             noise_std: Some(noise_std),
+            rho: None,
         }
     }
 }
@@ -191,6 +193,7 @@ mod tests {
         RoundPlan {
             expected_clients: expected,
             noise_multiplier: Some(z),
+            total_examples: 0,
         }
     }
 

@@ -57,6 +57,7 @@ mod tests {
         let plan = RoundPlan {
             expected_clients: 3.0,
             noise_multiplier: None,
+            total_examples: 0,
         };
         let mut s = FedAvg::new(2, local);
         assert_eq!(s.configure_round(1, &plan), local);

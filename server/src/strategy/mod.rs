@@ -1,17 +1,22 @@
 //! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one client's
 //! result at a time (or, under secure aggregation, the round's sum), finish the round.
-//! [`FedAvg`], [`DpFedAvg`] and [`SecureSum`] implement it.
+//! [`FedAvg`], [`DpFedAvg`], [`SecureSum`], [`SignDsAvg`] and [`Iadmm`] implement it.
 
 mod dp_fedavg;
 mod fedavg;
+mod iadmm;
 mod secure_sum;
+mod signds_avg;
 
 pub use dp_fedavg::{ClipRule, DpFedAvg, QuantileClip};
 pub use fedavg::FedAvg;
+pub use iadmm::{Iadmm, ResidualBalancing};
 pub use secure_sum::{SecureSum, SumNoise};
+pub use signds_avg::SignDsAvg;
 
 use crate::registry::ClientId;
 use fl_common::model::{LocalConfig, UpdateError};
+use fl_common::signds::SignDsError;
 
 /// One client's validated-for-shape result.
 #[derive(Debug, Clone)]
@@ -32,6 +37,17 @@ pub struct RoundPlan {
     pub expected_clients: f64,
     /// z_t: noise multiplier of the round (private runs).
     pub noise_multiplier: Option<f64>,
+    /// I: examples the connected clients declared at Join.
+    pub total_examples: u64,
+}
+
+/// The inexact-ADMM step of a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdmmRound {
+    /// rho^t.
+    pub rho: f64,
+    /// I.
+    pub total_examples: u64,
 }
 
 /// What a round produced.
@@ -43,6 +59,8 @@ pub struct RoundOutcome {
     pub clip_bound: Option<f64>,
     /// Standard deviation of the Gaussian noise added to each coordinate of the sum.
     pub noise_std: Option<f64>,
+    /// rho for the next round (IADMM).
+    pub rho: Option<f64>,
 }
 
 /// The unmasked sum of a secure-aggregation round, decoded to floats.
@@ -72,6 +90,15 @@ pub enum StrategyError {
     /// This strategy needs individual updates.
     #[error("this strategy aggregates individual updates, not a secure sum")]
     NeedsUpdates,
+    /// This round takes SignDS uploads only.
+    #[error("this round uses SignDS: send a SignDsUpload, not the update")]
+    NeedsSign,
+    /// This round takes no SignDS uploads.
+    #[error("this round does not use SignDS: send the update")]
+    NotSign,
+    /// A SignDS upload is malformed.
+    #[error(transparent)]
+    Sign(#[from] SignDsError),
 }
 
 /// A server-side aggregation rule.
@@ -83,6 +110,24 @@ pub trait Strategy: Send {
     /// Takes a secure-aggregation round's sum; strategies that need each update refuse it.
     fn absorb_sum(&mut self, _round: u64, _input: SumInput) -> Result<(), StrategyError> {
         Err(StrategyError::NeedsUpdates)
+    }
+    /// Takes one SignDS upload (s, J); other strategies refuse it.
+    fn absorb_sign(
+        &mut self,
+        _round: u64,
+        _sign: i64,
+        _indices: &[u64],
+    ) -> Result<(), StrategyError> {
+        Err(StrategyError::NotSign)
+    }
+    /// What `client` is sent at the start of a round instead of the global model, if anything
+    /// (IADMM: its anchor and point).
+    fn client_tensor(&self, _client: ClientId, _global: &[f32]) -> Option<Vec<f32>> {
+        None
+    }
+    /// The round's inexact-ADMM step, if the strategy runs one.
+    fn admm_round(&self) -> Option<AdmmRound> {
+        None
     }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome;

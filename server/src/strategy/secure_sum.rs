@@ -44,6 +44,7 @@ impl SecureSum {
             plan: RoundPlan {
                 expected_clients: 1.0,
                 noise_multiplier: None,
+                total_examples: 0,
             },
             input: None,
         }
@@ -96,6 +97,7 @@ impl Strategy for SecureSum {
             model: Some(model),
             clip_bound: Some(clip_bound),
             noise_std,
+            rho: None,
         }
     }
 }
@@ -127,6 +129,7 @@ mod tests {
         let plan = RoundPlan {
             expected_clients: 10.0,
             noise_multiplier: None,
+            total_examples: 0,
         };
         s.configure_round(1, &plan);
         let single = ClientUpdate {
@@ -152,6 +155,7 @@ mod tests {
             &RoundPlan {
                 expected_clients: 5.0,
                 noise_multiplier: Some(2.0),
+                total_examples: 0,
             },
         );
         s.absorb_sum(1, input(vec![0.0; 1000], 3)).unwrap();

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use fl_client::{ClientError, ClientOptions, ClientReport, LocalData, run_client};
+use fl_client::{ClientError, ClientOptions, ClientPrivacy, ClientReport, LocalData, run_client};
 use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
@@ -46,6 +46,7 @@ pub fn spawn_clients(
                 connect_timeout: Duration::from_secs(10),
                 training_slots: slots.clone(),
                 oracle: oracle.clone(),
+                privacy: ClientPrivacy::default(),
             };
             let local = LocalData {
                 data: data.clone(),
