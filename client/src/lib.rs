@@ -647,3 +647,93 @@ async fn send_upload(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fl_common::data::Dataset;
+    use fl_common::privacy::Release;
+    use fl_proto::v1::{GaussianLdp, LaplaceLdp, LocalPrivacy, local_privacy};
+
+    fn local() -> LocalData {
+        let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
+        let data = Dataset::new(features, vec![0, 1, 0, 1, 0, 1], 2).unwrap();
+        LocalData {
+            data: Arc::new(data),
+            indices: (0..6).collect(),
+        }
+    }
+
+    fn task(mechanism: Option<local_privacy::Mechanism>) -> RoundTask {
+        let spec = ModelSpec::logistic(3, 2).unwrap();
+        RoundTask {
+            round: 1,
+            model: Some((&spec).into()),
+            config: Some(
+                LocalConfig {
+                    epochs: 1,
+                    batch_size: 2,
+                    learning_rate: 0.1,
+                }
+                .into(),
+            ),
+            num_values: 8,
+            num_chunks: 1,
+            secagg: None,
+            local_privacy: mechanism.map(|m| LocalPrivacy { mechanism: Some(m) }),
+            admm: None,
+        }
+    }
+
+    fn gaussian(epsilon: f64) -> Option<local_privacy::Mechanism> {
+        Some(local_privacy::Mechanism::Gaussian(GaussianLdp {
+            epsilon,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        }))
+    }
+
+    #[test]
+    fn a_client_refuses_rounds_below_its_requirements_and_tightens_the_rest() {
+        let follow = ClientPrivacy::default();
+        let err = plan_round(&task(gaussian(0.0)), &local(), 8, &follow).err();
+        assert!(err.unwrap().contains("local epsilon = 0"));
+        let laplace_only = ClientPrivacy {
+            require: Some(ReleaseKind::Laplace),
+            ..ClientPrivacy::default()
+        };
+        let err = plan_round(&task(gaussian(2.0)), &local(), 8, &laplace_only).err();
+        assert!(err.unwrap().contains("uploads only with ldp-laplace"));
+        let err = plan_round(&task(None), &local(), 8, &laplace_only).err();
+        assert!(err.unwrap().contains("the round asks for none"));
+        let strict = ClientPrivacy {
+            require: Some(ReleaseKind::Laplace),
+            limits: ClientLimits {
+                epsilon: Some(0.5),
+                ..ClientLimits::default()
+            },
+        };
+        let laplace = Some(local_privacy::Mechanism::Laplace(LaplaceLdp {
+            epsilon: 2.0,
+            clip_bound: 1.0,
+        }));
+        let (work, secagg) = plan_round(&task(laplace), &local(), 8, &strict).unwrap();
+        assert!(secagg.is_none());
+        assert_eq!(
+            work.mechanism,
+            Some(LocalMechanism::Laplace {
+                epsilon: 0.5,
+                clip: 1.0
+            })
+        );
+        // The upload carries the tightened loss, which the round admits.
+        let upload = local_round::compute(&work, &[0.0; 8], &local(), 1).unwrap();
+        let release: &Release = upload.release().unwrap();
+        assert_eq!(release.epsilon, 0.5);
+        let round = LocalMechanism::Laplace {
+            epsilon: 2.0,
+            clip: 1.0,
+        };
+        round.admits(release).unwrap();
+    }
+}

@@ -975,4 +975,51 @@ mod tests {
         bad.secagg.sim_dropout = 1.0;
         assert!(refused(&bad).contains("sim_dropout"));
     }
+
+    #[test]
+    fn client_side_settings_are_checked() {
+        let mut c = RunConfig::default();
+        c.privacy.mode = PrivacyMode::LdpGaussian;
+        c.validate().unwrap();
+        assert!(!c.is_private() && c.round_event(1).is_none());
+        assert!(matches!(
+            c.local_mechanism(100).unwrap(),
+            Some(LocalMechanism::Gaussian { .. })
+        ));
+        let mut bad = c.clone();
+        bad.local.epsilon = 0.0;
+        assert!(refused(&bad).contains("epsilon > 0"));
+        let mut bad = c.clone();
+        bad.local.clip_bound = -1.0;
+        assert!(refused(&bad).contains("clip_bound C > 0"));
+        let mut bad = c.clone();
+        bad.local.delta = 1.0;
+        assert!(refused(&bad).contains("delta in (0, 1)"));
+        // IADMM works without noise or with Laplace noise only.
+        let mut bad = c.clone();
+        bad.train.algorithm = Algorithm::Iadmm;
+        assert!(refused(&bad).contains("iadmm"));
+        bad.privacy.mode = PrivacyMode::LdpLaplace;
+        bad.validate().unwrap();
+        bad.admm.rho = 0.0;
+        assert!(refused(&bad).contains("rho > 0"));
+        let mut signds = c;
+        signds.privacy.mode = PrivacyMode::SignDs;
+        signds.local.clip_bound = 0.0; // SignDS does not clip.
+        signds.signds.output_dimensions = 5;
+        signds.validate().unwrap();
+        assert_eq!(
+            signds.local_mechanism(1000).unwrap(),
+            Some(LocalMechanism::SignDs {
+                epsilon: 1.0,
+                k: 10,
+                h: 5
+            })
+        );
+        // h above k.
+        signds.signds.output_dimensions = 11;
+        assert!(signds.local_mechanism(1000).is_err());
+        signds.signds.top_k = 1.5;
+        assert!(refused(&signds).contains("top_k"));
+    }
 }

@@ -6,84 +6,15 @@ mod support;
 
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
-use fl_proto::v1::{
-    ClientMessage, JoinRequest, TensorChunk, UpdateHeader, client_message, server_message,
-};
-use fl_server::config::{ModelKind, RunConfig};
+use fl_proto::v1::{JoinRequest, TensorChunk, UpdateHeader, client_message};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
-use std::time::Duration;
-use support::blobs;
+use support::Behaviour;
 use tonic::Code;
 
-fn config(out: &std::path::Path) -> RunConfig {
-    let mut c = RunConfig::default();
-    c.server.clients = 3;
-    c.server.clients_per_round = 3.0.into();
-    c.server.rounds = 2;
-    c.server.round_timeout_secs = 20.0;
-    c.server.join_timeout_secs = 20.0;
-    c.server.seed = Some(1);
-    c.server.out = out.to_owned();
-    c.model.kind = ModelKind::Logistic;
-    c
-}
-
-/// Builds what the evil client sends once it holds round `round`'s task for a model of `n`
-/// parameters.
-type Behaviour = fn(round: u64, n: usize) -> Vec<client_message::Body>;
-
-/// Runs a 3-client federation in which one client follows `evil`; returns the status that
-/// client got, the run's metrics lines and the number of completed rounds.
+/// The federation of [`support::run_with_evil_client`], unchanged.
 async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetrics>, u64) {
-    let out = std::env::temp_dir().join(format!(
-        "fl-bad-input-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let data = Arc::new(blobs(200));
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config(&out),
-        data.clone(),
-        None,
-        None,
-        stop,
-    ));
-    let good = support::spawn_clients(&endpoint, &data, 2, None);
-
-    let (_, tx, mut inbound) = support::raw_session(&endpoint, "evil").await;
-    let send = |body| ClientMessage { body: Some(body) };
-    let status = loop {
-        match inbound.message().await {
-            Ok(Some(m)) => {
-                if let Some(server_message::Body::Task(task)) = m.body {
-                    for body in evil(task.round, task.num_values as usize) {
-                        tx.send(send(body)).await.unwrap();
-                    }
-                }
-            }
-            Ok(None) => panic!("stream ended without an error status"),
-            Err(status) => break status,
-        }
-    };
-    drop(tx);
-    let summary = tokio::time::timeout(Duration::from_secs(60), server)
-        .await
-        .expect("server finishes")
-        .unwrap()
-        .unwrap();
-    for g in good {
-        g.await
-            .unwrap()
-            .expect("well-behaved clients finish normally");
-    }
-    let metrics = support::read_metrics(&out);
-    std::fs::remove_dir_all(&out).unwrap();
-    (status, metrics, summary.rounds_completed)
+    support::run_with_evil_client(|_| {}, evil).await
 }
 
 fn header(round: u64, num_values: usize) -> client_message::Body {
@@ -205,12 +136,12 @@ async fn wrong_token_cannot_join() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let mut c = config(&out);
+    let mut c = support::evil_config(&out);
     c.server.token = Some("s3cret".into());
     let server = tokio::spawn(fl_server::serve(
         listener,
         c,
-        Arc::new(blobs(10)),
+        Arc::new(support::blobs(10)),
         None,
         None,
         stop,

@@ -1,6 +1,6 @@
 //! End to end with real binaries: one `fl-server` process and several `fl-client` processes on
 //! loopback (the server binds port 0 and prints the address), a few rounds of FedAvg on MNIST;
-//! accuracy rises and the run folder is complete.
+//! accuracy rises and the run folder is complete. `fl-client` refuses unusable privacy limits.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -148,4 +148,24 @@ fn server_and_client_processes_train_mnist() {
         serde_json::json!([784, 10])
     );
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// `fl-client` refuses unusable privacy limits before it loads data or connects.
+#[test]
+fn client_refuses_unusable_privacy_limits() {
+    for (flag, value, message) in [
+        ("--epsilon", "0", "local epsilon = 0"),
+        ("--epsilon", "-1", "local epsilon = -1"),
+        ("--clip-bound", "0", "clip bound C = 0"),
+        ("--delta", "1", "local delta = 1"),
+    ] {
+        let out = Command::new(bin("fl-client"))
+            .args(["--data", "mnist:/nonexistent", "--privacy", "ldp-gaussian"])
+            .arg(format!("{flag}={value}"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} accepted");
+        assert!(stderr.contains(message), "{flag} {value}: {stderr}");
+    }
 }

@@ -6,7 +6,10 @@ use fl_client::{ClientError, ClientOptions, ClientPrivacy, ClientReport, LocalDa
 use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
-use fl_proto::v1::{ClientMessage, Hello, JoinRequest, ServerMessage, client_message};
+use fl_proto::v1::{
+    ClientMessage, Hello, JoinRequest, ServerMessage, client_message, server_message,
+};
+use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::RoundMetrics;
 use ndarray::Array2;
 use std::path::Path;
@@ -101,4 +104,81 @@ pub fn read_metrics(out: &Path) -> Vec<RoundMetrics> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The hostile tests' federation: 3 clients on [`blobs`], logistic regression, 2 rounds.
+pub fn evil_config(out: &Path) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.server.clients = 3;
+    c.server.clients_per_round = 3.0.into();
+    c.server.rounds = 2;
+    c.server.round_timeout_secs = 20.0;
+    c.server.join_timeout_secs = 20.0;
+    c.server.seed = Some(1);
+    c.server.out = out.to_owned();
+    c.model.kind = ModelKind::Logistic;
+    c
+}
+
+/// Builds what the evil client sends once it holds round `round`'s task for a model of `n`
+/// parameters.
+pub type Behaviour = fn(round: u64, n: usize) -> Vec<client_message::Body>;
+
+/// Runs a 3-client federation (configured by [`evil_config`], then `configure`) in which one
+/// client follows `evil`; returns the status that client got, the run's metrics lines and the
+/// number of completed rounds.
+pub async fn run_with_evil_client(
+    configure: fn(&mut RunConfig),
+    evil: Behaviour,
+) -> (tonic::Status, Vec<RoundMetrics>, u64) {
+    let out = std::env::temp_dir().join(format!(
+        "fl-bad-input-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(blobs(200));
+    let mut config = evil_config(&out);
+    configure(&mut config);
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        data.clone(),
+        None,
+        None,
+        stop,
+    ));
+    let good = spawn_clients(&endpoint, &data, 2, None);
+
+    let (_, tx, mut inbound) = raw_session(&endpoint, "evil").await;
+    let send = |body| ClientMessage { body: Some(body) };
+    let status = loop {
+        match inbound.message().await {
+            Ok(Some(m)) => {
+                if let Some(server_message::Body::Task(task)) = m.body {
+                    for body in evil(task.round, task.num_values as usize) {
+                        tx.send(send(body)).await.unwrap();
+                    }
+                }
+            }
+            Ok(None) => panic!("stream ended without an error status"),
+            Err(status) => break status,
+        }
+    };
+    drop(tx);
+    let summary = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    for g in good {
+        g.await
+            .unwrap()
+            .expect("well-behaved clients finish normally");
+    }
+    let metrics = read_metrics(&out);
+    std::fs::remove_dir_all(&out).unwrap();
+    (status, metrics, summary.rounds_completed)
 }
