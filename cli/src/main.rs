@@ -27,6 +27,29 @@ enum Command {
         /// The run folder.
         run: PathBuf,
     },
+    /// Draw the test accuracy of several runs on one chart.
+    Compare {
+        /// Runs as LABEL=RUN_FOLDER.
+        #[arg(required = true, value_parser = parse_labelled)]
+        runs: Vec<(String, PathBuf)>,
+        /// The x axis.
+        #[arg(long, value_enum, default_value_t = plot::XAxis::Round)]
+        x: plot::XAxis,
+        /// Chart title.
+        #[arg(long, default_value = "")]
+        title: String,
+        /// The SVG to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Parses `LABEL=PATH`.
+fn parse_labelled(s: &str) -> Result<(String, PathBuf), String> {
+    let (label, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected LABEL=RUN_FOLDER"))?;
+    Ok((label.to_string(), PathBuf::from(path)))
 }
 
 #[tokio::main]
@@ -44,6 +67,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Privacy(q) => privacy::run(q)?,
         Command::Plot { run } => plot::plot_run(&run, &run.display().to_string())?,
+        Command::Compare {
+            runs,
+            x,
+            title,
+            out,
+        } => plot::compare_runs(&runs, x, &title, &out)?,
     }
     Ok(())
 }

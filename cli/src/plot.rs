@@ -1,22 +1,30 @@
 //! Plots of a run folder from its `metrics.jsonl`: `accuracy.svg` (test accuracy per round) and,
-//! for a private run, `privacy.svg` (the privacy spent per round).
+//! for a private run, `privacy.svg` (the privacy spent per round); and the test accuracy of several
+//! runs on one chart, against rounds or against the bytes exchanged.
 
 use anyhow::Context;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// Reads `(round, key)` pairs from a run folder's `metrics.jsonl`, skipping rounds where `key` is
-/// null.
-pub fn read_series(run: &Path, key: &str) -> anyhow::Result<Vec<(f64, f64)>> {
+/// The parsed lines of a run folder's `metrics.jsonl`.
+fn read_rows(run: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
     let path = run.join("metrics.jsonl");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing {}", path.display())))
+        .collect()
+}
+
+/// Reads `(round, key)` pairs from a run folder's `metrics.jsonl`, skipping rounds where `key` is
+/// null.
+pub fn read_series(run: &Path, key: &str) -> anyhow::Result<Vec<(f64, f64)>> {
     let mut points = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line)?;
+    for v in read_rows(run)? {
         let round = v["round"]
             .as_f64()
-            .with_context(|| format!("{}: line without `round`", path.display()))?;
+            .with_context(|| format!("{}: line without `round`", run.display()))?;
         if let Some(y) = v[key].as_f64() {
             points.push((round, y));
         }
@@ -24,15 +32,59 @@ pub fn read_series(run: &Path, key: &str) -> anyhow::Result<Vec<(f64, f64)>> {
     Ok(points)
 }
 
-/// Draws one line chart of `points` into `out`.
+/// The x axis of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum XAxis {
+    /// Rounds.
+    Round,
+    /// Megabytes sent and received by the server so far.
+    Megabytes,
+}
+
+/// `(x, test accuracy)` of a run along `x`.
+fn accuracy_along(run: &Path, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
+    let mut sent = 0.0;
+    read_rows(run)?
+        .into_iter()
+        .map(|v| {
+            let field = |k: &str| {
+                v[k].as_f64()
+                    .with_context(|| format!("{}: line without `{k}`", run.display()))
+            };
+            sent += field("bytes_up")? + field("bytes_down")?;
+            let at = match x {
+                XAxis::Round => field("round")?,
+                XAxis::Megabytes => sent / 1e6,
+            };
+            Ok((at, field("test_accuracy")?))
+        })
+        .collect()
+}
+
+/// Colours of successive series.
+const PALETTE: [RGBColor; 8] = [
+    BLUE,
+    RED,
+    GREEN,
+    MAGENTA,
+    CYAN,
+    BLACK,
+    RGBColor(255, 140, 0),
+    RGBColor(128, 128, 128),
+];
+
+/// Draws labelled line series into `out` (a legend when there is more than one).
 fn line_chart(
     out: &Path,
     title: &str,
-    y_desc: &str,
-    points: Vec<(f64, f64)>,
+    (x_desc, y_desc): (&str, &str),
+    series: Vec<(String, Vec<(f64, f64)>)>,
     y_range: std::ops::Range<f64>,
 ) -> anyhow::Result<()> {
-    let last_round = points.last().map_or(1.0, |p| p.0).max(1.0);
+    let x_max = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
     let root = SVGBackend::new(out, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -40,26 +92,62 @@ fn line_chart(
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(65)
-        .build_cartesian_2d(0.0..last_round, y_range)?;
+        .build_cartesian_2d(0.0..x_max, y_range)?;
     chart
         .configure_mesh()
-        .x_desc("round")
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .draw()?;
-    chart.draw_series(LineSeries::new(points, &BLUE))?;
+    let labelled = series.len() > 1;
+    for (i, (label, points)) in series.into_iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        let drawn = chart.draw_series(LineSeries::new(points, &colour))?;
+        if labelled {
+            drawn
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        }
+    }
+    if labelled {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()?;
+    }
     root.present()
         .with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
 
+/// Draws the test accuracy of `runs` (label, run folder) against `x` into `out`.
+pub fn compare_runs(
+    runs: &[(String, std::path::PathBuf)],
+    x: XAxis,
+    title: &str,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let series = runs
+        .iter()
+        .map(|(label, run)| Ok((label.clone(), accuracy_along(run, x)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let x_desc = match x {
+        XAxis::Round => "round",
+        XAxis::Megabytes => "MB exchanged (up + down)",
+    };
+    line_chart(out, title, (x_desc, "test accuracy"), series, 0.0..1.0)
+}
+
 /// Writes `accuracy.svg`, and `privacy.svg` when the run is private.
 pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
     let accuracy = read_series(run, "test_accuracy")?;
+    let one = |points| vec![(String::new(), points)];
     line_chart(
         &run.join("accuracy.svg"),
         title,
-        "test accuracy",
-        accuracy,
+        ("round", "test accuracy"),
+        one(accuracy),
         0.0..1.0,
     )?;
     let epsilon = read_series(run, "epsilon")?;
@@ -74,8 +162,8 @@ pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
         line_chart(
             &run.join("privacy.svg"),
             title,
-            "epsilon spent",
-            epsilon,
+            ("round", "epsilon spent"),
+            one(epsilon),
             0.0..top,
         )
     } else {
@@ -97,8 +185,8 @@ pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
         line_chart(
             &run.join("privacy.svg"),
             title,
-            "log10 delta (at fixed epsilon)",
-            log,
+            ("round", "log10 delta (at fixed epsilon)"),
+            one(log),
             lo..hi,
         )
     }

@@ -27,11 +27,15 @@ pub struct SimArgs {
     /// Seed for sampling, initialisation and local shuffling (reproducible experiments only).
     #[arg(long)]
     seed: Option<u64>,
+    /// Override a configuration key: `--set section.key=VALUE` (repeatable), e.g.
+    /// `--set local.epsilon=2`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
 }
 
 /// Runs the simulation; returns the summary.
 pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
-    let mut config = RunConfig::load(&args.config)?;
+    let mut config = RunConfig::load_with(&args.config, &args.overrides)?;
     if let Some(out) = args.out {
         config.server.out = out;
     }

@@ -217,14 +217,25 @@ impl Default for DataSection {
 impl RunConfig {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, &[])
+    }
+
+    /// Reads a TOML file, applies `overrides` (`section.key=VALUE`, VALUE in TOML syntax or a
+    /// bare string, e.g. `local.epsilon=2` or `data.partition=iid`), and validates the result.
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_owned(),
             source,
         })?;
-        let config: RunConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let parse = |source| ConfigError::Parse {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(parse)?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        let config: RunConfig = table.try_into().map_err(parse)?;
         config.validate()?;
         Ok(config)
     }
@@ -360,6 +371,31 @@ impl RunConfig {
             .map_err(|e| ConfigError::Invalid(format!("[local]: {e}")))?;
         Ok(Some(mechanism))
     }
+}
+
+/// Sets `section.key` (any depth) of `table` to VALUE from a `section.key=VALUE` override.
+fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
+    let bad = || ConfigError::Invalid(format!("override {o:?}: expected section.key=VALUE"));
+    let (path, raw) = o.split_once('=').ok_or_else(bad)?;
+    let keys: Vec<&str> = path.trim().split('.').collect();
+    let (last, sections) = keys.split_last().ok_or_else(bad)?;
+    if last.is_empty() || sections.is_empty() {
+        return Err(bad());
+    }
+    let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+    let mut here = table;
+    for key in sections {
+        here = here
+            .entry(key.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(bad)?;
+    }
+    here.insert(last.to_string(), value);
+    Ok(())
 }
 
 /// Whether and how the server protects clients.
@@ -1021,5 +1057,25 @@ mod tests {
         assert!(signds.local_mechanism(1000).is_err());
         signds.signds.top_k = 1.5;
         assert!(refused(&signds).contains("top_k"));
+    }
+
+    #[test]
+    fn overrides_set_keys_in_any_section() {
+        let dir = std::env::temp_dir().join(format!("fl-override-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.toml");
+        std::fs::write(&path, "[server]\nclients = 20\n").unwrap();
+        let set = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            RunConfig::load_with(&path, &o)
+        };
+        let c = set(&["local.epsilon=2.5", "data.partition=iid", "server.rounds=7"]).unwrap();
+        assert_eq!(c.local.epsilon, 2.5);
+        assert_eq!(c.data.partition, PartitionScheme::Iid);
+        assert_eq!((c.server.clients, c.server.rounds), (20, 7));
+        assert!(set(&["epsilon=2"]).is_err());
+        assert!(set(&["local.nonsense=2"]).is_err());
+        assert!(set(&["server.clients=0"]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

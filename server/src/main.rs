@@ -60,6 +60,10 @@ struct Args {
     /// FL_TOKEN environment variable, which does not show in process listings.
     #[arg(long, env = "FL_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Override a key of the --config file: `--set section.key=VALUE` (repeatable), e.g.
+    /// `--set privacy.mode=ldp-gaussian`.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
+    overrides: Vec<String>,
 }
 
 fn parse_kind(s: &str) -> Result<ModelKind, String> {
@@ -73,7 +77,7 @@ fn parse_kind(s: &str) -> Result<ModelKind, String> {
 impl Args {
     fn resolve(self) -> anyhow::Result<RunConfig> {
         let mut c = match &self.config {
-            Some(path) => RunConfig::load(path)?,
+            Some(path) => RunConfig::load_with(path, &self.overrides)?,
             None => RunConfig::default(),
         };
         let s = &mut c.server;
