@@ -60,6 +60,24 @@ pub enum ClientError {
     /// This client has no examples.
     #[error("this client has no training examples")]
     NoData,
+    /// The session ended without a Shutdown (the server went away).
+    #[error("the server closed the session without Shutdown")]
+    SessionLost,
+}
+
+impl ClientError {
+    /// Whether the server went away (crashed, restarted, lost the connection) rather than
+    /// refused this client: the client then joins again.
+    pub fn is_lost_server(&self) -> bool {
+        match self {
+            Self::SessionLost => true,
+            Self::Status(s) => matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// The examples a client trains on: a shared dataset and the indices that are this client's.
@@ -192,9 +210,7 @@ pub async fn run_client(
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
-    let (me, outbox, mut inbound) = open_session(&opts, local.indices.len() as u64).await?;
-
-    let mut rng = match opts.seed {
+    let rng = match opts.seed {
         Some(seed) => {
             tracing::warn!(
                 seed,
@@ -204,19 +220,58 @@ pub async fn run_client(
         }
         None => StdRng::from_os_rng(),
     };
-    // Keys, masks, shares, rounding and noise always come from the OS, even in seeded runs.
-    let mut secret_rng = StdRng::from_os_rng();
+    let mut life = Life {
+        rng,
+        secret_rng: StdRng::from_os_rng(),
+        rounds_trained: 0,
+        spent: LocalLedger::default(),
+        spent_delta: 0.0,
+    };
+    loop {
+        let (me, outbox, inbound) = open_session(&opts, local.indices.len() as u64).await?;
+        match run_session(&opts, &local, me, outbox, inbound, &mut life).await {
+            Ok(shutdown_reason) => {
+                return Ok(ClientReport {
+                    rounds_trained: life.rounds_trained,
+                    shutdown_reason,
+                    local_releases: life.spent.releases(),
+                    local_epsilon: life.spent.epsilon(life.spent_delta),
+                });
+            }
+            Err(e) if e.is_lost_server() => {
+                tracing::warn!(error = %e, "lost the server: joining again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What a client keeps across sessions.
+struct Life {
+    /// Local shuffling (seeded in reproducible experiments).
+    rng: StdRng,
+    /// Keys, masks, shares, rounding and noise: always from the OS, even in seeded runs.
+    secret_rng: StdRng,
+    rounds_trained: u64,
+    /// What this client's local releases have cost it, at the delta of its releases.
+    spent: LocalLedger,
+    spent_delta: f64,
+}
+
+/// Serves one session until the server shuts it down (returning its reason) or it fails.
+async fn run_session(
+    opts: &ClientOptions,
+    local: &LocalData,
+    me: u64,
+    outbox: mpsc::Sender<ClientMessage>,
+    mut inbound: Streaming<ServerMessage>,
+    life: &mut Life,
+) -> Result<String, ClientError> {
     let mut task: Option<(RoundTask, TensorAssembler)> = None;
     let mut secure: Option<SecureRound> = None;
-    let mut rounds_trained = 0;
-    // What this client's local releases have cost it, at the delta of its releases.
-    let mut spent = LocalLedger::default();
-    let mut spent_delta: f64 = 0.0;
     loop {
         let Some(message) = inbound.message().await? else {
-            return Err(ClientError::Protocol(
-                "server closed the session without Shutdown".into(),
-            ));
+            return Err(ClientError::SessionLost);
         };
         match message.body {
             Some(server_message::Body::Task(t)) => {
@@ -245,25 +300,24 @@ pub async fn run_client(
                 };
                 let (t, _) = task.take().expect("checked above");
                 let round = t.round;
-                let reply = match plan_round(&t, &local, global.len(), &opts.privacy) {
+                let reply = match plan_round(&t, local, global.len(), &opts.privacy) {
                     Ok((work, secagg)) => {
                         let permit = opts.training_slots.clone().acquire_owned().await;
-                        let (local, seed) = (local.clone(), rng.random());
+                        let (local, seed) = (local.clone(), life.rng.random());
                         let computed = tokio::task::spawn_blocking(move || {
                             let _permit = permit;
                             local_round::compute(&work, &global, &local, seed)
                         })
                         .await
                         .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
-                        rounds_trained += 1;
+                        life.rounds_trained += 1;
                         match (computed, secagg) {
                             (Ok(Upload::Dense { values, .. }), Some(sa)) => {
-                                secure_start(me, round, sa, &values, &opts, &mut secret_rng).map(
-                                    |(state, keys)| {
+                                secure_start(me, round, sa, &values, opts, &mut life.secret_rng)
+                                    .map(|(state, keys)| {
                                         secure = Some(state);
                                         Reply::Stage(client_message::Body::SecaggKeys(keys))
-                                    },
-                                )
+                                    })
                             }
                             (computed, _) => computed.map(Reply::Upload),
                         }
@@ -273,15 +327,15 @@ pub async fn run_client(
                 match reply {
                     Ok(Reply::Upload(upload)) => {
                         if let Some(release) = upload.release() {
-                            spent.record(release);
-                            spent_delta = spent_delta.max(release.delta);
+                            life.spent.record(release);
+                            life.spent_delta = life.spent_delta.max(release.delta);
                             tracing::info!(
                                 round,
                                 mechanism = release.kind.name(),
                                 epsilon = release.epsilon,
-                                releases = spent.releases(),
-                                composed_epsilon = spent.epsilon(spent_delta),
-                                "local privacy spent"
+                                releases = life.spent.releases(),
+                                composed_epsilon = life.spent.epsilon(life.spent_delta),
+                                "local privacy life.spent"
                             );
                         }
                         send_upload(&outbox, round, local.indices.len() as u64, upload).await?
@@ -299,7 +353,7 @@ pub async fn run_client(
                     tracing::debug!("secure-aggregation message outside a secure round: ignored");
                     continue;
                 };
-                match secure_step(state, body, &mut secret_rng) {
+                match secure_step(state, body, &mut life.secret_rng) {
                     Ok(Step::Ignore) => {}
                     Ok(Step::Send(bodies)) => {
                         for b in bodies {
@@ -317,14 +371,7 @@ pub async fn run_client(
                     }
                 }
             }
-            Some(server_message::Body::Shutdown(s)) => {
-                return Ok(ClientReport {
-                    rounds_trained,
-                    shutdown_reason: s.reason,
-                    local_releases: spent.releases(),
-                    local_epsilon: spent.epsilon(spent_delta),
-                });
-            }
+            Some(server_message::Body::Shutdown(s)) => return Ok(s.reason),
             None => return Err(ClientError::Protocol("empty ServerMessage".into())),
         }
     }
@@ -601,7 +648,7 @@ async fn send(
     outbox
         .send(ClientMessage { body: Some(body) })
         .await
-        .map_err(|_| ClientError::Protocol("session stream closed".into()))
+        .map_err(|_| ClientError::SessionLost)
 }
 
 /// Sends an upload: a dense tensor as a header and its chunks, or a SignDS release.

@@ -30,6 +30,9 @@ pub struct Ledger {
     file: std::fs::File,
     accountant: RdpAccountant,
     budget: Budget,
+    /// A round spent just before a crash whose result never left the server (see
+    /// [`Ledger::reopen`]).
+    unreleased: Option<LedgerEntry>,
 }
 
 impl Ledger {
@@ -39,7 +42,70 @@ impl Ledger {
             file: std::fs::File::create(dir.join("ledger.jsonl"))?,
             accountant: RdpAccountant::default(),
             budget,
+            unreleased: None,
         })
+    }
+
+    /// Reopens the ledger of an interrupted run under `budget`, whose checkpoint holds the model
+    /// after round `checkpointed`. Every complete entry is composed again: a round written
+    /// before the crash stays spent. A line cut by the crash is dropped: its write had not
+    /// returned, so nothing of its round had left the server. The entry of round
+    /// `checkpointed + 1`, if any, was spent by a round whose result never left the server (the
+    /// model reaches clients only after its checkpoint is durable): when that round runs again
+    /// with the same mechanism it uses this entry instead of a second one
+    /// ([`Ledger::take_unreleased`]). New rounds are appended.
+    pub fn reopen(dir: &Path, budget: Budget, checkpointed: u64) -> std::io::Result<Self> {
+        let path = dir.join("ledger.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut accountant = RdpAccountant::default();
+        let mut keep = 0;
+        let mut after = Vec::new();
+        for line in text.split_inclusive('\n') {
+            match serde_json::from_str::<LedgerEntry>(line.trim_end()) {
+                Ok(entry) if line.ends_with('\n') => {
+                    accountant.compose(&entry.event, 1);
+                    keep += line.len();
+                    if entry.round > checkpointed {
+                        after.push(entry);
+                    }
+                }
+                _ => break,
+            }
+        }
+        let unreleased = match after.as_slice() {
+            [entry] if entry.round == checkpointed + 1 => Some(entry.clone()),
+            _ => None,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        file.set_len(keep as u64)?;
+        file.sync_all()?;
+        Ok(Self {
+            file,
+            accountant,
+            budget,
+            unreleased,
+        })
+    }
+
+    /// Whether `round` was already spent with `event` before a crash, its result unreleased:
+    /// the round then runs again under that entry (once; any other round is spent as usual).
+    pub fn take_unreleased(&mut self, round: u64, event: &PrivacyEvent) -> bool {
+        match self.unreleased.take() {
+            Some(e) if e.round == round && e.event == *event => true,
+            other => {
+                if let Some(e) = other {
+                    tracing::warn!(
+                        round = e.round,
+                        "the round spent before the crash runs again with another mechanism: \
+                         both are counted"
+                    );
+                }
+                false
+            }
+        }
     }
 
     /// Whether composing one more round of `event` keeps the run within the budget.

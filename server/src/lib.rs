@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod ledger;
 pub mod local_accounts;
@@ -17,6 +18,7 @@ pub mod secure_round;
 pub mod service;
 pub mod strategy;
 
+use checkpoint::Checkpoint;
 use config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use fl_common::data::Dataset;
 use fl_common::privacy::LocalMechanism;
@@ -92,6 +94,34 @@ pub async fn serve(
     oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
+    run_server(listener, config, test, observer, oracle, stop, None).await
+}
+
+/// Resumes the interrupted run whose folder is `dir` from its `checkpoint` (see
+/// [`checkpoint`]): the model, counters and strategy state come from the checkpoint, the ledger
+/// and `metrics.jsonl` are appended to, and training goes on from the round after the last one
+/// any of them recorded, with the checkpoint's configuration.
+pub async fn resume(
+    listener: TcpListener,
+    dir: &std::path::Path,
+    checkpoint: Checkpoint,
+    test: Arc<Dataset>,
+    stop: watch::Receiver<bool>,
+) -> Result<Summary, ServerError> {
+    let mut config = checkpoint.progress.config.clone();
+    config.server.out = dir.to_owned();
+    run_server(listener, config, test, None, None, stop, Some(checkpoint)).await
+}
+
+async fn run_server(
+    listener: TcpListener,
+    config: RunConfig,
+    test: Arc<Dataset>,
+    observer: Option<Observer>,
+    oracle: Option<Arc<PlainInputs>>,
+    stop: watch::Receiver<bool>,
+    checkpoint: Option<Checkpoint>,
+) -> Result<Summary, ServerError> {
     config.validate()?;
     let spec = config.model.spec(test.num_features(), test.num_classes())?;
     let dim = spec.num_params();
@@ -106,7 +136,15 @@ pub async fn serve(
         }
         None => StdRng::from_os_rng(),
     };
-    let folder = RunFolder::create(&config.server.out)?;
+    let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
+    let folder = match checkpointed {
+        Some(round) => RunFolder::reopen(&config.server.out, round)?,
+        None => RunFolder::create(&config.server.out)?,
+    };
+    let open_ledger = |budget| match checkpointed {
+        Some(round) => Ledger::reopen(folder.dir(), budget, round),
+        None => Ledger::create(folder.dir(), budget),
+    };
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let shared = Arc::new(Shared {
         registry: Mutex::default(),
@@ -182,7 +220,7 @@ pub async fn serve(
                 rule,
                 noise_rng,
             );
-            let ledger = Ledger::create(folder.dir(), p.budget())?;
+            let ledger = open_ledger(p.budget())?;
             (Box::new(dp) as Box<dyn Strategy>, Some(ledger))
         }
         PrivacyMode::SecAgg => {
@@ -193,13 +231,17 @@ pub async fn serve(
             };
             let ledger = match noise {
                 SumNoise::None => None,
-                _ => Some(Ledger::create(folder.dir(), config.privacy.budget())?),
+                _ => Some(open_ledger(config.privacy.budget())?),
             };
             let sum = SecureSum::new(config.train.local_config(), noise, StdRng::from_os_rng());
             (Box::new(sum) as Box<dyn Strategy>, ledger)
         }
     };
     let config_delta = config.local.delta;
+    let resume = checkpoint.map(|c| {
+        let next = c.progress.round + 1;
+        (c, next)
+    });
     let result = rounds::RoundLoop {
         shared,
         events,
@@ -214,6 +256,7 @@ pub async fn serve(
         oracle,
         ledger,
         local: local_mechanism.map(|m| LocalAccounts::new(m, config_delta)),
+        resume,
     }
     .run()
     .await;

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use fl_common::data::DataSource;
+use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,6 +65,10 @@ struct Args {
     /// `--set privacy.mode=ldp-gaussian`.
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
     overrides: Vec<String>,
+    /// Resume the interrupted run in this folder from its checkpoint, with its configuration
+    /// (only --listen may change).
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    resume: Option<PathBuf>,
 }
 
 fn parse_kind(s: &str) -> Result<ModelKind, String> {
@@ -120,7 +125,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = Args::parse().resolve()?;
+    let args = Args::parse();
+    let resume = match &args.resume {
+        Some(dir) => Some((dir.clone(), Checkpoint::read(dir)?)),
+        None => None,
+    };
+    let config = match &resume {
+        Some((_, checkpoint)) => {
+            let mut c = checkpoint.progress.config.clone();
+            if let Some(listen) = &args.listen {
+                c.server.listen = listen.clone();
+            }
+            c
+        }
+        None => args.resolve()?,
+    };
     let source = config.data.source.clone();
     let test = tokio::task::spawn_blocking(move || source.load_test())
         .await?
@@ -137,8 +156,20 @@ async fn main() -> anyhow::Result<()> {
             let _ = stop_tx.send(true);
         }
     });
-    let out = config.server.out.clone();
-    let summary = fl_server::serve(listener, config, Arc::new(test), None, None, stop).await?;
+    let test = Arc::new(test);
+    let (out, summary) = match resume {
+        Some((dir, checkpoint)) => {
+            let summary = fl_server::resume(listener, &dir, checkpoint, test, stop).await?;
+            (dir, summary)
+        }
+        None => {
+            let out = config.server.out.clone();
+            (
+                out,
+                fl_server::serve(listener, config, test, None, None, stop).await?,
+            )
+        }
+    };
     println!(
         "done: {} rounds, test accuracy {:.4}, run folder {}",
         summary.rounds_completed,

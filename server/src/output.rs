@@ -161,6 +161,31 @@ pub struct RunFolder {
 }
 
 impl RunFolder {
+    /// Reopens the run folder of an interrupted run whose checkpoint holds round
+    /// `checkpointed`: `metrics.jsonl` keeps the lines of rounds up to it (a later line belongs to
+    /// a round that runs again; a line cut by the crash is dropped) and is appended to.
+    pub fn reopen(dir: &Path, checkpointed: u64) -> std::io::Result<Self> {
+        let path = dir.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut keep = 0;
+        for line in text.split_inclusive('\n') {
+            match serde_json::from_str::<RoundMetrics>(line.trim_end()) {
+                Ok(m) if line.ends_with('\n') && m.round <= checkpointed => keep += line.len(),
+                _ => break,
+            }
+        }
+        let metrics = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        metrics.set_len(keep as u64)?;
+        metrics.sync_all()?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            metrics,
+        })
+    }
+
     /// Creates (or reuses) `dir` and starts a fresh `metrics.jsonl`.
     pub fn create(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
@@ -229,15 +254,18 @@ pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Ve
     safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
 }
 
-/// Writes `path` via a temporary file, fsync and rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `path` via a temporary file, fsync, rename and an fsync of the directory, so that after
+/// a crash the file is either the old one or the new one, and the rename itself is durable.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
 }
 
 #[cfg(test)]

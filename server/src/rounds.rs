@@ -3,6 +3,7 @@
 //! passed (or, under secure aggregation, runs the stages of [`crate::secure_round`] and gets
 //! only the sum), lets the strategy aggregate, evaluates the new model and records the round.
 
+use crate::checkpoint::{Checkpoint, Progress};
 use crate::config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
 use crate::ledger::{Ledger, LedgerEntry};
 use crate::local_accounts::LocalAccounts;
@@ -102,22 +103,55 @@ pub struct RoundLoop {
     pub ledger: Option<Ledger>,
     /// The client-side mechanism and each client's local ledger, when clients protect uploads.
     pub local: Option<LocalAccounts>,
+    /// Where an interrupted run resumes: its checkpoint and the first round to run.
+    pub resume: Option<(Checkpoint, u64)>,
 }
 
 impl RoundLoop {
     /// Runs the whole training; writes the model and summary at the end, whatever ended it.
     pub async fn run(mut self) -> Result<Summary, ServerError> {
-        let mut global = self.spec.init(&mut self.rng);
-        self.wait_for_clients().await?;
+        let (mut global, first_round, before) = match self.resume.take() {
+            Some((checkpoint, first)) => {
+                self.strategy
+                    .restore(checkpoint.strategy_state())
+                    .map_err(ServerError::Internal)?;
+                tracing::info!(
+                    checkpoint = checkpoint.progress.round,
+                    next = first,
+                    "resuming from the checkpoint"
+                );
+                (checkpoint.model, first, Some(checkpoint.progress))
+            }
+            None => {
+                let init = self.spec.init(&mut self.rng);
+                // Round 0: a crash before the first round ends can still be resumed.
+                self.checkpoint(0, (0, 0, 0, 0), 0.0, &init)?;
+                (init, 1, None)
+            }
+        };
+        let join_timeout = Duration::from_secs_f64(self.config.server.join_timeout_secs);
+        if first_round <= self.config.server.rounds {
+            self.wait_for_clients(join_timeout).await?;
+        } else {
+            // Killed during or after its last round: only the summary is left, but clients that
+            // come back get their Shutdown instead of retrying until their timeout.
+            let grace = join_timeout.min(Duration::from_secs(10));
+            if let Err(e) = self.wait_for_clients(grace).await {
+                tracing::info!(error = %e, "no more clients came back");
+            }
+        }
         let started = Instant::now();
-        let mut rounds_completed = 0;
-        let mut client_updates = 0;
-        let (mut bytes_up, mut bytes_down) = (0, 0);
+        let earlier_seconds = before.as_ref().map_or(0.0, |p| p.wall_seconds);
+        let mut rounds_completed = before.as_ref().map_or(0, |p| p.rounds_completed);
+        let mut client_updates = before.as_ref().map_or(0, |p| p.client_updates);
+        let (mut bytes_up, mut bytes_down) = before
+            .as_ref()
+            .map_or((0, 0), |p| (p.bytes_up, p.bytes_down));
         let mut stopped_by = StoppedBy::Rounds;
         let mut last_eval = None;
         let mut secagg_totals =
             (self.config.privacy.mode == PrivacyMode::SecAgg).then(SecAggSummary::default);
-        for round in 1..=self.config.server.rounds {
+        for round in first_round..=self.config.server.rounds {
             if *self.stop.borrow() {
                 stopped_by = StoppedBy::Error;
                 break;
@@ -139,7 +173,9 @@ impl RoundLoop {
             let event: Option<PrivacyEvent> = central
                 .map(PrivacyEvent::from)
                 .or_else(|| secure.as_ref().and_then(|s| s.ddg.map(PrivacyEvent::from)));
-            if let (Some(ledger), Some(event)) = (&mut self.ledger, &event) {
+            if let (Some(ledger), Some(event)) = (&mut self.ledger, &event)
+                && !ledger.take_unreleased(round, event)
+            {
                 if !ledger.allows(event) {
                     tracing::info!(round, "privacy budget reached: training stops");
                     stopped_by = StoppedBy::Budget;
@@ -250,6 +286,9 @@ impl RoundLoop {
                 "round done"
             );
             self.folder.append_round(&metrics)?;
+            let totals = (rounds_completed, client_updates, bytes_up, bytes_down);
+            let seconds = earlier_seconds + started.elapsed().as_secs_f64();
+            self.checkpoint(round, totals, seconds, &global)?;
             if let Some(observer) = &self.observer {
                 observer(&metrics);
             }
@@ -283,7 +322,7 @@ impl RoundLoop {
             client_updates,
             bytes_up,
             bytes_down,
-            wall_seconds: started.elapsed().as_secs_f64(),
+            wall_seconds: earlier_seconds + started.elapsed().as_secs_f64(),
             model: self.spec.to_string(),
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
@@ -297,11 +336,33 @@ impl RoundLoop {
         Ok(summary)
     }
 
-    /// Waits until K clients have live streams.
-    async fn wait_for_clients(&mut self) -> Result<(), ServerError> {
+    /// Writes the checkpoint of the end of `round`: `totals` are (rounds completed, client
+    /// updates, bytes up, bytes down).
+    fn checkpoint(
+        &self,
+        round: u64,
+        totals: (u64, u64, u64, u64),
+        wall_seconds: f64,
+        global: &[f32],
+    ) -> std::io::Result<()> {
+        let (rounds_completed, client_updates, bytes_up, bytes_down) = totals;
+        let progress = Progress {
+            round,
+            rounds_completed,
+            client_updates,
+            bytes_up,
+            bytes_down,
+            wall_seconds,
+            config: self.config.clone(),
+            strategy: serde_json::Value::Null,
+        };
+        Checkpoint::new(progress, global, self.strategy.state()).write(self.folder.dir())
+    }
+
+    /// Waits until K clients have live streams, for at most `patience`.
+    async fn wait_for_clients(&mut self, patience: Duration) -> Result<(), ServerError> {
         let expected = self.config.server.clients;
-        let deadline =
-            Instant::now() + Duration::from_secs_f64(self.config.server.join_timeout_secs);
+        let deadline = Instant::now() + patience;
         tracing::info!(expected, "waiting for clients");
         loop {
             let connected = self.shared.registry().connected().len();

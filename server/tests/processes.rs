@@ -2,100 +2,61 @@
 //! loopback (the server binds port 0 and prints the address), a few rounds of FedAvg on MNIST;
 //! accuracy rises and the run folder is complete. `fl-client` refuses unusable privacy limits.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod procs;
 
-fn bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_fl-server")).with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} missing: build the workspace's binaries first (`cargo test --workspace` does)",
-        path.display()
-    );
-    path
-}
-
-/// Kills the child when the test ends, whatever happens.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait(child: &mut Reaper, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process did not finish within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use procs::{bin, start_client, start_server, wait};
+use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn server_and_client_processes_train_mnist() {
-    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let out = std::env::temp_dir().join(format!("fl-processes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let data = format!("mnist:{}", mnist.display());
-    let mut server = Reaper(
-        Command::new(bin("fl-server"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--clients",
-                "4",
-                "--clients-per-round",
-                "3",
-            ])
-            .args([
-                "--rounds",
-                "4",
-                "--model",
-                "logistic",
-                "--epochs",
-                "1",
-                "--batch-size",
-                "50",
-            ])
-            .args(["--lr", "0.05", "--seed", "7", "--data", &data])
-            .arg("--out")
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let data = procs::mnist();
+    let out_arg = out.display().to_string();
+    let (mut server, addr) = start_server(
+        "server",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--clients",
+            "4",
+            "--clients-per-round",
+            "3",
+            "--rounds",
+            "4",
+            "--model",
+            "logistic",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "50",
+            "--lr",
+            "0.05",
+            "--seed",
+            "7",
+            "--data",
+            &data,
+            "--out",
+            &out_arg,
+        ],
     );
-    let mut line = String::new();
-    BufReader::new(server.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
 
     // Three processes: two single clients and one simulating two clients.
     let client = |index: usize, simulate: usize| {
-        Reaper(
-            Command::new(bin("fl-client"))
-                .args(["--server", &format!("http://{addr}"), "--data", &data])
-                .args(["--partition", &format!("iid:4:{index}")])
-                .args(["--simulate", &simulate.to_string(), "--seed", "3"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
+        let partition = format!("iid:4:{index}");
+        let simulate = simulate.to_string();
+        start_client(
+            &format!("client-{index}"),
+            &addr,
+            &[
+                "--partition",
+                &partition,
+                "--simulate",
+                &simulate,
+                "--seed",
+                "3",
+            ],
         )
     };
     let mut clients = [client(0, 1), client(1, 1), client(2, 2)];

@@ -12,7 +12,7 @@
 //! privately noised count (Andrew et al. 2021), whose cost is folded into the round's noise
 //! multiplier.
 
-use super::{ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError};
+use super::{ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError, StrategyState};
 use fl_common::model::{LocalConfig, apply_update, check_update};
 use fl_common::privacy::{add_gaussian_noise, clip_l2, l2_norm, median};
 use rand::rngs::StdRng;
@@ -99,6 +99,27 @@ impl Strategy for DpFedAvg {
     fn configure_round(&mut self, _round: u64, plan: &RoundPlan) -> LocalConfig {
         self.plan = *plan;
         self.local
+    }
+
+    fn state(&self) -> StrategyState {
+        StrategyState {
+            scalars: match self.rule {
+                ClipRule::Quantile(q) => serde_json::json!({ "clip_bound": q.bound }),
+                _ => serde_json::Value::Null,
+            },
+            tensors: Vec::new(),
+        }
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+        if let ClipRule::Quantile(q) = &mut self.rule {
+            let bound = state.scalars["clip_bound"]
+                .as_f64()
+                .filter(|b| *b > 0.0 && b.is_finite())
+                .ok_or("checkpoint without a usable adaptive clip bound")?;
+            q.bound = bound;
+        }
+        Ok(())
     }
 
     fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {

@@ -6,7 +6,9 @@
 //! w <- (1/P) sum_p (z_p - lambda_p / rho) over every client seen so far (absent clients keep
 //! their last state), and optionally rebalances rho.
 
-use super::{AdmmRound, ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError};
+use super::{
+    AdmmRound, ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError, StrategyState,
+};
 use crate::registry::ClientId;
 use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
 use fl_common::model::{LocalConfig, check_update};
@@ -30,6 +32,9 @@ pub struct Iadmm {
     balancing: Option<ResidualBalancing>,
     total_examples: u64,
     states: BTreeMap<ClientId, ClientState>,
+    /// States restored from a checkpoint: their clients had identities of the previous server
+    /// process, so they never answer again, but they stay in the consensus.
+    retired: Vec<ClientState>,
     /// This round's released z_p, applied at the round's end.
     received: Vec<(ClientId, Vec<f32>)>,
 }
@@ -49,6 +54,7 @@ impl Iadmm {
             balancing,
             total_examples: 0,
             states: BTreeMap::new(),
+            retired: Vec::new(),
             received: Vec::new(),
         }
     }
@@ -77,6 +83,47 @@ impl Strategy for Iadmm {
         })
     }
 
+    fn state(&self) -> StrategyState {
+        let mut tensors = Vec::new();
+        for (i, s) in self.states.values().chain(&self.retired).enumerate() {
+            // In name order, as a checkpoint reads them back: lambda before z.
+            tensors.push((format!("{i:08}.lambda"), s.lambda.clone()));
+            tensors.push((format!("{i:08}.z"), s.z.clone()));
+        }
+        StrategyState {
+            scalars: serde_json::json!({ "rho": self.rho }),
+            tensors,
+        }
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+        self.rho = state.scalars["rho"]
+            .as_f64()
+            .filter(|r| *r > 0.0 && r.is_finite())
+            .ok_or("checkpoint without a usable rho")?;
+        let bad = || "IADMM checkpoint tensors must come in (lambda, z) pairs of the model's size";
+        self.retired = state
+            .tensors
+            .chunks(2)
+            .map(|pair| match pair {
+                [(ln, lambda), (zn, z)]
+                    if zn.ends_with(".z")
+                        && ln.ends_with(".lambda")
+                        && z.len() == self.dim
+                        && lambda.len() == self.dim =>
+                {
+                    Ok(ClientState {
+                        z: z.clone(),
+                        lambda: lambda.clone(),
+                    })
+                }
+                _ => Err(bad()),
+            })
+            .collect::<Result<_, _>>()?;
+        self.states.clear();
+        Ok(())
+    }
+
     fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {
         check_update(&update.values, self.dim)?;
         self.received.push((update.client, update.values));
@@ -103,7 +150,8 @@ impl Strategy for Iadmm {
             dual_step(&mut state.lambda, global, &z, rho);
             state.z = z;
         }
-        let next = consensus(self.states.values(), global.len(), rho);
+        let all = self.states.values().chain(&self.retired);
+        let next = consensus(all, global.len(), rho);
         if let Some(b) = self.balancing {
             // s = rho sqrt(P) ||w_{t+1} - w_t||.
             let moved: f64 = next
@@ -112,7 +160,8 @@ impl Strategy for Iadmm {
                 .map(|(a, b)| f64::from(a - b).powi(2))
                 .sum::<f64>()
                 .sqrt();
-            let dual = rho * (self.states.len() as f64).sqrt() * moved;
+            let clients = self.states.len() + self.retired.len();
+            let dual = rho * (clients as f64).sqrt() * moved;
             self.rho = balance_rho(rho, primal.sqrt(), dual, b.mu, b.tau);
         }
         RoundOutcome {

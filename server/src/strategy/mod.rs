@@ -41,6 +41,15 @@ pub struct RoundPlan {
     pub total_examples: u64,
 }
 
+/// What a strategy carries from one round to the next, for checkpoints.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StrategyState {
+    /// Small values (an adaptive clip bound, rho).
+    pub scalars: serde_json::Value,
+    /// Named tensors (IADMM's per-client primals and duals).
+    pub tensors: Vec<(String, Vec<f32>)>,
+}
+
 /// The inexact-ADMM step of a round.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdmmRound {
@@ -128,6 +137,14 @@ pub trait Strategy: Send {
     /// The round's inexact-ADMM step, if the strategy runs one.
     fn admm_round(&self) -> Option<AdmmRound> {
         None
+    }
+    /// What must survive a restart, taken between rounds.
+    fn state(&self) -> StrategyState {
+        StrategyState::default()
+    }
+    /// Restores what [`Strategy::state`] returned.
+    fn restore(&mut self, _state: StrategyState) -> Result<(), String> {
+        Ok(())
     }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome;

@@ -1,0 +1,183 @@
+//! Crash safety: after every round the server writes `checkpoint.safetensors` in the run folder,
+//! atomically (temporary file, fsync, rename, fsync of the directory; [`write_atomic`]). It holds
+//! the global model, the strategy's tensors (IADMM's primals and duals) and, in the metadata, the
+//! round, the run's counters, the configuration and the strategy's other state (the adaptive clip
+//! bound, rho).
+//!
+//! `fl-server --resume DIR` continues from it with the round after the checkpoint's. The privacy
+//! ledger is not in the checkpoint: it is its own append-only file, synced when a round starts,
+//! before anything of the round can leave the server, and a resumed run composes every entry in
+//! it again, so the privacy spent after a crash is never lower than before it. A round's new model
+//! leaves the server only after its checkpoint is durable, so a round spent but not checkpointed
+//! released nothing: it runs again under its existing ledger entry (when the mechanism is the same;
+//! otherwise both entries count), and its lines in `metrics.jsonl` are replaced.
+
+use crate::config::RunConfig;
+use crate::output::write_atomic;
+use crate::strategy::StrategyState;
+use safetensors::tensor::TensorView;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The checkpoint's file name in the run folder.
+pub const FILE: &str = "checkpoint.safetensors";
+/// Metadata key of [`Progress`].
+const META: &str = "fl.checkpoint";
+/// Tensor name of the global model.
+const MODEL: &str = "model";
+/// Prefix of the strategy's tensors.
+const STRATEGY: &str = "strategy.";
+
+/// What a run has done, as of its checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// The last round whose model is in the checkpoint.
+    pub round: u64,
+    /// Rounds whose aggregate updated the model.
+    pub rounds_completed: u64,
+    /// Uploads absorbed.
+    pub client_updates: u64,
+    /// Bytes received from clients.
+    pub bytes_up: u64,
+    /// Bytes sent to clients.
+    pub bytes_down: u64,
+    /// Wall-clock seconds of training so far.
+    pub wall_seconds: f64,
+    /// The run's configuration.
+    pub config: RunConfig,
+    /// The strategy's state other than tensors.
+    pub strategy: serde_json::Value,
+}
+
+/// A checkpoint: the progress, the global model and the strategy's tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Counters, configuration, strategy scalars.
+    pub progress: Progress,
+    /// w after `progress.round`.
+    pub model: Vec<f32>,
+    /// The strategy's tensors.
+    pub tensors: Vec<(String, Vec<f32>)>,
+}
+
+impl Checkpoint {
+    /// Bundles a round's end state.
+    pub fn new(progress: Progress, model: &[f32], strategy: StrategyState) -> Self {
+        Self {
+            progress: Progress {
+                strategy: strategy.scalars,
+                ..progress
+            },
+            model: model.to_vec(),
+            tensors: strategy.tensors,
+        }
+    }
+
+    /// The strategy state it holds.
+    pub fn strategy_state(&self) -> StrategyState {
+        StrategyState {
+            scalars: self.progress.strategy.clone(),
+            tensors: self.tensors.clone(),
+        }
+    }
+
+    /// Writes `dir/checkpoint.safetensors` atomically.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let mut named = vec![(MODEL.to_string(), bytes(&self.model))];
+        for (name, values) in &self.tensors {
+            named.push((format!("{STRATEGY}{name}"), bytes(values)));
+        }
+        let views = named
+            .iter()
+            .map(|(name, data)| {
+                TensorView::new(safetensors::Dtype::F32, vec![data.len() / 4], data)
+                    .map(|view| (name.clone(), view))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(std::io::Error::other)?;
+        let meta = serde_json::to_string(&self.progress).map_err(std::io::Error::other)?;
+        let metadata = HashMap::from([(META.to_string(), meta)]);
+        let file =
+            safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)?;
+        write_atomic(&dir.join(FILE), &file)
+    }
+
+    /// Reads `dir/checkpoint.safetensors`.
+    pub fn read(dir: &Path) -> std::io::Result<Self> {
+        let invalid = |e: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", dir.join(FILE).display()),
+            )
+        };
+        let file = std::fs::read(dir.join(FILE))?;
+        let (_, header) =
+            safetensors::SafeTensors::read_metadata(&file).map_err(|e| invalid(e.to_string()))?;
+        let meta = header
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get(META))
+            .ok_or_else(|| invalid("no checkpoint metadata".into()))?;
+        let progress: Progress = serde_json::from_str(meta).map_err(|e| invalid(e.to_string()))?;
+        let st =
+            safetensors::SafeTensors::deserialize(&file).map_err(|e| invalid(e.to_string()))?;
+        let floats = |data: &[u8]| -> Vec<f32> {
+            data.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        };
+        let mut model = None;
+        let mut tensors = Vec::new();
+        for (name, view) in st.tensors() {
+            if view.dtype() != safetensors::Dtype::F32 {
+                return Err(invalid(format!("tensor {name} is not f32")));
+            }
+            if name == MODEL {
+                model = Some(floats(view.data()));
+            } else if let Some(rest) = name.strip_prefix(STRATEGY) {
+                tensors.push((rest.to_string(), floats(view.data())));
+            }
+        }
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Self {
+            progress,
+            model: model.ok_or_else(|| invalid("no model tensor".into()))?,
+            tensors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_reads_back_as_written() {
+        let dir = std::env::temp_dir().join(format!("fl-checkpoint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let progress = Progress {
+            round: 7,
+            rounds_completed: 6,
+            client_updates: 60,
+            bytes_up: 1234,
+            bytes_down: 5678,
+            wall_seconds: 1.5,
+            config: RunConfig::default(),
+            strategy: serde_json::Value::Null,
+        };
+        let state = StrategyState {
+            scalars: serde_json::json!({"rho": 0.5}),
+            tensors: vec![("a".into(), vec![1.0, -2.0]), ("b".into(), vec![3.5])],
+        };
+        let written = Checkpoint::new(progress, &[0.25, f32::MIN_POSITIVE, -0.0], state.clone());
+        written.write(&dir).unwrap();
+        let read = Checkpoint::read(&dir).unwrap();
+        assert_eq!(read, written);
+        assert_eq!(read.strategy_state(), state);
+        std::fs::write(dir.join(FILE), b"garbage").unwrap();
+        assert!(Checkpoint::read(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,203 @@
+//! Chaos: real processes killed with SIGKILL. The server is killed at a random point of a private
+//! run in each of 10 trials and resumed with `--resume`; every trial finishes, its ledger holds
+//! each round exactly once, and its epsilon equals the epsilon of the same rounds run without
+//! interruption. Separately, a client killed during training does not stop the run.
+
+mod procs;
+
+use fl_common::privacy::{Accountant, RdpAccountant};
+use fl_server::ledger::LedgerEntry;
+use procs::{Reaper, start_client, start_server, wait};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const ROUNDS: u64 = 6;
+const DELTA: f64 = 1e-5;
+
+/// A private run of 3 clients on MNIST with logistic regression.
+fn write_config(dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nclients = 3\nclients_per_round = 3\nrounds = {ROUNDS}\n\
+             round_timeout_secs = 30\njoin_timeout_secs = 60\n\
+             [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
+             learning_rate = 0.05\n[data]\nsource = \"{}\"\n\
+             [privacy]\nmode = \"central\"\nsampling = \"fixed\"\nnoise_multiplier = 4.0\n\
+             clip_bound = 1.0\nepsilon = 50.0\ndelta = {DELTA}\n",
+            procs::mnist()
+        ),
+    )
+    .unwrap();
+    config.display().to_string()
+}
+
+fn ledger(run: &Path) -> Vec<LedgerEntry> {
+    std::fs::read_to_string(run.join("ledger.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The rounds' epsilon had nothing interrupted them: every round is the same mechanism.
+fn uninterrupted_epsilon(entry: &LedgerEntry) -> f64 {
+    let mut accountant = RdpAccountant::default();
+    accountant.compose(&entry.event, ROUNDS);
+    accountant.epsilon(DELTA)
+}
+
+#[test]
+fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
+    let mut rng = StdRng::seed_from_u64(2026);
+    let mut interrupted = 0;
+    let base = std::env::temp_dir().join(format!("fl-chaos-server-{}", std::process::id()));
+    for trial in 0..10 {
+        let run = base.join(format!("trial-{trial}"));
+        let config = write_config(&base.join(format!("config-{trial}")));
+        let out = run.display().to_string();
+        let (mut server, addr) = start_server(
+            &format!("server-{trial}"),
+            &[
+                "--config",
+                &config,
+                "--listen",
+                "127.0.0.1:0",
+                "--out",
+                &out,
+            ],
+        );
+        let mut clients = start_client(
+            &format!("clients-{trial}"),
+            &addr,
+            &[
+                "--partition",
+                "iid:3:0",
+                "--simulate",
+                "3",
+                "--connect-timeout",
+                "60",
+            ],
+        );
+        // Kill once a random number of rounds (0 to all but one) is recorded, plus up to 0.15 s:
+        // before the first round, between rounds, in the middle of one, or after the last.
+        let recorded = rng.random_range(0..ROUNDS) as usize;
+        let extra = Duration::from_millis(rng.random_range(0..150));
+        let metrics = run.join("metrics.jsonl");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_to_string(&metrics)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            < recorded
+        {
+            assert!(Instant::now() < deadline, "trial {trial}: no progress");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(extra);
+        if server.0.try_wait().unwrap().is_none() {
+            interrupted += 1;
+            server.0.kill().unwrap();
+            server.0.wait().unwrap();
+            drop(server);
+            // The clients keep joining again; the server comes back on the same address.
+            let name = format!("server-{trial}-resumed");
+            server = start_server(&name, &["--resume", &out, "--listen", &addr]).0;
+        }
+        assert!(
+            wait(&mut server, Duration::from_secs(120)).success(),
+            "trial {trial}: the server did not finish"
+        );
+        assert!(
+            wait(&mut clients, Duration::from_secs(60)).success(),
+            "trial {trial}: the clients did not finish"
+        );
+        let entries = ledger(&run);
+        let rounds: Vec<u64> = entries.iter().map(|e| e.round).collect();
+        assert_eq!(
+            rounds,
+            (1..=ROUNDS).collect::<Vec<_>>(),
+            "trial {trial} (killed after {recorded} rounds + {extra:?}): each round spent once"
+        );
+        assert!(entries.iter().all(|e| e.event == entries[0].event));
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
+                .unwrap();
+        let epsilon = summary["epsilon"].as_f64().unwrap();
+        let expected = uninterrupted_epsilon(&entries[0]);
+        assert!(
+            (epsilon - expected).abs() <= 1e-9 * expected,
+            "trial {trial}: epsilon {epsilon} against {expected} uninterrupted"
+        );
+        assert_eq!(summary["stopped_by"], "rounds");
+        let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+        let logged: Vec<u64> = metrics
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["round"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            logged.windows(2).all(|w| w[0] < w[1]) && logged.last() == Some(&ROUNDS),
+            "trial {trial}: metrics rounds {logged:?}"
+        );
+    }
+    assert!(
+        interrupted >= 8,
+        "only {interrupted} of 10 trials were interrupted"
+    );
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[test]
+fn a_client_killed_during_training_does_not_stop_the_run() {
+    let base = std::env::temp_dir().join(format!("fl-chaos-client-{}", std::process::id()));
+    let config = write_config(&base.join("config"));
+    let run = base.join("run");
+    let out = run.display().to_string();
+    let (mut server, addr) = start_server(
+        "server",
+        &[
+            "--config",
+            &config,
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            &out,
+        ],
+    );
+    let mut clients: Vec<Reaper> = (0..3)
+        .map(|i| {
+            let partition = format!("iid:3:{i}");
+            start_client(&format!("client-{i}"), &addr, &["--partition", &partition])
+        })
+        .collect();
+    // Once the first round has been recorded, kill one client.
+    let metrics = run.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&metrics)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "no round finished");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim = clients.remove(1);
+    drop(victim);
+    assert!(wait(&mut server, Duration::from_secs(120)).success());
+    for c in &mut clients {
+        assert!(wait(c, Duration::from_secs(30)).success());
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["rounds_completed"], ROUNDS);
+    assert_eq!(summary["stopped_by"], "rounds");
+    assert_eq!(ledger(&run).len() as u64, ROUNDS);
+    std::fs::remove_dir_all(&base).unwrap();
+}
