@@ -86,6 +86,8 @@ pub struct ServerSection {
     pub seed: Option<u64>,
     /// Enrollment token clients must present at Join; none admits any client.
     pub token: Option<String>,
+    /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for ServerSection {
@@ -101,6 +103,7 @@ impl Default for ServerSection {
             out: "runs/latest".into(),
             seed: None,
             token: None,
+            metrics_listen: None,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod rounds;
 pub mod secure_round;
 pub mod service;
 pub mod strategy;
+pub mod telemetry;
 
 use checkpoint::Checkpoint;
 use config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
@@ -37,6 +38,7 @@ use strategy::{
     ClipRule, DpFedAvg, FedAvg, Iadmm, QuantileClip, ResidualBalancing, SecureSum, SignDsAvg,
     Strategy, SumNoise,
 };
+use telemetry::Telemetry;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -155,7 +157,22 @@ async fn run_server(
     let service = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let telemetry = Arc::new(Telemetry::default());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let (metrics_done_tx, metrics_done) = tokio::sync::oneshot::channel::<()>();
+    if let Some(addr) = &config.server.metrics_listen {
+        let listener = TcpListener::bind(addr).await?;
+        tracing::info!(address = %listener.local_addr()?, "Prometheus metrics at /metrics");
+        let done = async {
+            let _ = metrics_done.await;
+        };
+        let (t, sh) = (telemetry.clone(), shared.clone());
+        tokio::spawn(async move {
+            if let Err(e) = telemetry::serve_metrics(listener, t, sh, done).await {
+                tracing::warn!(error = %e, "metrics endpoint failed");
+            }
+        });
+    }
     let transport = tokio::spawn(
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE))
@@ -257,10 +274,12 @@ async fn run_server(
         ledger,
         local: local_mechanism.map(|m| LocalAccounts::new(m, config_delta)),
         resume,
+        telemetry,
     }
     .run()
     .await;
     let _ = done_tx.send(());
+    let _ = metrics_done_tx.send(());
     match tokio::time::timeout(DRAIN, transport).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "transport ended with an error"),
         Err(_) => tracing::warn!("connections still open after the drain period; closing"),

@@ -54,6 +54,9 @@ struct Args {
     /// Seconds a round waits for results.
     #[arg(long)]
     round_timeout: Option<f64>,
+    /// Address of the Prometheus endpoint (GET /metrics), e.g. 0.0.0.0:9100.
+    #[arg(long)]
+    metrics_listen: Option<String>,
     /// Seed (reproducible experiments only; not for production privacy).
     #[arg(long)]
     seed: Option<u64>,
@@ -109,6 +112,9 @@ impl Args {
         if self.seed.is_some() {
             c.server.seed = self.seed;
         }
+        if self.metrics_listen.is_some() {
+            c.server.metrics_listen = self.metrics_listen;
+        }
         if self.token.is_some() {
             c.server.token = self.token;
         }
@@ -126,17 +132,21 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let resume = match &args.resume {
+    let mut resume = match &args.resume {
         Some(dir) => Some((dir.clone(), Checkpoint::read(dir)?)),
         None => None,
     };
-    let config = match &resume {
+    let config = match &mut resume {
         Some((_, checkpoint)) => {
-            let mut c = checkpoint.progress.config.clone();
+            // The interrupted run's configuration; only where it listens may change.
+            let c = &mut checkpoint.progress.config;
             if let Some(listen) = &args.listen {
                 c.server.listen = listen.clone();
             }
-            c
+            if let Some(metrics) = &args.metrics_listen {
+                c.server.metrics_listen = Some(metrics.clone());
+            }
+            c.clone()
         }
         None => args.resolve()?,
     };

@@ -13,6 +13,7 @@ use crate::registry::ClientId;
 use crate::secure_round::SecureRoundPlan;
 use crate::service::{Event, Shared, send_all};
 use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
+use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{ModelSpec, evaluate};
@@ -105,6 +106,8 @@ pub struct RoundLoop {
     pub local: Option<LocalAccounts>,
     /// Where an interrupted run resumes: its checkpoint and the first round to run.
     pub resume: Option<(Checkpoint, u64)>,
+    /// The Prometheus metrics.
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl RoundLoop {
@@ -286,6 +289,7 @@ impl RoundLoop {
                 "round done"
             );
             self.folder.append_round(&metrics)?;
+            self.telemetry.observe(&metrics);
             let totals = (rounds_completed, client_updates, bytes_up, bytes_down);
             let seconds = earlier_seconds + started.elapsed().as_secs_f64();
             self.checkpoint(round, totals, seconds, &global)?;

@@ -1,0 +1,88 @@
+//! The Prometheus endpoint: scraped after each round of a private run, it reports the rounds,
+//! the connected clients and the epsilon spent.
+
+mod support;
+
+use fl_server::config::PrivacyMode;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A plain HTTP/1.1 GET of `/metrics`, blocking.
+fn scrape(addr: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_follow_the_rounds() {
+    let out = std::env::temp_dir().join(format!("fl-metrics-{}", std::process::id()));
+    // A free port picked now; the server binds it.
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut config = support::evil_config(&out);
+    config.server.metrics_listen = Some(metrics_addr.clone());
+    config.privacy.mode = PrivacyMode::Central;
+    config.privacy.noise_multiplier = 2.0.into();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(support::blobs(300));
+    let scraped = Arc::new(Mutex::new(Vec::new()));
+    let (seen, addr) = (scraped.clone(), metrics_addr.clone());
+    let observer: fl_server::Observer = Arc::new(move |_round| {
+        seen.lock().unwrap().push(scrape(&addr));
+    });
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        data.clone(),
+        Some(observer),
+        None,
+        stop,
+    ));
+    let clients = support::spawn_clients(&endpoint, &data, 3, None);
+    let summary = server.await.unwrap().unwrap();
+    for c in clients {
+        c.await.unwrap().unwrap();
+    }
+    let scraped = scraped.lock().unwrap();
+    assert_eq!(scraped.len(), 2);
+    for (i, text) in scraped.iter().enumerate() {
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        for line in [
+            format!("fl_rounds_total {}", i + 1),
+            format!("fl_round {}", i + 1),
+            "fl_clients_connected 3".to_string(),
+            format!("fl_client_updates_total {}", 3 * (i + 1)),
+            format!("fl_round_duration_seconds_count {}", i + 1),
+        ] {
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+    }
+    let exported: f64 = scraped[1]
+        .lines()
+        .find_map(|l| l.strip_prefix("fl_epsilon_spent "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let epsilon = summary.epsilon.unwrap();
+    assert!(
+        (exported - epsilon).abs() <= 1e-12 * epsilon,
+        "{exported} vs {epsilon}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
