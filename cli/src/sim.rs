@@ -126,6 +126,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             training_slots: slots.clone(),
             oracle: oracle.clone(),
             privacy: ClientPrivacy::default(),
+            tls: None,
         };
         let local = LocalData {
             data: train.clone(),

@@ -32,7 +32,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::Streaming;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
 const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_CHUNK_BYTES + 64 * 1024;
@@ -108,6 +108,19 @@ pub struct ClientOptions {
     pub oracle: Option<Arc<PlainInputs>>,
     /// The protection this client insists on, whatever the server asks.
     pub privacy: ClientPrivacy,
+    /// TLS settings (with an `https://` endpoint).
+    pub tls: Option<ClientTls>,
+}
+
+/// How a client checks the server and proves itself over TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// PEM certificate of the CA that signed the server's certificate.
+    pub ca: Vec<u8>,
+    /// PEM certificate and key of this client, for servers that require client certificates.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the server's certificate must carry, when not the endpoint's host.
+    pub domain: Option<String>,
 }
 
 /// A client's own privacy requirements.
@@ -145,10 +158,20 @@ async fn open_session(
         endpoint: opts.endpoint.clone(),
         source,
     };
-    let ep = Endpoint::from_shared(opts.endpoint.clone())
+    let mut ep = Endpoint::from_shared(opts.endpoint.clone())
         .map_err(connect_error)?
         .http2_keep_alive_interval(KEEPALIVE)
         .keep_alive_while_idle(true);
+    if let Some(tls) = &opts.tls {
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &tls.domain {
+            config = config.domain_name(domain.clone());
+        }
+        ep = ep.tls_config(config).map_err(connect_error)?;
+    }
     loop {
         let attempt = async {
             let channel = ep.connect().await.map_err(connect_error)?;

@@ -3,9 +3,10 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fl_client::{ClientOptions, ClientPrivacy, LocalData, run_client};
+use fl_client::{ClientOptions, ClientPrivacy, ClientTls, LocalData, run_client};
 use fl_common::data::{DataSource, Partition};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,19 @@ struct Args {
     /// This client's own clip bound C (L2 for ldp-gaussian, per-example L1 for ldp-laplace).
     #[arg(long)]
     clip_bound: Option<f64>,
+    /// PEM certificate of the CA that signed the server's certificate: turns TLS on (use an
+    /// https:// --server).
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// PEM certificate of this client, for servers that require client certificates.
+    #[arg(long, requires_all = ["key", "ca"])]
+    cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// The name the server's certificate must carry, when not --server's host.
+    #[arg(long, requires = "ca")]
+    tls_domain: Option<String>,
 }
 
 /// `--privacy` values.
@@ -72,6 +86,24 @@ enum Protection {
 }
 
 impl Args {
+    /// TLS settings from the certificate files, if TLS is asked for.
+    fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        let Some(ca) = &self.ca else {
+            return Ok(None);
+        };
+        let read =
+            |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+        let identity = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            _ => None,
+        };
+        Ok(Some(ClientTls {
+            ca: read(ca)?,
+            identity,
+            domain: self.tls_domain.clone(),
+        }))
+    }
+
     /// The client's own requirements, checked.
     fn privacy(&self) -> anyhow::Result<ClientPrivacy> {
         let limits = ClientLimits {
@@ -103,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
         bail!("--simulate must be at least 1");
     }
     let privacy = args.privacy()?;
+    let tls = args.tls()?;
     let source = args.data.clone();
     let data = Arc::new(
         tokio::task::spawn_blocking(move || source.load_train())
@@ -157,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
             training_slots: slots.clone(),
             oracle: None,
             privacy,
+            tls: tls.clone(),
         };
         let local = LocalData {
             data: data.clone(),

@@ -88,6 +88,13 @@ pub struct ServerSection {
     pub token: Option<String>,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
+    /// PEM certificate (chain) of the server: TLS is on when it and `tls_key` are set.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signs client certificates: with it, only clients that
+    /// present a certificate from this CA can connect (mutual TLS).
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for ServerSection {
@@ -104,6 +111,9 @@ impl Default for ServerSection {
             seed: None,
             token: None,
             metrics_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -272,6 +282,12 @@ impl RunConfig {
             (
                 s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
                 "server.join_timeout_secs must be positive".into(),
+            ),
+            (
+                s.tls_cert.is_some() == s.tls_key.is_some()
+                    && (s.tls_client_ca.is_none() || s.tls_cert.is_some()),
+                "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
+                    .into(),
             ),
             (t.epochs >= 1, "train.epochs must be at least 1".into()),
             (

@@ -42,6 +42,7 @@ use telemetry::Telemetry;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
 pub const MAX_MESSAGE_BYTES: usize = MAX_CHUNK_BYTES + 64 * 1024;
@@ -115,6 +116,33 @@ pub async fn resume(
     run_server(listener, config, test, None, None, stop, Some(checkpoint)).await
 }
 
+/// A transport builder with TLS (and client certificates) when the configuration asks for it.
+fn server_builder(s: &config::ServerSection) -> Result<Server, ServerError> {
+    let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
+        let loopback = s
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback {
+            tracing::warn!("TLS is off: updates and models travel in clear text");
+        }
+        return Ok(Server::builder());
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| {
+            ServerError::Config(ConfigError::Invalid(format!(
+                "reading {}: {e}",
+                p.display()
+            )))
+        })
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+    if let Some(ca) = &s.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(Server::builder().tls_config(tls)?)
+}
+
 async fn run_server(
     listener: TcpListener,
     config: RunConfig,
@@ -174,7 +202,7 @@ async fn run_server(
         });
     }
     let transport = tokio::spawn(
-        tonic::transport::Server::builder()
+        server_builder(&config.server)?
             .http2_keepalive_interval(Some(KEEPALIVE))
             .add_service(service)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {

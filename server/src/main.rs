@@ -54,6 +54,15 @@ struct Args {
     /// Seconds a round waits for results.
     #[arg(long)]
     round_timeout: Option<f64>,
+    /// PEM certificate of the server: turns TLS on (with --tls-key).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificate: only clients with a certificate it signed may connect (mutual TLS).
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
     /// Address of the Prometheus endpoint (GET /metrics), e.g. 0.0.0.0:9100.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -114,6 +123,13 @@ impl Args {
         }
         if self.metrics_listen.is_some() {
             c.server.metrics_listen = self.metrics_listen;
+        }
+        if self.tls_cert.is_some() {
+            c.server.tls_cert = self.tls_cert;
+            c.server.tls_key = self.tls_key;
+        }
+        if self.tls_client_ca.is_some() {
+            c.server.tls_client_ca = self.tls_client_ca;
         }
         if self.token.is_some() {
             c.server.token = self.token;

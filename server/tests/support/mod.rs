@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use fl_client::{ClientError, ClientOptions, ClientPrivacy, ClientReport, LocalData, run_client};
+use fl_client::{
+    ClientError, ClientOptions, ClientPrivacy, ClientReport, ClientTls, LocalData, run_client,
+};
 use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
@@ -38,6 +40,17 @@ pub fn spawn_clients(
     count: usize,
     oracle: Option<Arc<PlainInputs>>,
 ) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
+    spawn_clients_with(endpoint, data, count, oracle, None)
+}
+
+/// [`spawn_clients`] over TLS.
+pub fn spawn_clients_with(
+    endpoint: &str,
+    data: &Arc<Dataset>,
+    count: usize,
+    oracle: Option<Arc<PlainInputs>>,
+    tls: Option<ClientTls>,
+) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
     let slots = Arc::new(tokio::sync::Semaphore::new(2));
     (0..count)
         .map(|i| {
@@ -50,6 +63,7 @@ pub fn spawn_clients(
                 training_slots: slots.clone(),
                 oracle: oracle.clone(),
                 privacy: ClientPrivacy::default(),
+                tls: tls.clone(),
             };
             let local = LocalData {
                 data: data.clone(),

@@ -1,0 +1,206 @@
+//! TLS with client certificates: clients with a certificate from the federation's CA train; a
+//! client with a certificate from another CA, one with no certificate, and one speaking plain
+//! HTTP/2 are refused before they can join, sample themselves into a round or read the model.
+//! A client that was not sampled cannot submit for the round.
+
+mod support;
+
+use fl_client::{ClientOptions, ClientPrivacy, ClientTls, LocalData, run_client};
+use fl_proto::encode_chunks;
+use fl_proto::v1::{UpdateHeader, client_message};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::Code;
+
+/// A CA: its PEM certificate and an issuer for leaf certificates.
+fn ca() -> (String, Issuer<'static, KeyPair>) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().unwrap();
+    let pem = params.self_signed(&key).unwrap().pem();
+    (pem, Issuer::new(params, key))
+}
+
+/// A leaf certificate for `names`, signed by `issuer`: (certificate PEM, key PEM).
+fn leaf(names: &[&str], issuer: &Issuer<'static, KeyPair>) -> (Vec<u8>, Vec<u8>) {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, issuer)
+        .unwrap();
+    (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_clients_with_the_federations_certificate_get_in() {
+    let dir = std::env::temp_dir().join(format!("fl-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca_pem, issuer) = ca();
+    let (other_ca_pem, other_issuer) = ca();
+    let (server_cert, server_key) = leaf(&["localhost"], &issuer);
+    for (name, bytes) in [
+        ("ca.pem", ca_pem.as_bytes()),
+        ("server.pem", &server_cert),
+        ("server.key", &server_key),
+    ] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    let mut config = support::evil_config(&dir.join("run"));
+    config.server.tls_cert = Some(dir.join("server.pem"));
+    config.server.tls_key = Some(dir.join("server.key"));
+    config.server.tls_client_ca = Some(dir.join("ca.pem"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(support::blobs(300));
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        data.clone(),
+        None,
+        None,
+        stop,
+    ));
+
+    let https = format!("https://127.0.0.1:{port}");
+    let tls = |ca: &str, identity| ClientTls {
+        ca: ca.as_bytes().to_vec(),
+        identity,
+        domain: Some("localhost".into()),
+    };
+    // Refused: a certificate from another CA, no certificate, plain HTTP/2.
+    let intruder = |endpoint: &str, tls: Option<ClientTls>| {
+        let opts = ClientOptions {
+            endpoint: endpoint.to_string(),
+            token: String::new(),
+            name: "intruder".into(),
+            seed: None,
+            connect_timeout: Duration::from_secs(2),
+            training_slots: Arc::new(tokio::sync::Semaphore::new(1)),
+            oracle: None,
+            privacy: ClientPrivacy::default(),
+            tls,
+        };
+        let local = LocalData {
+            data: data.clone(),
+            indices: (0..100).collect(),
+        };
+        tokio::spawn(run_client(opts, local))
+    };
+    let intruders = [
+        intruder(
+            &https,
+            Some(tls(&ca_pem, Some(leaf(&["c"], &other_issuer)))),
+        ),
+        intruder(&https, Some(tls(&ca_pem, None))),
+        intruder(&format!("http://127.0.0.1:{port}"), None),
+    ];
+    for (i, handle) in intruders.into_iter().enumerate() {
+        let refused = handle.await.unwrap();
+        assert!(refused.is_err(), "intruder {i} got in: {refused:?}");
+    }
+    // The other CA's certificate does not let a client check the server either.
+    let wrong_ca = intruder(
+        &https,
+        Some(tls(&other_ca_pem, Some(leaf(&["c"], &issuer)))),
+    );
+    assert!(wrong_ca.await.unwrap().is_err());
+
+    // Admitted: three clients with certificates from the federation's CA.
+    let honest = (0..3)
+        .map(|_| Some(tls(&ca_pem, Some(leaf(&["client"], &issuer)))))
+        .flat_map(|t| support::spawn_clients_with(&https, &data, 1, None, t))
+        .collect::<Vec<_>>();
+    let summary = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    for h in honest {
+        h.await
+            .unwrap()
+            .expect("clients with the CA's certificate train");
+    }
+    assert_eq!(summary.rounds_completed, 2);
+    assert_eq!(summary.client_updates, 6, "no intruder took part");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// One client per round of three: when one hand-driven client is sampled, the other (surely not
+/// sampled) uploads for that round and is refused; the sampled one answers and the round
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_not_sampled_cannot_submit() {
+    let out = std::env::temp_dir().join(format!("fl-unsampled-{}", std::process::id()));
+    let mut config = support::evil_config(&out);
+    config.server.clients_per_round = 1.0.into();
+    config.server.rounds = 6;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let data = Arc::new(support::blobs(300));
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        config,
+        data.clone(),
+        None,
+        None,
+        stop,
+    ));
+    let honest = support::spawn_clients(&endpoint, &data, 1, None);
+    let mut sessions = [
+        support::raw_session(&endpoint, "a").await,
+        support::raw_session(&endpoint, "b").await,
+    ];
+    let upload = |round: u64, n: usize| {
+        let mut out = vec![client_message::Body::UpdateHeader(UpdateHeader {
+            round,
+            num_examples: 100,
+            num_values: n as u64,
+            num_chunks: fl_proto::chunk_count(n),
+            train_loss: 0.5,
+            release: None,
+        })];
+        out.extend(encode_chunks(round, &vec![0.0; n]).map(client_message::Body::UpdateChunk));
+        out.into_iter()
+            .map(|body| fl_proto::v1::ClientMessage { body: Some(body) })
+    };
+    let refusal = loop {
+        let [a, b] = &mut sessions;
+        let (sampled, task) = tokio::select! {
+            m = a.2.message() => (0, m),
+            m = b.2.message() => (1, m),
+        };
+        let Ok(Some(fl_proto::v1::ServerMessage {
+            body: Some(fl_proto::v1::server_message::Body::Task(task)),
+        })) = task
+        else {
+            continue;
+        };
+        let other = 1 - sampled;
+        for m in upload(task.round, task.num_values as usize) {
+            sessions[other].1.send(m).await.unwrap();
+        }
+        let status = loop {
+            match sessions[other].2.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("stream ended without a status"),
+                Err(status) => break status,
+            }
+        };
+        for m in upload(task.round, task.num_values as usize) {
+            sessions[sampled].1.send(m).await.unwrap();
+        }
+        break status;
+    };
+    assert_eq!(refusal.code(), Code::FailedPrecondition, "{refusal:?}");
+    assert!(refusal.message().contains("was not sampled"), "{refusal:?}");
+    drop(sessions);
+    let _ = tokio::time::timeout(Duration::from_secs(60), server).await;
+    for h in honest {
+        let _ = h.await;
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
