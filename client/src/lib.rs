@@ -17,9 +17,9 @@ use fl_common::secagg::{
 };
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, LocalRelease, MaskedInputHeader, RevealedShare, RoundTask,
-    SealedShare, SecAggKeys, SecAggReveal, SecAggShares, SecAggTask, ServerMessage, SignDsUpload,
-    TaskFailed, UpdateHeader, client_message, server_message,
+    ClientMessage, Hello, JoinRequest, LocalRelease, MaskedInputHeader, PartitionRequest,
+    RevealedShare, RoundTask, SealedShare, SecAggKeys, SecAggReveal, SecAggShares, SecAggTask,
+    ServerMessage, SignDsUpload, TaskFailed, UpdateHeader, client_message, server_message,
 };
 use fl_proto::{TensorAssembler, chunk_count, encode_chunks, encode_word_chunks, ring_words};
 use local_round::{AdmmStep, Upload, Work};
@@ -32,7 +32,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::Streaming;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
 const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_CHUNK_BYTES + 64 * 1024;
@@ -145,14 +145,16 @@ pub struct ClientReport {
     pub local_epsilon: f64,
 }
 
-/// Connects, joins and opens the Session stream, retrying with jittered back-off until
-/// `opts.connect_timeout` passes: the server may still be starting, or a burst of clients may
-/// overflow its accept queue (the kernel then resets connections it had half-opened, seen as
-/// transport errors or cancellations). A refusal (bad token, invalid request) is final.
-async fn open_session(
-    opts: &ClientOptions,
-    num_examples: u64,
-) -> Result<(u64, mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
+/// The gRPC client of `opts.endpoint`, connected, retrying with jittered back-off until
+/// `opts.connect_timeout` passes: the server may still be starting (or restarting), or a burst of
+/// clients may overflow its accept queue (the kernel then resets connections it had half-opened,
+/// seen as transport errors or cancellations). `then` runs on the connected client and is retried
+/// with it on transient errors; a refusal (bad token, invalid request) is final.
+async fn with_server<T, F, Fut>(opts: &ClientOptions, mut then: F) -> Result<T, ClientError>
+where
+    F: FnMut(FederationClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
     let deadline = tokio::time::Instant::now() + opts.connect_timeout;
     let connect_error = |source| ClientError::Connect {
         endpoint: opts.endpoint.clone(),
@@ -175,33 +177,13 @@ async fn open_session(
     loop {
         let attempt = async {
             let channel = ep.connect().await.map_err(connect_error)?;
-            let mut grpc = FederationClient::new(channel)
+            let grpc = FederationClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let request = JoinRequest {
-                token: opts.token.clone(),
-                name: opts.name.clone(),
-                num_examples,
-            };
-            let joined = grpc.join(request).await?.into_inner();
-            let id: u64 = joined.client_id.parse().map_err(|_| {
-                ClientError::Protocol(format!(
-                    "server issued a non-numeric id {:?}",
-                    joined.client_id
-                ))
-            })?;
-            let (outbox, rx) = mpsc::channel(8);
-            let hello = client_message::Body::Hello(Hello {
-                client_id: joined.client_id.clone(),
-                session_key: joined.session_key,
-            });
-            send(&outbox, hello).await?;
-            let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
-            tracing::debug!(client = %joined.client_id, "session open");
-            Ok::<_, ClientError>((id, outbox, inbound))
+            then(grpc).await
         };
         match attempt.await {
-            Ok(joined) => return Ok(joined),
+            Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
                 let pause = 100 + rand::rng().random_range(0..400);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -209,6 +191,50 @@ async fn open_session(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Joins and opens the Session stream (see [`with_server`] for the retries).
+async fn open_session(
+    opts: &ClientOptions,
+    num_examples: u64,
+) -> Result<(u64, mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
+    with_server(opts, |mut grpc| async move {
+        let request = JoinRequest {
+            token: opts.token.clone(),
+            name: opts.name.clone(),
+            num_examples,
+        };
+        let joined = grpc.join(request).await?.into_inner();
+        let id: u64 = joined.client_id.parse().map_err(|_| {
+            ClientError::Protocol(format!(
+                "server issued a non-numeric id {:?}",
+                joined.client_id
+            ))
+        })?;
+        let (outbox, rx) = mpsc::channel(8);
+        let hello = client_message::Body::Hello(Hello {
+            client_id: joined.client_id.clone(),
+            session_key: joined.session_key,
+        });
+        send(&outbox, hello).await?;
+        let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+        tracing::debug!(client = %joined.client_id, "session open");
+        Ok((id, outbox, inbound))
+    })
+    .await
+}
+
+/// Asks the server for `count` demo partition indices (for `--partition SCHEME:K:auto`);
+/// returns the first.
+pub async fn assigned_partition(opts: &ClientOptions, count: u64) -> Result<u64, ClientError> {
+    with_server(opts, |mut grpc| async move {
+        let request = PartitionRequest {
+            token: opts.token.clone(),
+            count,
+        };
+        Ok(grpc.assign_partition(request).await?.into_inner().first)
+    })
+    .await
 }
 
 /// Whether a failed connect or Join may succeed if tried again.

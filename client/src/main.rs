@@ -3,7 +3,9 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fl_client::{ClientOptions, ClientPrivacy, ClientTls, LocalData, run_client};
+use fl_client::{
+    ClientOptions, ClientPrivacy, ClientTls, LocalData, assigned_partition, run_client,
+};
 use fl_common::data::{DataSource, Partition};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
 use std::path::PathBuf;
@@ -25,7 +27,9 @@ struct Args {
     #[arg(long)]
     data: DataSource,
     /// This client's share of the data in a simulation: SCHEME:K:INDEX, with SCHEME one of iid,
-    /// shards, dirichlet:ALPHA (e.g. shards:100:7). Without it the client uses all of --data.
+    /// shards, dirichlet:ALPHA (e.g. shards:100:7), or SCHEME:K:auto to get the index from the
+    /// server (replicas started alike, e.g. with docker compose --scale). Without it the client
+    /// uses all of --data.
     #[arg(long)]
     partition: Option<String>,
     /// Seed of the partition; every client of a simulation must use the same one.
@@ -122,6 +126,27 @@ impl Args {
     }
 }
 
+/// The options of one client of this process.
+fn options(
+    args: &Args,
+    name: String,
+    index: Option<u64>,
+    privacy: ClientPrivacy,
+    tls: Option<ClientTls>,
+) -> ClientOptions {
+    ClientOptions {
+        endpoint: args.server.clone(),
+        token: args.token.clone(),
+        name,
+        seed: args.seed.zip(index).map(|(s, i)| s.wrapping_add(i)),
+        connect_timeout: Duration::from_secs_f64(args.connect_timeout),
+        training_slots: Arc::new(tokio::sync::Semaphore::new(1)),
+        oracle: None,
+        privacy,
+        tls,
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -148,16 +173,38 @@ async fn main() -> anyhow::Result<()> {
         }
         None => vec![(0, (0..data.len()).collect())],
         Some(spec) => {
-            let (partition, first) = Partition::parse_with_index(spec, args.partition_seed)?;
-            if first + args.simulate > partition.clients {
-                bail!(
-                    "--simulate {} from index {first} runs past K = {}",
-                    args.simulate,
-                    partition.clients
-                );
-            }
+            let indices: Vec<usize>;
+            let partition = match spec.strip_suffix(":auto") {
+                // The server hands out the indices: replicas started alike get their own shares.
+                Some(scheme_k) => {
+                    let (partition, _) =
+                        Partition::parse_with_index(&format!("{scheme_k}:0"), args.partition_seed)?;
+                    let opts = options(&args, "partition".into(), None, privacy, tls.clone());
+                    let first = assigned_partition(&opts, args.simulate as u64).await?;
+                    let k = partition.clients as u64;
+                    indices = (0..args.simulate as u64)
+                        .map(|i| ((first + i) % k) as usize)
+                        .collect();
+                    tracing::info!(first = first % k, k, "partition assigned by the server");
+                    partition
+                }
+                None => {
+                    let (partition, first) =
+                        Partition::parse_with_index(spec, args.partition_seed)?;
+                    if first + args.simulate > partition.clients {
+                        bail!(
+                            "--simulate {} from index {first} runs past K = {}",
+                            args.simulate,
+                            partition.clients
+                        );
+                    }
+                    indices = (first..first + args.simulate).collect();
+                    partition
+                }
+            };
             let mut all = partition.assign(data.labels())?;
-            (first..first + args.simulate)
+            indices
+                .into_iter()
                 .map(|i| (i, std::mem::take(&mut all[i])))
                 .collect()
         }
@@ -178,20 +225,12 @@ async fn main() -> anyhow::Result<()> {
     ));
     let mut tasks = tokio::task::JoinSet::new();
     for (index, indices) in shares {
-        let opts = ClientOptions {
-            endpoint: args.server.clone(),
-            token: args.token.clone(),
-            name: args
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("client-{index}")),
-            seed: args.seed.map(|s| s.wrapping_add(index as u64)),
-            connect_timeout: Duration::from_secs_f64(args.connect_timeout),
-            training_slots: slots.clone(),
-            oracle: None,
-            privacy,
-            tls: tls.clone(),
-        };
+        let name = args
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("client-{index}"));
+        let mut opts = options(&args, name, Some(index as u64), privacy, tls.clone());
+        opts.training_slots = slots.clone();
         let local = LocalData {
             data: data.clone(),
             indices,

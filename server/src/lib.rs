@@ -181,6 +181,7 @@ async fn run_server(
         token: config.server.token.clone(),
         num_params: spec.num_params(),
         events: events_tx,
+        next_partition: Default::default(),
     });
     let service = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -10,8 +10,8 @@ use crate::registry::{ClientId, Outbox, Registry, constant_time_eq};
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
-    ClientMessage, JoinReply, JoinRequest, ServerMessage, SignDsUpload, UpdateHeader,
-    client_message,
+    ClientMessage, JoinReply, JoinRequest, PartitionReply, PartitionRequest, ServerMessage,
+    SignDsUpload, UpdateHeader, client_message,
 };
 use fl_proto::v1::{PeerKeys, TensorChunk};
 use fl_proto::{ChunkError, TensorAssembler, WireError};
@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+/// Most partition indices one request may take.
+const MAX_PARTITIONS_PER_REQUEST: u64 = 100_000;
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Messages queued towards one client before the sender waits.
@@ -100,6 +102,8 @@ pub struct Shared {
     pub num_params: usize,
     /// Towards the round loop.
     pub events: mpsc::Sender<Event>,
+    /// The next demo partition index to hand out.
+    pub next_partition: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -121,18 +125,42 @@ impl FederationService {
     pub fn new(shared: Arc<Shared>) -> Self {
         Self { shared }
     }
+
+    /// Refuses a request whose enrollment token does not match (compared in constant time).
+    fn check_token(&self, presented: &str, who: &str) -> Result<(), Status> {
+        match &self.shared.token {
+            Some(token) if !constant_time_eq(token.as_bytes(), presented.as_bytes()) => {
+                tracing::warn!(name = %who, "refused: bad enrollment token");
+                Err(Status::unauthenticated("enrollment token refused"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[tonic::async_trait]
 impl Federation for FederationService {
+    async fn assign_partition(
+        &self,
+        request: Request<PartitionRequest>,
+    ) -> Result<Response<PartitionReply>, Status> {
+        let req = request.into_inner();
+        self.check_token(&req.token, "partition request")?;
+        if req.count == 0 || req.count > MAX_PARTITIONS_PER_REQUEST {
+            return Err(Status::invalid_argument(format!(
+                "count must be between 1 and {MAX_PARTITIONS_PER_REQUEST}"
+            )));
+        }
+        let first = self
+            .shared
+            .next_partition
+            .fetch_add(req.count, std::sync::atomic::Ordering::Relaxed);
+        Ok(Response::new(PartitionReply { first }))
+    }
+
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         let req = request.into_inner();
-        if let Some(token) = &self.shared.token
-            && !constant_time_eq(token.as_bytes(), req.token.as_bytes())
-        {
-            tracing::warn!(name = %req.name, "join refused: bad enrollment token");
-            return Err(Status::unauthenticated("enrollment token refused"));
-        }
+        self.check_token(&req.token, &req.name)?;
         if req.num_examples == 0 {
             return Err(Status::invalid_argument(
                 "num_examples must be positive: a client without data cannot train",

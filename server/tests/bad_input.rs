@@ -6,7 +6,7 @@ mod support;
 
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
-use fl_proto::v1::{JoinRequest, TensorChunk, UpdateHeader, client_message};
+use fl_proto::v1::{JoinRequest, PartitionRequest, TensorChunk, UpdateHeader, client_message};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
 use support::Behaviour;
@@ -157,6 +157,26 @@ async fn wrong_token_cannot_join() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated);
+        let err = grpc
+            .assign_partition(PartitionRequest {
+                token: token.into(),
+                count: 1,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+    // With the token, partition indices come out in request order.
+    for (count, first) in [(1, 0), (3, 1), (2, 4)] {
+        let reply = grpc
+            .assign_partition(PartitionRequest {
+                token: "s3cret".into(),
+                count,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.first, first);
     }
     let ok = grpc
         .join(JoinRequest {
