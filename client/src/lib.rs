@@ -237,14 +237,15 @@ pub async fn assigned_partition(opts: &ClientOptions, count: u64) -> Result<u64,
     .await
 }
 
-/// Whether a failed connect or Join may succeed if tried again.
+/// Whether a failed connect or Join may succeed if tried again (including a join refused for
+/// its rate).
 fn is_transient(e: &ClientError) -> bool {
     match e {
         ClientError::Connect { .. } => true,
         ClientError::Status(s) => {
             matches!(
                 s.code(),
-                Code::Unavailable | Code::Unknown | Code::Cancelled
+                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::ResourceExhausted
             )
         }
         _ => false,

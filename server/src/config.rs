@@ -88,6 +88,11 @@ pub struct ServerSection {
     pub token: Option<String>,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
+    /// Joins (and partition requests) allowed per second from one address; more get
+    /// RESOURCE_EXHAUSTED and retry later.
+    pub join_rate: f64,
+    /// Joins one address may make at once before `join_rate` applies.
+    pub join_burst: u32,
     /// PEM certificate (chain) of the server: TLS is on when it and `tls_key` are set.
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert`.
@@ -111,6 +116,8 @@ impl Default for ServerSection {
             seed: None,
             token: None,
             metrics_listen: None,
+            join_rate: 100.0,
+            join_burst: 2000,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -282,6 +289,10 @@ impl RunConfig {
             (
                 s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
                 "server.join_timeout_secs must be positive".into(),
+            ),
+            (
+                s.join_rate > 0.0 && s.join_rate.is_finite() && s.join_burst >= 1,
+                "server.join_rate must be positive and server.join_burst at least 1".into(),
             ),
             (
                 s.tls_cert.is_some() == s.tls_key.is_some()

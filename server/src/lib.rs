@@ -182,6 +182,7 @@ async fn run_server(
         num_params: spec.num_params(),
         events: events_tx,
         next_partition: Default::default(),
+        joins: service::join_limiter(config.server.join_rate, config.server.join_burst),
     });
     let service = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -104,6 +104,21 @@ pub struct Shared {
     pub events: mpsc::Sender<Event>,
     /// The next demo partition index to hand out.
     pub next_partition: std::sync::atomic::AtomicU64,
+    /// Joins per address (a token bucket each).
+    pub joins: JoinLimiter,
+}
+
+/// Rate limits of Join and AssignPartition, per remote address.
+pub type JoinLimiter = governor::DefaultKeyedRateLimiter<std::net::IpAddr>;
+
+/// A limiter allowing `per_second` joins per address after a burst of `burst`.
+pub fn join_limiter(per_second: f64, burst: u32) -> JoinLimiter {
+    let period = Duration::from_secs_f64(1.0 / per_second);
+    let burst = std::num::NonZeroU32::new(burst.max(1)).expect("at least 1");
+    let quota = governor::Quota::with_period(period)
+        .unwrap_or_else(|| governor::Quota::per_second(std::num::NonZeroU32::MIN))
+        .allow_burst(burst);
+    governor::RateLimiter::keyed(quota)
 }
 
 impl Shared {
@@ -126,6 +141,19 @@ impl FederationService {
         Self { shared }
     }
 
+    /// Refuses a request beyond its address's rate.
+    fn check_rate<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        match request.remote_addr() {
+            Some(addr) if self.shared.joins.check_key(&addr.ip()).is_err() => {
+                tracing::warn!(address = %addr.ip(), "join rate exceeded");
+                Err(Status::resource_exhausted(
+                    "too many joins from this address: retry later",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Refuses a request whose enrollment token does not match (compared in constant time).
     fn check_token(&self, presented: &str, who: &str) -> Result<(), Status> {
         match &self.shared.token {
@@ -144,6 +172,7 @@ impl Federation for FederationService {
         &self,
         request: Request<PartitionRequest>,
     ) -> Result<Response<PartitionReply>, Status> {
+        self.check_rate(&request)?;
         let req = request.into_inner();
         self.check_token(&req.token, "partition request")?;
         if req.count == 0 || req.count > MAX_PARTITIONS_PER_REQUEST {
@@ -159,6 +188,7 @@ impl Federation for FederationService {
     }
 
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        self.check_rate(&request)?;
         let req = request.into_inner();
         self.check_token(&req.token, &req.name)?;
         if req.num_examples == 0 {

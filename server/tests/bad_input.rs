@@ -9,6 +9,7 @@ use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{JoinRequest, PartitionRequest, TensorChunk, UpdateHeader, client_message};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
+use std::time::Duration;
 use support::Behaviour;
 use tonic::Code;
 
@@ -190,4 +191,48 @@ async fn wrong_token_cannot_join() {
     let result = server.await.unwrap();
     assert!(matches!(result, Err(fl_server::ServerError::Interrupted)));
     std::fs::remove_dir_all(&out).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_beyond_the_rate_are_refused() {
+    let out = std::env::temp_dir().join(format!("fl-join-rate-{}", std::process::id()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut c = support::evil_config(&out);
+    c.server.join_rate = 0.1;
+    c.server.join_burst = 3;
+    let server = tokio::spawn(fl_server::serve(
+        listener,
+        c,
+        Arc::new(support::blobs(10)),
+        None,
+        None,
+        stop,
+    ));
+    let mut grpc = FederationClient::connect(endpoint).await.unwrap();
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        let join = grpc
+            .join(JoinRequest {
+                token: String::new(),
+                name: "eager".into(),
+                num_examples: 1,
+            })
+            .await;
+        codes.push(join.map_or_else(|e| e.code(), |_| Code::Ok));
+    }
+    assert_eq!(
+        codes,
+        [
+            Code::Ok,
+            Code::Ok,
+            Code::Ok,
+            Code::ResourceExhausted,
+            Code::ResourceExhausted
+        ]
+    );
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
 }
