@@ -134,19 +134,14 @@ async fn chunk_without_header_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_token_cannot_join() {
     let out = std::env::temp_dir().join(format!("fl-bad-token-{}", std::process::id()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut c = support::evil_config(&out);
     c.server.token = Some("s3cret".into());
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        c,
-        Arc::new(support::blobs(10)),
-        None,
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: stop_tx,
+        ..
+    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     for token in ["", "s3cre", "wrong!"] {
         let err = grpc
@@ -196,20 +191,15 @@ async fn wrong_token_cannot_join() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_beyond_the_rate_are_refused() {
     let out = std::env::temp_dir().join(format!("fl-join-rate-{}", std::process::id()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut c = support::evil_config(&out);
     c.server.join_rate = 0.1;
     c.server.join_burst = 3;
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        c,
-        Arc::new(support::blobs(10)),
-        None,
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: stop_tx,
+        ..
+    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     let mut codes = Vec::new();
     for _ in 0..5 {

@@ -37,23 +37,18 @@ async fn metrics_follow_the_rounds() {
     config.server.metrics_listen = Some(metrics_addr.clone());
     config.privacy.mode = PrivacyMode::Central;
     config.privacy.noise_multiplier = 2.0.into();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(support::blobs(300));
     let scraped = Arc::new(Mutex::new(Vec::new()));
     let (seen, addr) = (scraped.clone(), metrics_addr.clone());
     let observer: fl_server::Observer = Arc::new(move |_round| {
         seen.lock().unwrap().push(scrape(&addr));
     });
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config,
-        data.clone(),
-        Some(observer),
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = support::start_server(config, data.clone(), Some(observer), None).await;
     let clients = support::spawn_clients(&endpoint, &data, 3, None);
     let summary = server.await.unwrap().unwrap();
     for c in clients {

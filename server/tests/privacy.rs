@@ -37,18 +37,13 @@ fn private_config(out: &std::path::Path, sampling: Sampling, rounds: u64) -> Run
 /// Runs a federation of K honest clients; returns the summary and the metrics lines.
 async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics>) {
     let out = config.server.out.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(blobs(600));
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config,
-        data.clone(),
-        None,
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = support::start_server(config, data.clone(), None, None).await;
     support::spawn_clients(&endpoint, &data, K, None);
     let summary = tokio::time::timeout(Duration::from_secs(120), server)
         .await

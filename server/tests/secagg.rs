@@ -69,19 +69,14 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
     c.privacy.mode = PrivacyMode::SecAgg;
     c.privacy.clip_bound = 10.0;
     c.secagg.stage_timeout_secs = 20.0;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(blobs(400));
     let oracle = Arc::new(PlainInputs::default());
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        c,
-        data.clone(),
-        None,
-        Some(oracle.clone()),
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = support::start_server(c, data.clone(), None, Some(oracle.clone())).await;
     let good = support::spawn_clients(&endpoint, &data, 3, Some(oracle.clone()));
 
     let (me, tx, mut inbound) = support::raw_session(&endpoint, "hostile").await;

@@ -51,18 +51,13 @@ async fn only_clients_with_the_federations_certificate_get_in() {
     config.server.tls_cert = Some(dir.join("server.pem"));
     config.server.tls_key = Some(dir.join("server.key"));
     config.server.tls_client_ca = Some(dir.join("ca.pem"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(support::blobs(300));
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config,
-        data.clone(),
-        None,
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        port,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = support::start_server(config, data.clone(), None, None).await;
 
     let https = format!("https://127.0.0.1:{port}");
     let tls = |ca: &str, identity| ClientTls {
@@ -137,18 +132,13 @@ async fn a_client_not_sampled_cannot_submit() {
     let mut config = support::evil_config(&out);
     config.server.clients_per_round = 1.0.into();
     config.server.rounds = 6;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(support::blobs(300));
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config,
-        data.clone(),
-        None,
-        None,
-        stop,
-    ));
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = support::start_server(config, data.clone(), None, None).await;
     let honest = support::spawn_clients(&endpoint, &data, 1, None);
     let mut sessions = [
         support::raw_session(&endpoint, "a").await,

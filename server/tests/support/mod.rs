@@ -12,7 +12,8 @@ use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, ServerMessage, client_message, server_message,
 };
 use fl_server::config::{ModelKind, RunConfig};
-use fl_server::output::RoundMetrics;
+use fl_server::output::{RoundMetrics, Summary};
+use fl_server::{Observer, ServerError};
 use ndarray::Array2;
 use std::path::Path;
 use std::sync::Arc;
@@ -150,20 +151,15 @@ pub async fn run_with_evil_client(
         std::process::id(),
         std::thread::current().id()
     ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let data = Arc::new(blobs(200));
     let mut config = evil_config(&out);
     configure(&mut config);
-    let server = tokio::spawn(fl_server::serve(
-        listener,
-        config,
-        data.clone(),
-        None,
-        None,
-        stop,
-    ));
+    let TestServer {
+        endpoint,
+        handle: server,
+        stop: _stop_tx,
+        ..
+    } = start_server(config, data.clone(), None, None).await;
     let good = spawn_clients(&endpoint, &data, 2, None);
 
     let (_, tx, mut inbound) = raw_session(&endpoint, "evil").await;
@@ -195,4 +191,37 @@ pub async fn run_with_evil_client(
     let metrics = read_metrics(&out);
     std::fs::remove_dir_all(&out).unwrap();
     (status, metrics, summary.rounds_completed)
+}
+
+/// A server running in this process on a free loopback port.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    /// The port.
+    pub port: u16,
+    /// Resolves to the run's summary.
+    pub handle: JoinHandle<Result<Summary, ServerError>>,
+    /// Sending true stops training after the current round.
+    pub stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// Starts [`fl_server::serve`] with `config` on a free loopback port, evaluating on `data`.
+pub async fn start_server(
+    config: RunConfig,
+    data: Arc<Dataset>,
+    observer: Option<Observer>,
+    oracle: Option<Arc<PlainInputs>>,
+) -> TestServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(fl_server::serve(
+        listener, config, data, observer, oracle, stop_rx,
+    ));
+    TestServer {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        port,
+        handle,
+        stop,
+    }
 }
