@@ -222,4 +222,51 @@ mod tests {
         };
         assert!(s.absorb(501, bad).is_err());
     }
+
+    /// A restored strategy keeps every client's state in the consensus and the same rho: with no
+    /// new answers, both give the same next model.
+    #[test]
+    fn state_survives_a_restart() {
+        let local = LocalConfig {
+            epochs: 1,
+            batch_size: 1,
+            learning_rate: 0.1,
+        };
+        let balancing = Some(ResidualBalancing { mu: 1.5, tau: 2.0 });
+        let mut s = Iadmm::new(2, 0.5, balancing, local);
+        let mut w = vec![0.0f32, 1.0];
+        for round in 1..=3 {
+            s.configure_round(round, &plan());
+            for p in 0..3u64 {
+                let values = vec![p as f32 + round as f32, -(p as f32)];
+                s.absorb(
+                    round,
+                    ClientUpdate {
+                        client: p,
+                        num_examples: 1,
+                        values,
+                    },
+                )
+                .unwrap();
+            }
+            w = s.finish_round(round, &w).model.unwrap();
+        }
+        let mut restored = Iadmm::new(2, 1.0, balancing, local);
+        restored.restore(s.state()).unwrap();
+        assert_eq!(
+            restored.admm_round().unwrap().rho,
+            s.admm_round().unwrap().rho
+        );
+        let update = |client| ClientUpdate {
+            client,
+            num_examples: 1,
+            values: vec![0.5, 0.5],
+        };
+        s.absorb(4, update(9)).unwrap();
+        restored.absorb(4, update(9)).unwrap();
+        assert_eq!(s.finish_round(4, &w), restored.finish_round(4, &w));
+        let mut bad = s.state();
+        bad.tensors.pop();
+        assert!(Iadmm::new(2, 1.0, None, local).restore(bad).is_err());
+    }
 }
