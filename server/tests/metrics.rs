@@ -40,8 +40,11 @@ async fn metrics_follow_the_rounds() {
     let data = Arc::new(support::blobs(300));
     let scraped = Arc::new(Mutex::new(Vec::new()));
     let (seen, addr) = (scraped.clone(), metrics_addr.clone());
+    // The observer runs on the round loop's worker: the blocking scrape hands that worker's
+    // queued tasks (the metrics endpoint among them) to another thread first.
     let observer: fl_server::Observer = Arc::new(move |_round| {
-        seen.lock().unwrap().push(scrape(&addr));
+        let text = tokio::task::block_in_place(|| scrape(&addr));
+        seen.lock().unwrap().push(text);
     });
     let support::TestServer {
         endpoint,
