@@ -6,7 +6,7 @@ mod support;
 
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
-use fl_proto::v1::{JoinRequest, PartitionRequest, TensorChunk, UpdateHeader, client_message};
+use fl_proto::v1::{JoinRequest, PartitionRequest, TensorChunk, client_message};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,23 +16,6 @@ use tonic::Code;
 /// The federation of [`support::run_with_evil_client`], unchanged.
 async fn run_with_evil_client(evil: Behaviour) -> (tonic::Status, Vec<RoundMetrics>, u64) {
     support::run_with_evil_client(|_| {}, evil).await
-}
-
-fn header(round: u64, num_values: usize) -> client_message::Body {
-    client_message::Body::UpdateHeader(UpdateHeader {
-        round,
-        num_examples: 100,
-        num_values: num_values as u64,
-        num_chunks: fl_proto::chunk_count(num_values),
-        train_loss: 0.5,
-        release: None,
-    })
-}
-
-fn upload(round: u64, values: &[f32]) -> Vec<client_message::Body> {
-    let mut out = vec![header(round, values.len())];
-    out.extend(encode_chunks(round, values).map(client_message::Body::UpdateChunk));
-    out
 }
 
 /// The evil client was dropped from round 1 and the run finished with the two others.
@@ -50,7 +33,8 @@ fn assert_round_went_on(metrics: &[RoundMetrics], rounds_completed: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_length_update_is_refused() {
     let (status, metrics, done) =
-        run_with_evil_client(|round, n| upload(round, &vec![0.0; n + 1])).await;
+        run_with_evil_client(|round, n| support::dense_upload(round, &vec![0.0; n + 1], None))
+            .await;
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(
         status.message().contains("values, the model has"),
@@ -64,7 +48,7 @@ async fn nan_update_is_refused() {
     let (status, metrics, done) = run_with_evil_client(|round, n| {
         let mut v = vec![0.0; n];
         v[n / 2] = f32::NAN;
-        upload(round, &v)
+        support::dense_upload(round, &v, None)
     })
     .await;
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -77,7 +61,7 @@ async fn infinite_update_is_refused() {
     let (status, metrics, done) = run_with_evil_client(|round, n| {
         let mut v = vec![0.0; n];
         v[0] = f32::NEG_INFINITY;
-        upload(round, &v)
+        support::dense_upload(round, &v, None)
     })
     .await;
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -88,7 +72,8 @@ async fn infinite_update_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_for_another_round_is_refused() {
     let (status, metrics, done) =
-        run_with_evil_client(|round, n| upload(round + 1, &vec![0.0; n])).await;
+        run_with_evil_client(|round, n| support::dense_upload(round + 1, &vec![0.0; n], None))
+            .await;
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(
         status.message().contains("current round is 1"),
@@ -101,7 +86,7 @@ async fn update_for_another_round_is_refused() {
 async fn garbage_chunk_is_refused() {
     let (status, metrics, done) = run_with_evil_client(|round, n| {
         vec![
-            header(round, n),
+            support::update_header(round, n, None),
             client_message::Body::UpdateChunk(TensorChunk {
                 round,
                 index: 0,

@@ -8,8 +8,7 @@
 mod support;
 
 use fl_common::privacy::Release;
-use fl_proto::encode_chunks;
-use fl_proto::v1::{LocalRelease, SignDsUpload, UpdateHeader, client_message};
+use fl_proto::v1::{LocalRelease, SignDsUpload, client_message};
 use fl_server::config::{PrivacyMode, RunConfig};
 use support::{Behaviour, run_with_evil_client};
 use tonic::Code;
@@ -46,17 +45,7 @@ fn sign_upload(
 }
 
 fn dense(round: u64, n: usize, release: Option<Release>) -> Vec<client_message::Body> {
-    let values = vec![0.0f32; n];
-    let mut out = vec![client_message::Body::UpdateHeader(UpdateHeader {
-        round,
-        num_examples: 100,
-        num_values: n as u64,
-        num_chunks: fl_proto::chunk_count(n),
-        train_loss: 0.5,
-        release: release.as_ref().map(LocalRelease::from),
-    })];
-    out.extend(encode_chunks(round, &values).map(client_message::Body::UpdateChunk));
-    out
+    support::dense_upload(round, &vec![0.0; n], release.as_ref())
 }
 
 /// Runs the federation with `evil`; checks the refusal names `expected` and that the round

@@ -10,9 +10,9 @@ mod support;
 use fl_common::secagg::{ClientRound, PlainInputs, Ring, SealedShares};
 use fl_proto::v1::{
     ClientMessage, MaskedInputHeader, RevealedShare, SealedShare, SecAggKeys, SecAggReveal,
-    SecAggShares, UpdateHeader, client_message, server_message,
+    SecAggShares, client_message, server_message,
 };
-use fl_proto::{chunk_count, encode_chunks, encode_word_chunks, ring_words};
+use fl_proto::{chunk_count, encode_word_chunks, ring_words};
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::output::RoundMetrics;
 use rand::SeedableRng;
@@ -108,18 +108,7 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                 }
                 match how {
                     Deviation::PlainUpdate => {
-                        send.push(client_message::Body::UpdateHeader(UpdateHeader {
-                            round,
-                            num_examples: 100,
-                            num_values: n as u64,
-                            num_chunks: chunk_count(n),
-                            train_loss: 0.1,
-                            release: None,
-                        }));
-                        send.extend(
-                            encode_chunks(round, &vec![0.0; n])
-                                .map(client_message::Body::UpdateChunk),
-                        );
+                        send.extend(support::dense_upload(round, &vec![0.0; n], None))
                     }
                     Deviation::EarlyMaskedInput => send.extend(masked(round, ring, &vec![0; n])),
                     Deviation::KeysTwice => {

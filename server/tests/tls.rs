@@ -6,8 +6,6 @@
 mod support;
 
 use fl_client::{ClientOptions, ClientPrivacy, ClientTls, LocalData, run_client};
-use fl_proto::encode_chunks;
-use fl_proto::v1::{UpdateHeader, client_message};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,16 +143,8 @@ async fn a_client_not_sampled_cannot_submit() {
         support::raw_session(&endpoint, "b").await,
     ];
     let upload = |round: u64, n: usize| {
-        let mut out = vec![client_message::Body::UpdateHeader(UpdateHeader {
-            round,
-            num_examples: 100,
-            num_values: n as u64,
-            num_chunks: fl_proto::chunk_count(n),
-            train_loss: 0.5,
-            release: None,
-        })];
-        out.extend(encode_chunks(round, &vec![0.0; n]).map(client_message::Body::UpdateChunk));
-        out.into_iter()
+        support::dense_upload(round, &vec![0.0; n], None)
+            .into_iter()
             .map(|body| fl_proto::v1::ClientMessage { body: Some(body) })
     };
     let refusal = loop {

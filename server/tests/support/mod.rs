@@ -6,10 +6,12 @@ use fl_client::{
     ClientError, ClientOptions, ClientPrivacy, ClientReport, ClientTls, LocalData, run_client,
 };
 use fl_common::data::Dataset;
+use fl_common::privacy::Release;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, ServerMessage, client_message, server_message,
+    ClientMessage, Hello, JoinRequest, LocalRelease, ServerMessage, UpdateHeader, client_message,
+    server_message,
 };
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::{RoundMetrics, Summary};
@@ -224,4 +226,31 @@ pub async fn start_server(
         handle,
         stop,
     }
+}
+
+/// The header of a hand-made upload of `num_values` values claiming 100 examples.
+pub fn update_header(
+    round: u64,
+    num_values: usize,
+    release: Option<&Release>,
+) -> client_message::Body {
+    client_message::Body::UpdateHeader(UpdateHeader {
+        round,
+        num_examples: 100,
+        num_values: num_values as u64,
+        num_chunks: fl_proto::chunk_count(num_values),
+        train_loss: 0.5,
+        release: release.map(LocalRelease::from),
+    })
+}
+
+/// A hand-made dense upload: its header, then its chunks.
+pub fn dense_upload(
+    round: u64,
+    values: &[f32],
+    release: Option<&Release>,
+) -> Vec<client_message::Body> {
+    let mut out = vec![update_header(round, values.len(), release)];
+    out.extend(fl_proto::encode_chunks(round, values).map(client_message::Body::UpdateChunk));
+    out
 }
