@@ -13,7 +13,7 @@ use fl_proto::v1::{
     SecAggShares, client_message, server_message,
 };
 use fl_proto::{chunk_count, encode_word_chunks, ring_words};
-use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
+use fl_server::config::PrivacyMode;
 use fl_server::output::RoundMetrics;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -57,15 +57,9 @@ fn masked(round: u64, ring: Ring, y: &[u64]) -> Vec<client_message::Body> {
 /// got and the run's metrics.
 async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
     let out = std::env::temp_dir().join(format!("fl-secagg-{}-{how:?}", std::process::id()));
-    let mut c = RunConfig::default();
+    let mut c = support::evil_config(&out);
     c.server.clients = 4;
     c.server.clients_per_round = 4.0.into();
-    c.server.rounds = 2;
-    c.server.round_timeout_secs = 20.0;
-    c.server.join_timeout_secs = 20.0;
-    c.server.seed = Some(1);
-    c.server.out = out.clone();
-    c.model.kind = ModelKind::Logistic;
     c.privacy.mode = PrivacyMode::SecAgg;
     c.privacy.clip_bound = 10.0;
     c.secagg.stage_timeout_secs = 20.0;
