@@ -1,5 +1,6 @@
 //! `fl`: the command-line tool of the federated-learning system.
 
+mod enroll;
 mod plot;
 mod privacy;
 mod sim;
@@ -27,6 +28,12 @@ enum Command {
         /// The run folder.
         run: PathBuf,
     },
+    /// Enroll a client in the server's enrollment file: prints its new token (once; the file
+    /// keeps only its digest), or records its client certificate's fingerprint.
+    Enroll(enroll::EnrollArgs),
+    /// Revoke an enrolled client: a running server ends its session within a second and refuses
+    /// it from then on.
+    Revoke(enroll::RevokeArgs),
     /// Draw the test accuracy of several runs on one chart.
     Compare {
         /// Runs as LABEL=RUN_FOLDER.
@@ -59,6 +66,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: logs collected by docker or a file stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Sim(args) => {
@@ -66,6 +75,11 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&summary_line(&summary))?);
         }
         Command::Privacy(q) => privacy::run(q)?,
+        Command::Enroll(args) => match enroll::enroll(&args)? {
+            Some(token) => println!("{token}"),
+            None => eprintln!("{} enrolled by its certificate", args.name),
+        },
+        Command::Revoke(args) => enroll::revoke(&args)?,
         Command::Plot { run } => plot::plot_run(&run, &run.display().to_string())?,
         Command::Compare {
             runs,

@@ -96,7 +96,13 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         config.server.clients_per_round,
         String::from(config.data.partition)
     );
-    let token = config.server.token.clone().unwrap_or_default();
+    let token = match &config.server.token {
+        Some(t) => t
+            .clear()
+            .context("fl sim runs the clients itself: give server.token in clear, not as a digest")?
+            .to_owned(),
+        None => String::new(),
+    };
     let seed = config.server.seed;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).

@@ -193,35 +193,71 @@ where
     }
 }
 
-/// Joins and opens the Session stream (see [`with_server`] for the retries).
+/// What a client holds of its identity between sessions: the id and session key of its last
+/// Join, which reopen a Session without joining again.
+#[derive(Clone)]
+struct Held {
+    client_id: String,
+    session_key: Vec<u8>,
+}
+
+/// A session: this client's id, its outgoing queue, the server's stream, and what reopens it.
+type Opened = (
+    u64,
+    mpsc::Sender<ClientMessage>,
+    Streaming<ServerMessage>,
+    Held,
+);
+
+/// Opens the Session stream: first, when it holds an identity, with it (a reconnect keeps the
+/// client's id and its place in a running round); when the server no longer knows it (it
+/// restarted), by joining again. See [`with_server`] for the retries.
 async fn open_session(
     opts: &ClientOptions,
     num_examples: u64,
-) -> Result<(u64, mpsc::Sender<ClientMessage>, Streaming<ServerMessage>), ClientError> {
+    held: Option<&Held>,
+) -> Result<Opened, ClientError> {
     with_server(opts, |mut grpc| async move {
+        if let Some(held) = held {
+            match hello(&mut grpc, held.clone()).await {
+                Err(ClientError::Status(s)) if s.code() == Code::Unauthenticated => {
+                    tracing::info!("the server does not know this session any more: joining again");
+                }
+                other => return other,
+            }
+        }
         let request = JoinRequest {
             token: opts.token.clone(),
             name: opts.name.clone(),
             num_examples,
         };
         let joined = grpc.join(request).await?.into_inner();
-        let id: u64 = joined.client_id.parse().map_err(|_| {
-            ClientError::Protocol(format!(
-                "server issued a non-numeric id {:?}",
-                joined.client_id
-            ))
-        })?;
-        let (outbox, rx) = mpsc::channel(8);
-        let hello = client_message::Body::Hello(Hello {
-            client_id: joined.client_id.clone(),
+        let held = Held {
+            client_id: joined.client_id,
             session_key: joined.session_key,
-        });
-        send(&outbox, hello).await?;
-        let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
-        tracing::debug!(client = %joined.client_id, "session open");
-        Ok((id, outbox, inbound))
+        };
+        hello(&mut grpc, held).await
     })
     .await
+}
+
+/// Opens a Session with Hello for the identity `held`.
+async fn hello(grpc: &mut FederationClient<Channel>, held: Held) -> Result<Opened, ClientError> {
+    let id: u64 = held.client_id.parse().map_err(|_| {
+        ClientError::Protocol(format!(
+            "server issued a non-numeric id {:?}",
+            held.client_id
+        ))
+    })?;
+    let (outbox, rx) = mpsc::channel(8);
+    let body = client_message::Body::Hello(Hello {
+        client_id: held.client_id.clone(),
+        session_key: held.session_key.clone(),
+    });
+    send(&outbox, body).await?;
+    let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+    tracing::debug!(client = id, "session open");
+    Ok((id, outbox, inbound, held))
 }
 
 /// Asks the server for `count` demo partition indices (for `--partition SCHEME:K:auto`);
@@ -277,8 +313,11 @@ pub async fn run_client(
         spent: LocalLedger::default(),
         spent_delta: 0.0,
     };
+    let mut held = None;
     loop {
-        let (me, outbox, inbound) = open_session(&opts, local.indices.len() as u64).await?;
+        let (me, outbox, inbound, identity) =
+            open_session(&opts, local.indices.len() as u64, held.as_ref()).await?;
+        held = Some(identity);
         match run_session(&opts, &local, me, outbox, inbound, &mut life).await {
             Ok(shutdown_reason) => {
                 return Ok(ClientReport {
@@ -289,7 +328,7 @@ pub async fn run_client(
                 });
             }
             Err(e) if e.is_lost_server() => {
-                tracing::warn!(error = %e, "lost the server: joining again");
+                tracing::warn!(error = %e, "lost the server: reconnecting");
             }
             Err(e) => return Err(e),
         }

@@ -14,9 +14,12 @@
 
 use crate::config::RunConfig;
 use crate::output::write_atomic;
+use crate::registry::{ClientId, Identities};
 use crate::strategy::StrategyState;
+use fl_common::privacy::LocalLedger;
 use safetensors::tensor::TensorView;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -48,6 +51,12 @@ pub struct Progress {
     pub config: RunConfig,
     /// The strategy's state other than tensors.
     pub strategy: serde_json::Value,
+    /// The enrolled clients' ids and the next id to hand out.
+    #[serde(default)]
+    pub clients: Identities,
+    /// Each client's composed local privacy loss (runs with a client-side mechanism).
+    #[serde(default)]
+    pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
 }
 
 /// A checkpoint: the progress, the global model and the strategy's tensors.
@@ -166,6 +175,11 @@ mod tests {
             wall_seconds: 1.5,
             config: RunConfig::default(),
             strategy: serde_json::Value::Null,
+            clients: Identities {
+                names: [("hospital-1".to_string(), 4)].into(),
+                next_id: 9,
+            },
+            local_ledgers: [(4, LocalLedger::default())].into(),
         };
         let state = StrategyState {
             scalars: serde_json::json!({"rho": 0.5}),

@@ -1,6 +1,7 @@
 //! The run configuration: one TOML file with `[server]`, `[model]`, `[train]` and `[data]`
 //! sections, every key optional with the defaults below, unknown keys refused.
 
+use crate::credentials::Token;
 use fl_common::data::{DataSource, PartitionScheme};
 use fl_common::model::{LocalConfig, ModelSpec};
 use fl_common::privacy::LocalMechanism;
@@ -84,8 +85,18 @@ pub struct ServerSection {
     pub out: PathBuf,
     /// Seed for sampling and initialisation; reproducible experiments only, never for privacy.
     pub seed: Option<u64>,
-    /// Enrollment token clients must present at Join; none admits any client.
-    pub token: Option<String>,
+    /// Enrollment token every client must present at Join (in clear, or as `sha256:HEX`; always
+    /// written out as its digest); none admits any client. Excludes `enrollment`.
+    pub token: Option<Token>,
+    /// Enrollment file naming each client with its own token or certificate, which can revoke
+    /// clients while the server runs (see [`crate::credentials`]).
+    pub enrollment: Option<PathBuf>,
+    /// Seconds a sampled client that lost its stream has to come back with the same identity and
+    /// receive its task again before the round counts it as dropped (plain rounds; 0: dropped at
+    /// once).
+    pub reconnect_grace_secs: f64,
+    /// Seconds a client may pause in the middle of sending a tensor before it is dropped.
+    pub upload_stall_secs: f64,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
     /// Joins (and partition requests) allowed per second from one address; more get
@@ -115,6 +126,9 @@ impl Default for ServerSection {
             out: "runs/latest".into(),
             seed: None,
             token: None,
+            enrollment: None,
+            reconnect_grace_secs: 10.0,
+            upload_stall_secs: 60.0,
             metrics_listen: None,
             join_rate: 100.0,
             join_burst: 2000,
@@ -289,6 +303,20 @@ impl RunConfig {
             (
                 s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
                 "server.join_timeout_secs must be positive".into(),
+            ),
+            (
+                s.reconnect_grace_secs >= 0.0 && s.reconnect_grace_secs.is_finite(),
+                "server.reconnect_grace_secs must be 0 or more".into(),
+            ),
+            (
+                s.upload_stall_secs > 0.0 && s.upload_stall_secs.is_finite(),
+                "server.upload_stall_secs must be positive".into(),
+            ),
+            (
+                s.token.is_none() || s.enrollment.is_none(),
+                "server.token and server.enrollment exclude each other: enrolled clients each \
+                 have their own token"
+                    .into(),
             ),
             (
                 s.join_rate > 0.0 && s.join_rate.is_finite() && s.join_burst >= 1,

@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod credentials;
 pub mod ledger;
 pub mod local_accounts;
 pub mod output;
@@ -21,6 +22,7 @@ pub mod telemetry;
 
 use checkpoint::Checkpoint;
 use config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
+use credentials::Credentials;
 use fl_common::data::Dataset;
 use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::PlainInputs;
@@ -31,6 +33,7 @@ use local_accounts::LocalAccounts;
 use output::{RoundMetrics, RunFolder, Summary};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use registry::Registry;
 use service::{FederationService, Shared};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +54,8 @@ const EVENT_QUEUE: usize = 256;
 /// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep
 /// a live stream through NATs and proxies, and dead peers are noticed.
 const KEEPALIVE: Duration = Duration::from_secs(30);
+/// How often the enrollment file is read again for revocations.
+const ENROLLMENT_POLL: Duration = Duration::from_secs(1);
 /// How long connections get to close after training ends.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -176,14 +181,35 @@ async fn run_server(
         None => Ledger::create(folder.dir(), budget),
     };
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+    let credentials = Credentials::new(
+        config.server.token.as_ref().map(|t| t.digest()),
+        config.server.enrollment.as_deref(),
+    )
+    .map_err(|e| ServerError::Config(ConfigError::Invalid(e)))?;
+    let registry = match &checkpoint {
+        Some(c) => Registry::restore(&c.progress.clients),
+        None => Registry::default(),
+    };
     let shared = Arc::new(Shared {
-        registry: Mutex::default(),
-        token: config.server.token.clone(),
+        registry: Mutex::new(registry),
+        credentials: Mutex::new(credentials),
         num_params: spec.num_params(),
         events: events_tx,
         next_partition: Default::default(),
         joins: service::join_limiter(config.server.join_rate, config.server.join_burst),
+        upload_stall: Duration::from_secs_f64(config.server.upload_stall_secs),
     });
+    if config.server.enrollment.is_some() {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            // Revocations take effect within a second even when nobody joins.
+            let mut tick = tokio::time::interval(ENROLLMENT_POLL);
+            while !shared.events.is_closed() {
+                tick.tick().await;
+                shared.enforce_enrollment();
+            }
+        });
+    }
     let service = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

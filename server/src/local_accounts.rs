@@ -81,6 +81,16 @@ impl LocalAccounts {
         self.clients.entry(client).or_default().record(release);
     }
 
+    /// Every client's ledger, for a checkpoint.
+    pub fn ledgers(&self) -> &BTreeMap<ClientId, LocalLedger> {
+        &self.clients
+    }
+
+    /// Takes up the ledgers of a checkpoint (client ids survive restarts).
+    pub fn restore(&mut self, ledgers: BTreeMap<ClientId, LocalLedger>) {
+        self.clients = ledgers;
+    }
+
     /// Largest composed epsilon of any client so far.
     pub fn max_epsilon(&self) -> f64 {
         self.clients

@@ -5,6 +5,7 @@ use clap::Parser;
 use fl_common::data::DataSource;
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig};
+use fl_server::credentials::Token;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -71,8 +72,17 @@ struct Args {
     seed: Option<u64>,
     /// Enrollment token clients must present (default: the config's, else none). Prefer the
     /// FL_TOKEN environment variable, which does not show in process listings.
-    #[arg(long, env = "FL_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "FL_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "enrollment"
+    )]
     token: Option<String>,
+    /// Enrollment file naming each client with its own token or certificate; edit it (or use
+    /// `fl enroll` / `fl revoke`) while the server runs to admit or revoke clients.
+    #[arg(long, value_name = "FILE")]
+    enrollment: Option<PathBuf>,
     /// Override a key of the --config file: `--set section.key=VALUE` (repeatable), e.g.
     /// `--set privacy.mode=ldp-gaussian`.
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
@@ -131,8 +141,11 @@ impl Args {
         if self.tls_client_ca.is_some() {
             c.server.tls_client_ca = self.tls_client_ca;
         }
-        if self.token.is_some() {
-            c.server.token = self.token;
+        if let Some(token) = &self.token {
+            c.server.token = Some(Token::new(token));
+        }
+        if self.enrollment.is_some() {
+            c.server.enrollment = self.enrollment;
         }
         c.validate()?;
         Ok(c)
@@ -146,6 +159,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: logs collected by docker or a file stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     let mut resume = match &args.resume {

@@ -256,7 +256,7 @@ pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Ve
 
 /// Writes `path` via a temporary file, fsync, rename and an fsync of the directory, so that after
 /// a crash the file is either the old one or the new one, and the rename itself is durable.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = std::fs::File::create(&tmp)?;

@@ -1,11 +1,18 @@
-//! The clients the server knows: who joined, with which session key, and which are connected
-//! right now (with the channel that feeds their Session stream).
+//! The clients the server knows: who joined, with which session key and identity, and which are
+//! connected right now (with the channel that feeds their Session stream).
+//!
+//! An enrolled client (see [`crate::credentials`]) keeps its client id across joins and server
+//! restarts: the id is looked up by its name, and the names' ids go into every checkpoint. An
+//! anonymous client gets a new id at each Join, but can reopen its Session with the id and session
+//! key it holds (a reconnect), as long as this server process knows them.
 
 use fl_proto::v1::ServerMessage;
 use rand::RngCore;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use tonic::Status;
+
+use crate::credentials::constant_time_eq;
 
 /// Identity the server assigns at Join.
 pub type ClientId = u64;
@@ -15,8 +22,13 @@ pub type Outbox = mpsc::Sender<Result<ServerMessage, Status>>;
 
 #[derive(Debug)]
 struct Entry {
-    session_key: [u8; 32],
+    /// `None` for an enrolled identity restored from a checkpoint, until it joins again.
+    session_key: Option<[u8; 32]>,
     num_examples: u64,
+    /// The enrolled name, if any.
+    identity: Option<String>,
+    /// Revoked: no stream can be bound until it is admitted again.
+    revoked: bool,
     /// The live stream, tagged with its generation so that a stale reader cannot detach a
     /// newer stream of the same client.
     stream: Option<(u64, Outbox)>,
@@ -28,6 +40,18 @@ pub struct Registry {
     next_id: ClientId,
     next_generation: u64,
     clients: BTreeMap<ClientId, Entry>,
+    /// Enrolled names and their ids.
+    identities: BTreeMap<String, ClientId>,
+}
+
+/// What the registry keeps across a restart: the enrolled names' ids, and the first id not yet
+/// handed out (so that no new client takes the id, and the strategy state, of an earlier one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identities {
+    /// Enrolled name -> client id.
+    pub names: BTreeMap<String, ClientId>,
+    /// The next id to hand out.
+    pub next_id: ClientId,
 }
 
 /// Why a Hello was refused.
@@ -39,24 +63,68 @@ pub enum AttachError {
     /// The session key does not match the one handed out at Join.
     #[error("session key does not match client {0}")]
     BadKey(ClientId),
+    /// The client was revoked.
+    #[error("client {0} is revoked")]
+    Revoked(ClientId),
 }
 
 impl Registry {
+    /// A registry that knows the identities of an earlier run.
+    pub fn restore(identities: &Identities) -> Self {
+        let mut r = Self {
+            next_id: identities.next_id,
+            ..Self::default()
+        };
+        for (name, &id) in &identities.names {
+            r.next_id = r.next_id.max(id + 1);
+            r.identities.insert(name.clone(), id);
+            r.clients.insert(
+                id,
+                Entry {
+                    session_key: None,
+                    num_examples: 0,
+                    identity: Some(name.clone()),
+                    revoked: false,
+                    stream: None,
+                },
+            );
+        }
+        r
+    }
+
+    /// What to checkpoint.
+    pub fn identities(&self) -> Identities {
+        Identities {
+            names: self.identities.clone(),
+            next_id: self.next_id,
+        }
+    }
+
     /// Admits a client and returns its id and fresh session key (from `rand`'s thread-local
-    /// CSPRNG, ChaCha12 seeded from the OS).
-    pub fn join(&mut self, num_examples: u64) -> (ClientId, [u8; 32]) {
-        let id = self.next_id;
-        self.next_id += 1;
+    /// CSPRNG, ChaCha12 seeded from the OS). An enrolled `identity` keeps the id it had; its
+    /// earlier session key stops working.
+    pub fn join(&mut self, num_examples: u64, identity: Option<&str>) -> (ClientId, [u8; 32]) {
+        let known = identity.and_then(|name| self.identities.get(name).copied());
+        let id = known.unwrap_or_else(|| {
+            let id = self.next_id;
+            self.next_id += 1;
+            if let Some(name) = identity {
+                self.identities.insert(name.to_owned(), id);
+            }
+            id
+        });
         let mut session_key = [0u8; 32];
         rand::rng().fill_bytes(&mut session_key);
-        self.clients.insert(
-            id,
-            Entry {
-                session_key,
-                num_examples,
-                stream: None,
-            },
-        );
+        let entry = self.clients.entry(id).or_insert(Entry {
+            session_key: None,
+            num_examples,
+            identity: identity.map(str::to_owned),
+            revoked: false,
+            stream: None,
+        });
+        entry.session_key = Some(session_key);
+        entry.num_examples = num_examples;
+        entry.revoked = false;
         (id, session_key)
     }
 
@@ -67,8 +135,11 @@ impl Registry {
             .clients
             .get_mut(&id)
             .ok_or(AttachError::UnknownClient(id))?;
-        if !constant_time_eq(&entry.session_key, key) {
+        if !entry.session_key.is_some_and(|k| constant_time_eq(&k, key)) {
             return Err(AttachError::BadKey(id));
+        }
+        if entry.revoked {
+            return Err(AttachError::Revoked(id));
         }
         let generation = self.next_generation;
         self.next_generation += 1;
@@ -76,16 +147,21 @@ impl Registry {
         Ok(generation)
     }
 
+    /// Whether the stream of generation `generation` is still the client's live one.
+    pub fn is_current(&self, id: ClientId, generation: u64) -> bool {
+        self.clients
+            .get(&id)
+            .is_some_and(|e| matches!(e.stream, Some((g, _)) if g == generation))
+    }
+
     /// Unbinds the stream of generation `generation` (a no-op when a newer one replaced it).
     /// Returns whether it was the live stream.
     pub fn detach(&mut self, id: ClientId, generation: u64) -> bool {
-        match self.clients.get_mut(&id) {
-            Some(entry) if matches!(entry.stream, Some((g, _)) if g == generation) => {
-                entry.stream = None;
-                true
-            }
-            _ => false,
+        let live = self.is_current(id, generation);
+        if live && let Some(entry) = self.clients.get_mut(&id) {
+            entry.stream = None;
         }
+        live
     }
 
     /// Unbinds whatever stream the client has and returns it.
@@ -96,6 +172,30 @@ impl Registry {
             .map(|(_, outbox)| outbox)
     }
 
+    /// Revokes every enrolled client whose name `active` refuses (anonymous clients are left
+    /// alone): it can no longer bind a stream, and its live stream is unbound. Returns the
+    /// clients revoked now, with the streams they had.
+    pub fn revoke_inactive(
+        &mut self,
+        active: impl Fn(&str) -> bool,
+    ) -> Vec<(ClientId, Option<Outbox>)> {
+        let mut revoked = Vec::new();
+        for (&id, entry) in &mut self.clients {
+            let refused = entry.identity.as_deref().is_some_and(|name| !active(name));
+            if refused && !entry.revoked {
+                entry.revoked = true;
+                entry.session_key = None;
+                revoked.push((id, entry.stream.take().map(|(_, outbox)| outbox)));
+            }
+        }
+        revoked
+    }
+
+    /// Whether the client may take part: it joined and is not revoked.
+    pub fn is_admitted(&self, id: ClientId) -> bool {
+        self.clients.get(&id).is_some_and(|e| !e.revoked)
+    }
+
     /// Ids of the clients with a live stream, ascending.
     pub fn connected(&self) -> Vec<ClientId> {
         self.clients
@@ -103,6 +203,11 @@ impl Registry {
             .filter(|(_, e)| e.stream.is_some())
             .map(|(&id, _)| id)
             .collect()
+    }
+
+    /// The live stream of a client and its generation.
+    pub fn stream(&self, id: ClientId) -> Option<(u64, Outbox)> {
+        self.clients.get(&id).and_then(|e| e.stream.clone())
     }
 
     /// The live stream of a client.
@@ -126,11 +231,6 @@ impl Registry {
     }
 }
 
-/// Compares secrets in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +238,7 @@ mod tests {
     #[test]
     fn attach_checks_keys_and_generations() {
         let mut r = Registry::default();
-        let (id, key) = r.join(600);
+        let (id, key) = r.join(600, None);
         let (tx, _rx) = mpsc::channel(1);
         assert_eq!(
             r.attach(id + 1, &key, tx.clone()),
@@ -150,6 +250,7 @@ mod tests {
         );
         let g1 = r.attach(id, &key, tx.clone()).unwrap();
         let g2 = r.attach(id, &key, tx).unwrap();
+        assert!(!r.is_current(id, g1) && r.is_current(id, g2));
         assert!(
             !r.detach(id, g1),
             "a stale stream must not detach the new one"
@@ -161,9 +262,59 @@ mod tests {
     }
 
     #[test]
-    fn constant_time_eq_compares_whole_slices() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
+    fn enrolled_clients_keep_their_id_across_joins_and_restarts() {
+        let mut r = Registry::default();
+        let (a, key_a) = r.join(10, Some("a"));
+        let (anon, _) = r.join(10, None);
+        let (b, _) = r.join(10, Some("b"));
+        let (a_again, key_a2) = r.join(20, Some("a"));
+        assert_eq!(a_again, a);
+        assert_ne!(key_a, key_a2);
+        let (tx, _rx) = mpsc::channel(1);
+        assert_eq!(
+            r.attach(a, &key_a, tx.clone()),
+            Err(AttachError::BadKey(a)),
+            "a new Join retires the earlier session key"
+        );
+        assert_eq!(r.num_examples(a), Some(20));
+
+        let saved = r.identities();
+        let mut restored = Registry::restore(&saved);
+        assert_eq!(restored.identities().names.get("b"), Some(&b));
+        assert_eq!(
+            restored.attach(a, &key_a2, tx),
+            Err(AttachError::BadKey(a)),
+            "after a restart every client joins again"
+        );
+        assert_eq!(restored.join(10, Some("b")).0, b);
+        let (fresh, _) = restored.join(10, None);
+        assert!(fresh > anon && fresh > b, "no id is handed out twice");
+    }
+
+    #[test]
+    fn revoked_clients_lose_their_stream_and_cannot_attach() {
+        let mut r = Registry::default();
+        let (a, key_a) = r.join(10, Some("a"));
+        let (b, key_b) = r.join(10, Some("b"));
+        let (anon, key_n) = r.join(10, None);
+        let (tx, _rx) = mpsc::channel(1);
+        for (id, key) in [(a, key_a), (b, key_b), (anon, key_n)] {
+            r.attach(id, &key, tx.clone()).unwrap();
+        }
+        let revoked = r.revoke_inactive(|name| name != "a");
+        assert_eq!(revoked.len(), 1);
+        assert_eq!(revoked[0].0, a);
+        assert!(revoked[0].1.is_some(), "its live stream is handed back");
+        assert_eq!(r.connected(), vec![b, anon]);
+        assert!(!r.is_admitted(a) && r.is_admitted(b) && r.is_admitted(anon));
+        assert!(r.attach(a, &key_a, tx.clone()).is_err());
+        assert!(
+            r.revoke_inactive(|name| name != "a").is_empty(),
+            "revoked once"
+        );
+        // Enrolled again (the operator undid the revocation): a new Join admits it.
+        let (again, key) = r.join(10, Some("a"));
+        assert_eq!(again, a);
+        assert!(r.attach(a, &key, tx).is_ok());
     }
 }

@@ -30,7 +30,7 @@ use fl_proto::{chunk_count, encode_chunks};
 use prost::Message;
 use rand::Rng;
 use rand::rngs::StdRng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -58,6 +58,30 @@ struct Tally {
     secagg: Option<SecAggRoundMetrics>,
     /// Bytes of secure-aggregation stage messages sent (beyond the task and model).
     stage_bytes_down: u64,
+}
+
+/// A round's task as sent to every sampled client, kept for clients that reconnect.
+struct RoundTasks {
+    /// The task without its tensor sizes.
+    template: RoundTask,
+    /// The task and model chunks for a client that gets the global model.
+    common: Vec<ServerMessage>,
+    /// The stream generation each sampled client was sent the task on.
+    sent_on: BTreeMap<ClientId, u64>,
+}
+
+/// The messages of a task carrying `tensor`: the RoundTask, then the tensor's chunks.
+fn task_messages(template: &RoundTask, tensor: &[f32]) -> Vec<ServerMessage> {
+    let round = template.round;
+    let task = RoundTask {
+        num_values: tensor.len() as u64,
+        num_chunks: chunk_count(tensor.len()),
+        ..template.clone()
+    };
+    std::iter::once(server_message::Body::Task(task))
+        .chain(encode_chunks(round, tensor).map(server_message::Body::ModelChunk))
+        .map(|body| ServerMessage { body: Some(body) })
+        .collect()
 }
 
 /// Largest per-client discrete Gaussian standard deviation, in levels (2^30): keeps the exact
@@ -118,6 +142,9 @@ impl RoundLoop {
                 self.strategy
                     .restore(checkpoint.strategy_state())
                     .map_err(ServerError::Internal)?;
+                if let Some(accounts) = &mut self.local {
+                    accounts.restore(checkpoint.progress.local_ledgers.clone());
+                }
                 tracing::info!(
                     checkpoint = checkpoint.progress.round,
                     next = first,
@@ -160,6 +187,8 @@ impl RoundLoop {
                 break;
             }
             let t0 = Instant::now();
+            // A client revoked since the last check is neither sampled nor sent the model.
+            self.shared.enforce_enrollment();
             let connected = self.shared.registry().connected();
             if connected.is_empty() {
                 tracing::error!(round, "no client is connected: training ends");
@@ -217,9 +246,12 @@ impl RoundLoop {
                 }),
             };
             let task = secure.as_ref().map(|s| s.task);
-            let down = self.start_round(round, &global, &sampled, &plan, task);
+            let (down, mut tasks) = self.start_round(round, &global, &sampled, &plan, task);
             let tally = match secure {
-                None => self.collect(round, &sampled, t0, global.len()).await?,
+                None => {
+                    self.collect(round, &sampled, t0, &mut tasks, &global)
+                        .await?
+                }
                 Some(secure) => self.collect_sum(round, &sampled, t0, secure).await?,
             };
             let applied = tally.completed >= self.config.server.min_clients;
@@ -359,6 +391,12 @@ impl RoundLoop {
             wall_seconds,
             config: self.config.clone(),
             strategy: serde_json::Value::Null,
+            clients: self.shared.registry().identities(),
+            local_ledgers: self
+                .local
+                .as_ref()
+                .map(|a| a.ledgers().clone())
+                .unwrap_or_default(),
         };
         Checkpoint::new(progress, global, self.strategy.state()).write(self.folder.dir())
     }
@@ -444,7 +482,7 @@ impl RoundLoop {
     }
 
     /// Sends each sampled client its task and the global model (or, for IADMM, its own anchor
-    /// and point); returns the bytes sent.
+    /// and point); returns the bytes sent and the round's tasks, for clients that come back.
     fn start_round(
         &mut self,
         round: u64,
@@ -452,62 +490,72 @@ impl RoundLoop {
         sampled: &BTreeSet<ClientId>,
         plan: &RoundPlan,
         secagg: Option<SecAggTask>,
-    ) -> u64 {
+    ) -> (u64, RoundTasks) {
         let local = self.strategy.configure_round(round, plan);
-        let admm = self.strategy.admm_round().map(|a| AdmmTask {
-            rho: a.rho,
-            total_examples: a.total_examples,
-        });
-        let local_privacy = self
-            .local
-            .as_ref()
-            .map(|a| LocalPrivacy::from(a.mechanism()));
-        let messages = |tensor: &[f32]| {
-            let mut messages = vec![ServerMessage {
-                body: Some(server_message::Body::Task(RoundTask {
-                    round,
-                    model: Some((&self.spec).into()),
-                    config: Some(local.into()),
-                    num_values: tensor.len() as u64,
-                    num_chunks: chunk_count(tensor.len()),
-                    secagg,
-                    local_privacy,
-                    admm,
-                })),
-            }];
-            messages.extend(encode_chunks(round, tensor).map(|c| ServerMessage {
-                body: Some(server_message::Body::ModelChunk(c)),
-            }));
-            messages
+        let template = RoundTask {
+            round,
+            model: Some((&self.spec).into()),
+            config: Some(local.into()),
+            num_values: 0,
+            num_chunks: 0,
+            secagg,
+            local_privacy: self
+                .local
+                .as_ref()
+                .map(|a| LocalPrivacy::from(a.mechanism())),
+            admm: self.strategy.admm_round().map(|a| AdmmTask {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
         };
-        let common = messages(global);
+        let mut tasks = RoundTasks {
+            common: task_messages(&template, global),
+            template,
+            sent_on: BTreeMap::new(),
+        };
         let mut sent = 0;
         for &id in sampled {
-            let Some(outbox) = self.shared.registry().outbox(id) else {
-                continue;
-            };
-            let own = self
-                .strategy
-                .client_tensor(id, global)
-                .map(|t| messages(&t));
-            let batch = own.unwrap_or_else(|| common.clone());
-            sent += batch.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
-            send_all(outbox, batch);
+            sent += self.send_task(id, &mut tasks, global);
         }
         tracing::debug!(round, sampled = sampled.len(), "tasks sent");
+        (sent, tasks)
+    }
+
+    /// Sends one client its task of the round on its live stream, unless that stream already
+    /// got it; returns the bytes sent.
+    fn send_task(&self, id: ClientId, tasks: &mut RoundTasks, global: &[f32]) -> u64 {
+        let Some((generation, outbox)) = self.shared.registry().stream(id) else {
+            return 0;
+        };
+        if tasks.sent_on.insert(id, generation) == Some(generation) {
+            return 0;
+        }
+        let batch = match self.strategy.client_tensor(id, global) {
+            Some(own) => task_messages(&tasks.template, &own),
+            None => tasks.common.clone(),
+        };
+        let sent = batch.iter().map(|m| m.encoded_len() as u64).sum();
+        send_all(outbox, batch);
         sent
     }
 
-    /// Collects results until every sampled client answered or dropped, or the deadline.
+    /// Collects results until every sampled client answered or dropped, or the deadline. A
+    /// sampled client that loses its stream has `reconnect_grace_secs` to come back (with the
+    /// same identity) and get its task again.
     async fn collect(
         &mut self,
         round: u64,
         sampled: &BTreeSet<ClientId>,
         t0: Instant,
-        num_params: usize,
+        tasks: &mut RoundTasks,
+        global: &[f32],
     ) -> Result<Tally, ServerError> {
+        let num_params = global.len();
         let deadline = t0 + Duration::from_secs_f64(self.config.server.round_timeout_secs);
+        let grace = Duration::from_secs_f64(self.config.server.reconnect_grace_secs);
         let mut waiting = sampled.clone();
+        // Sampled clients without a stream, and until when they may come back.
+        let mut away: BTreeMap<ClientId, Instant> = BTreeMap::new();
         // IADMM uploads are primal iterates z_p, not updates: V_c and U_s do not apply.
         let updates_are_deltas = self.config.train.algorithm == Algorithm::FedAvg;
         let mut tally = Tally {
@@ -518,16 +566,31 @@ impl RoundLoop {
             secagg: None,
             stage_bytes_down: 0,
         };
-        while !waiting.is_empty() {
+        loop {
+            let now = Instant::now();
+            away.retain(|client, until| {
+                let back_in_time = *until > now;
+                if !back_in_time {
+                    waiting.remove(client);
+                    tracing::warn!(round, client, "sampled client did not come back: dropped");
+                }
+                back_in_time
+            });
+            if waiting.is_empty() {
+                break;
+            }
+            let wake = away.values().fold(deadline, |t, &u| t.min(u));
             let event = tokio::select! {
-                e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => e,
+                e = tokio::time::timeout_at(wake.into(), self.events.recv()) => e,
                 _ = self.stop.changed() => break,
             };
             let event = match event {
-                Err(_) => {
+                Err(_) if Instant::now() >= deadline => {
                     tracing::warn!(round, missing = waiting.len(), "round deadline passed");
                     break;
                 }
+                // A grace period ended.
+                Err(_) => continue,
                 Ok(None) => return Err(ServerError::Internal("event channel closed".into())),
                 Ok(Some(e)) => e,
             };
@@ -544,7 +607,8 @@ impl RoundLoop {
                         num_examples: header.num_examples,
                         release: header.release.as_ref(),
                     };
-                    let Some(release) = self.admit(round, client, &mut waiting, claim) else {
+                    let Some(release) = self.admit(round, client, sampled, &mut waiting, claim)
+                    else {
                         continue;
                     };
                     let update = ClientUpdate {
@@ -576,7 +640,8 @@ impl RoundLoop {
                         num_examples: upload.num_examples,
                         release: upload.release.as_ref(),
                     };
-                    let Some(release) = self.admit(round, client, &mut waiting, claim) else {
+                    let Some(release) = self.admit(round, client, sampled, &mut waiting, claim)
+                    else {
                         continue;
                     };
                     let sign = i64::from(upload.sign);
@@ -606,12 +671,26 @@ impl RoundLoop {
                         ),
                     );
                 }
-                Event::Disconnected(client) => {
-                    if waiting.remove(&client) {
+                Event::Disconnected(client) if waiting.contains(&client) => {
+                    if grace.is_zero() || !self.shared.registry().is_admitted(client) {
+                        waiting.remove(&client);
                         tracing::warn!(round, client, "sampled client disconnected");
+                    } else {
+                        away.insert(client, Instant::now() + grace);
+                        tracing::warn!(round, client, "sampled client lost its stream");
                     }
                 }
-                Event::Connected(_) => {}
+                Event::Connected(client) if waiting.contains(&client) => {
+                    // A stream opened after the task went out has not seen it: the task again.
+                    // (The event of the stream that got the task, read late, sends nothing.)
+                    away.remove(&client);
+                    let sent = self.send_task(client, tasks, global);
+                    if sent > 0 {
+                        tally.stage_bytes_down += sent;
+                        tracing::info!(round, client, "sampled client is back: task sent again");
+                    }
+                }
+                Event::Connected(_) | Event::Disconnected(_) => {}
             }
         }
         Ok(tally)
@@ -722,9 +801,25 @@ impl RoundLoop {
         &mut self,
         round: u64,
         client: ClientId,
+        sampled: &BTreeSet<ClientId>,
         waiting: &mut BTreeSet<ClientId>,
         claim: Claim<'_>,
     ) -> Option<Option<Release>> {
+        if !self.shared.registry().is_admitted(client) {
+            tracing::warn!(round, client, "upload from a revoked client ignored");
+            waiting.remove(&client);
+            return None;
+        }
+        // Too late for its round (the client was slow or reconnected): not an attack.
+        if claim.round < round {
+            tracing::info!(round, client, late = claim.round, "late upload ignored");
+            return None;
+        }
+        // Sent twice, e.g. once before and once after a reconnect: the first one counts.
+        if claim.round == round && sampled.contains(&client) && !waiting.contains(&client) {
+            tracing::info!(round, client, "second upload for the round ignored");
+            return None;
+        }
         if claim.round != round {
             waiting.remove(&client);
             self.reject(

@@ -228,6 +228,11 @@ impl RoundLoop {
                     if gone.contains(&client) {
                         continue;
                     }
+                    if r < round {
+                        // A slow client's message of an earlier round: too late, not hostile.
+                        tracing::info!(round, client, late = r, "late stage message ignored");
+                        continue;
+                    }
                     if r != round {
                         gone.insert(client);
                         self.reject(

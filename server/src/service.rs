@@ -6,7 +6,8 @@
 //! an update means (its round, whether the client was sampled, its values) is judged by the round
 //! loop.
 
-use crate::registry::{ClientId, Outbox, Registry, constant_time_eq};
+use crate::credentials::{Admission, Credentials, Refusal};
+use crate::registry::{AttachError, ClientId, Outbox, Registry};
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
@@ -96,8 +97,8 @@ pub enum SecAggMessage {
 pub struct Shared {
     /// Joined clients.
     pub registry: Mutex<Registry>,
-    /// Enrollment token, if required.
-    pub token: Option<String>,
+    /// Who may join.
+    pub credentials: Mutex<Credentials>,
     /// Length of the model's parameter vector: the only update size accepted.
     pub num_params: usize,
     /// Towards the round loop.
@@ -106,6 +107,8 @@ pub struct Shared {
     pub next_partition: std::sync::atomic::AtomicU64,
     /// Joins per address (a token bucket each).
     pub joins: JoinLimiter,
+    /// How long a client may pause in the middle of sending a tensor before it is dropped.
+    pub upload_stall: Duration,
 }
 
 /// Rate limits of Join and AssignPartition, per remote address.
@@ -126,6 +129,36 @@ impl Shared {
     /// consistent: every mutation is a single insert or replace).
     pub fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The admission rule (recovering a poisoned lock: it holds plain data).
+    pub fn credentials(&self) -> std::sync::MutexGuard<'_, Credentials> {
+        self.credentials.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the enrollment list again and, if it changed, revokes the clients it no longer
+    /// admits: their streams end with PERMISSION_DENIED and the round loop hears they left.
+    pub fn enforce_enrollment(&self) {
+        let revoked = {
+            let mut credentials = self.credentials();
+            if !credentials.refresh() {
+                return;
+            }
+            self.registry()
+                .revoke_inactive(|name| credentials.is_active(name))
+        };
+        for (id, outbox) in revoked {
+            tracing::warn!(client = id, "client revoked: its session ends");
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                if let Some(outbox) = outbox {
+                    let _ = outbox
+                        .send(Err(Status::permission_denied("this client is revoked")))
+                        .await;
+                }
+                let _ = events.send(Event::Disconnected(id)).await;
+            });
+        }
     }
 }
 
@@ -154,15 +187,23 @@ impl FederationService {
         }
     }
 
-    /// Refuses a request whose enrollment token does not match (compared in constant time).
-    fn check_token(&self, presented: &str, who: &str) -> Result<(), Status> {
-        match &self.shared.token {
-            Some(token) if !constant_time_eq(token.as_bytes(), presented.as_bytes()) => {
-                tracing::warn!(name = %who, "refused: bad enrollment token");
-                Err(Status::unauthenticated("enrollment token refused"))
-            }
-            _ => Ok(()),
-        }
+    /// Admits a request by its enrollment token, or its client certificate when the enrollment
+    /// list names certificates; reads the list again first.
+    fn admit<T>(&self, request: &Request<T>, token: &str, who: &str) -> Result<Admission, Status> {
+        self.shared.enforce_enrollment();
+        let certs = request.peer_certs();
+        let certificate = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
+        self.shared
+            .credentials()
+            .admit(token, certificate)
+            .map_err(|refusal| {
+                tracing::warn!(name = %who, reason = %refusal, "join refused");
+                match refusal {
+                    Refusal::Unknown => Status::unauthenticated(refusal.to_string()),
+                    Refusal::Revoked(_) => Status::permission_denied(refusal.to_string()),
+                    Refusal::Unreadable => Status::unavailable(refusal.to_string()),
+                }
+            })
     }
 }
 
@@ -173,8 +214,8 @@ impl Federation for FederationService {
         request: Request<PartitionRequest>,
     ) -> Result<Response<PartitionReply>, Status> {
         self.check_rate(&request)?;
+        self.admit(&request, &request.get_ref().token, "partition request")?;
         let req = request.into_inner();
-        self.check_token(&req.token, "partition request")?;
         if req.count == 0 || req.count > MAX_PARTITIONS_PER_REQUEST {
             return Err(Status::invalid_argument(format!(
                 "count must be between 1 and {MAX_PARTITIONS_PER_REQUEST}"
@@ -189,15 +230,25 @@ impl Federation for FederationService {
 
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         self.check_rate(&request)?;
+        let admission = self.admit(&request, &request.get_ref().token, &request.get_ref().name)?;
         let req = request.into_inner();
-        self.check_token(&req.token, &req.name)?;
         if req.num_examples == 0 {
             return Err(Status::invalid_argument(
                 "num_examples must be positive: a client without data cannot train",
             ));
         }
-        let (id, key) = self.shared.registry().join(req.num_examples);
-        tracing::info!(client = id, name = %req.name, examples = req.num_examples, "joined");
+        let identity = match &admission {
+            Admission::Enrolled(name) => Some(name.as_str()),
+            Admission::Anonymous => None,
+        };
+        let (id, key) = self.shared.registry().join(req.num_examples, identity);
+        tracing::info!(
+            client = id,
+            name = %req.name,
+            enrolled = identity.unwrap_or("-"),
+            examples = req.num_examples,
+            "joined"
+        );
         Ok(Response::new(JoinReply {
             client_id: id.to_string(),
             session_key: key.to_vec(),
@@ -223,16 +274,20 @@ impl Federation for FederationService {
             .parse()
             .map_err(|_| Status::invalid_argument("client_id is not one the server issued"))?;
         let (outbox, rx) = mpsc::channel(OUTBOX_DEPTH);
+        self.shared.enforce_enrollment();
         let generation = self
             .shared
             .registry()
             .attach(id, &hello.session_key, outbox.clone())
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+            .map_err(|e| match e {
+                AttachError::Revoked(_) => Status::permission_denied(e.to_string()),
+                _ => Status::unauthenticated(e.to_string()),
+            })?;
         tracing::info!(client = id, "session open");
         let _ = self.shared.events.send(Event::Connected(id)).await;
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            if let Err(status) = read_stream(&shared, id, &mut inbound).await {
+            if let Err(status) = read_stream(&shared, id, generation, &mut inbound).await {
                 tracing::warn!(client = id, error = %status.message(), "dropping client");
                 let _ = outbox.send(Err(status)).await;
             }
@@ -247,6 +302,7 @@ impl Federation for FederationService {
 }
 
 /// What the chunks being received will make.
+#[derive(Debug)]
 enum Expecting {
     /// A plain update.
     Update(UpdateHeader),
@@ -258,6 +314,7 @@ enum Expecting {
 }
 
 /// A tensor being received: what it is and the chunks so far.
+#[derive(Debug)]
 struct Pending {
     expecting: Expecting,
     assembler: TensorAssembler,
@@ -342,15 +399,34 @@ fn secagg_event(id: ClientId, body: client_message::Body, bytes: u64) -> Result<
     })
 }
 
-/// Reads one client's stream until it ends; returns the status to send it on a framing error.
+/// Reads one client's stream until it ends, or until a newer stream of the client, a refusal or
+/// a revocation unbinds it; returns the status to send it on a framing error or a stalled upload.
 async fn read_stream(
     shared: &Shared,
     id: ClientId,
+    generation: u64,
     inbound: &mut Streaming<ClientMessage>,
 ) -> Result<(), Status> {
-    let mut pending: Option<Pending> = None;
+    let mut framer = Framer::new(id, shared.num_params);
     loop {
-        let message = match inbound.message().await {
+        // Between tensors a client may be silent as long as it likes (it trains, or waits to be
+        // sampled); inside one it must keep sending.
+        let next = if framer.in_tensor() {
+            tokio::time::timeout(shared.upload_stall, inbound.message())
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded(format!(
+                        "upload stalled: no chunk for {:.0} s",
+                        shared.upload_stall.as_secs_f64()
+                    ))
+                })?
+        } else {
+            inbound.message().await
+        };
+        if !shared.registry().is_current(id, generation) {
+            return Ok(());
+        }
+        let message = match next {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
             // Undecodable bytes, an oversized message, or a broken transport; if the client is
@@ -362,37 +438,71 @@ async fn read_stream(
                 )));
             }
         };
+        if let Some(event) = framer.accept(message)? {
+            let _ = shared.events.send(event).await;
+        }
+    }
+}
+
+/// The framing of one client's stream, without I/O: turns the messages after Hello into
+/// [`Event`]s, assembling tensors from their header and chunks, and refuses what breaks the
+/// framing. The fuzz target `fuzz/fuzz_targets/session.rs` drives it with arbitrary bytes.
+#[derive(Debug)]
+pub struct Framer {
+    id: ClientId,
+    num_params: usize,
+    pending: Option<Pending>,
+}
+
+impl Framer {
+    /// The framing of client `id`'s stream, for a model of `num_params` parameters.
+    pub fn new(id: ClientId, num_params: usize) -> Self {
+        Self {
+            id,
+            num_params,
+            pending: None,
+        }
+    }
+
+    /// Whether a tensor is half received.
+    pub fn in_tensor(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Takes the next message: `Ok(Some(event))` when it completes one, `Ok(None)` when more
+    /// must follow, `Err` when it breaks the framing (the stream then ends).
+    pub fn accept(&mut self, message: ClientMessage) -> Result<Option<Event>, Status> {
         let size = message.encoded_len() as u64;
-        match message.body {
-            Some(client_message::Body::UpdateHeader(header)) => {
-                if pending.is_some() {
-                    return Err(Status::invalid_argument(
-                        "new UpdateHeader before the previous tensor's chunks were complete",
-                    ));
-                }
-                if header.num_values != shared.num_params as u64 {
+        let id = self.id;
+        let n = self.num_params as u64;
+        let body = message
+            .body
+            .ok_or_else(|| Status::invalid_argument("empty ClientMessage"))?;
+        if self.pending.is_some() && !matches!(body, client_message::Body::UpdateChunk(_)) {
+            return Err(Status::invalid_argument(
+                "a message other than a chunk before the previous tensor's chunks were complete",
+            ));
+        }
+        let event = match body {
+            client_message::Body::UpdateHeader(header) => {
+                if header.num_values != n {
                     return Err(Status::invalid_argument(format!(
-                        "update has {} values, the model has {} parameters",
-                        header.num_values, shared.num_params
+                        "update has {} values, the model has {n} parameters",
+                        header.num_values
                     )));
                 }
                 let assembler =
                     TensorAssembler::new(header.round, header.num_values, header.num_chunks)
                         .map_err(chunk_status)?;
-                pending = Some(Pending {
+                self.pending = Some(Pending {
                     expecting: Expecting::Update(header),
                     assembler,
                     bytes: size,
                 });
+                None
             }
-            Some(client_message::Body::MaskedInputHeader(header)) => {
-                if pending.is_some() {
-                    return Err(Status::invalid_argument(
-                        "new MaskedInputHeader before the previous tensor's chunks were complete",
-                    ));
-                }
+            client_message::Body::MaskedInputHeader(header) => {
                 // One or two words per parameter (32- or 64-bit ring); the round loop checks which.
-                let n = shared.num_params as u64;
                 if header.num_words != n && header.num_words != 2 * n {
                     return Err(Status::invalid_argument(format!(
                         "masked input has {} words, the model has {n} parameters",
@@ -402,54 +512,36 @@ async fn read_stream(
                 let assembler =
                     TensorAssembler::new(header.round, header.num_words, header.num_chunks)
                         .map_err(chunk_status)?;
-                pending = Some(Pending {
+                self.pending = Some(Pending {
                     expecting: Expecting::Masked {
                         round: header.round,
                     },
                     assembler,
                     bytes: size,
                 });
+                None
             }
-            Some(client_message::Body::UpdateChunk(chunk)) => {
-                if let Some(event) = push_chunk(&mut pending, id, chunk, size)? {
-                    let _ = shared.events.send(event).await;
-                }
+            client_message::Body::UpdateChunk(chunk) => {
+                push_chunk(&mut self.pending, id, chunk, size)?
             }
-            Some(
-                body @ (client_message::Body::SecaggKeys(_)
-                | client_message::Body::SecaggShares(_)
-                | client_message::Body::SecaggReveal(_)),
-            ) => {
-                let _ = shared.events.send(secagg_event(id, body, size)?).await;
-            }
-            Some(client_message::Body::SigndsUpload(upload)) => {
-                if pending.is_some() {
-                    return Err(Status::invalid_argument(
-                        "SignDsUpload before the previous tensor's chunks were complete",
-                    ));
-                }
-                let event = Event::Sign {
-                    client: id,
-                    upload,
-                    bytes: size,
-                };
-                let _ = shared.events.send(event).await;
-            }
-            Some(client_message::Body::TaskFailed(f)) => {
-                let _ = shared
-                    .events
-                    .send(Event::Failed {
-                        client: id,
-                        round: f.round,
-                        reason: f.reason,
-                    })
-                    .await;
-            }
-            Some(client_message::Body::Hello(_)) => {
+            body @ (client_message::Body::SecaggKeys(_)
+            | client_message::Body::SecaggShares(_)
+            | client_message::Body::SecaggReveal(_)) => Some(secagg_event(id, body, size)?),
+            client_message::Body::SigndsUpload(upload) => Some(Event::Sign {
+                client: id,
+                upload,
+                bytes: size,
+            }),
+            client_message::Body::TaskFailed(f) => Some(Event::Failed {
+                client: id,
+                round: f.round,
+                reason: f.reason,
+            }),
+            client_message::Body::Hello(_) => {
                 return Err(Status::invalid_argument("Hello sent twice on one Session"));
             }
-            None => return Err(Status::invalid_argument("empty ClientMessage")),
-        }
+        };
+        Ok(event)
     }
 }
 

@@ -1,5 +1,5 @@
 //! A client that misbehaves (wrong-length update, NaN or infinite values, an update for another
-//! round, garbage chunks, a bad token) gets a clear gRPC error and is dropped from the round; the
+//! round, garbage chunks, an upload that stalls, a bad token) gets a clear gRPC error and is dropped from the round; the
 //! round and the server go on with the well-behaved clients.
 
 mod support;
@@ -117,10 +117,26 @@ async fn chunk_without_header_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_stalls_is_cut_off() {
+    let (status, metrics, done) = support::run_with_evil_client(
+        |c| {
+            c.server.upload_stall_secs = 1.0;
+            c.server.reconnect_grace_secs = 0.0;
+        },
+        // The header announces the update, then nothing follows.
+        |round, n| vec![support::update_header(round, n, None)],
+    )
+    .await;
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("upload stalled"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_token_cannot_join() {
     let out = std::env::temp_dir().join(format!("fl-bad-token-{}", std::process::id()));
     let mut c = support::evil_config(&out);
-    c.server.token = Some("s3cret".into());
+    c.server.token = Some(fl_server::credentials::Token::new("s3cret"));
     let support::TestServer {
         endpoint,
         handle: server,
@@ -170,6 +186,11 @@ async fn wrong_token_cannot_join() {
     stop_tx.send(true).unwrap();
     let result = server.await.unwrap();
     assert!(matches!(result, Err(fl_server::ServerError::Interrupted)));
+    // The run folder holds the token's digest, never the token.
+    let checkpoint = std::fs::read(out.join("checkpoint.safetensors")).unwrap();
+    let text = String::from_utf8_lossy(&checkpoint);
+    let digest = fl_server::credentials::Digest::of(b"s3cret").to_string();
+    assert!(!text.contains("s3cret") && text.contains(&digest));
     std::fs::remove_dir_all(&out).ok();
 }
 

@@ -1,11 +1,14 @@
 //! Chaos: real processes killed with SIGKILL. The server is killed at a random point of a private
 //! run in each of 10 trials and resumed with `--resume`; every trial finishes, its ledger holds
 //! each round exactly once, and its epsilon equals the epsilon of the same rounds run without
-//! interruption. Separately, a client killed during training does not stop the run.
+//! interruption. Separately, a client killed during training does not stop the run, and an
+//! enrolled client killed and restarted mid-round comes back as itself and finishes the round.
 
 mod procs;
 
 use fl_common::privacy::{Accountant, RdpAccountant};
+use fl_server::checkpoint::Checkpoint;
+use fl_server::credentials::{Digest, EnrollmentList};
 use fl_server::ledger::LedgerEntry;
 use procs::{Reaper, start_client, start_server, wait};
 use rand::rngs::StdRng;
@@ -16,14 +19,15 @@ use std::time::{Duration, Instant};
 const ROUNDS: u64 = 6;
 const DELTA: f64 = 1e-5;
 
-/// A private run of 3 clients on MNIST with logistic regression.
-fn write_config(dir: &Path) -> String {
+/// A private run of 3 clients on MNIST with logistic regression; `server` adds keys to its
+/// `[server]` section.
+fn write_config(dir: &Path, server: &str) -> String {
     std::fs::create_dir_all(dir).unwrap();
     let config = dir.join("run.toml");
     std::fs::write(
         &config,
         format!(
-            "[server]\nclients = 3\nclients_per_round = 3\nrounds = {ROUNDS}\n\
+            "[server]\n{server}clients = 3\nclients_per_round = 3\nrounds = {ROUNDS}\n\
              round_timeout_secs = 30\njoin_timeout_secs = 60\n\
              [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
              learning_rate = 0.05\n[data]\nsource = \"{}\"\n\
@@ -34,6 +38,30 @@ fn write_config(dir: &Path) -> String {
     )
     .unwrap();
     config.display().to_string()
+}
+
+/// Starts `fl-server` on a free loopback port with `config`, writing to `out`.
+fn start_run(name: &str, config: &str, out: &str) -> (Reaper, String) {
+    let args = ["--config", config, "--listen", "127.0.0.1:0", "--out", out];
+    start_server(name, &args)
+}
+
+/// Waits (at most 60 s) until the run folder `run` has recorded `rounds` rounds.
+fn wait_for_rounds(run: &Path, rounds: usize) {
+    let metrics = run.join("metrics.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&metrics)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < rounds
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{rounds} rounds not recorded in time"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn ledger(run: &Path) -> Vec<LedgerEntry> {
@@ -58,19 +86,9 @@ fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
     let base = std::env::temp_dir().join(format!("fl-chaos-server-{}", std::process::id()));
     for trial in 0..10 {
         let run = base.join(format!("trial-{trial}"));
-        let config = write_config(&base.join(format!("config-{trial}")));
+        let config = write_config(&base.join(format!("config-{trial}")), "");
         let out = run.display().to_string();
-        let (mut server, addr) = start_server(
-            &format!("server-{trial}"),
-            &[
-                "--config",
-                &config,
-                "--listen",
-                "127.0.0.1:0",
-                "--out",
-                &out,
-            ],
-        );
+        let (mut server, addr) = start_run(&format!("server-{trial}"), &config, &out);
         let mut clients = start_client(
             &format!("clients-{trial}"),
             &addr,
@@ -87,17 +105,7 @@ fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
         // before the first round, between rounds, in the middle of one, or after the last.
         let recorded = rng.random_range(0..ROUNDS) as usize;
         let extra = Duration::from_millis(rng.random_range(0..150));
-        let metrics = run.join("metrics.jsonl");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(&metrics)
-            .unwrap_or_default()
-            .lines()
-            .count()
-            < recorded
-        {
-            assert!(Instant::now() < deadline, "trial {trial}: no progress");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_rounds(&run, recorded);
         std::thread::sleep(extra);
         if server.0.try_wait().unwrap().is_none() {
             interrupted += 1;
@@ -158,20 +166,10 @@ fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
 #[test]
 fn a_client_killed_during_training_does_not_stop_the_run() {
     let base = std::env::temp_dir().join(format!("fl-chaos-client-{}", std::process::id()));
-    let config = write_config(&base.join("config"));
+    let config = write_config(&base.join("config"), "");
     let run = base.join("run");
     let out = run.display().to_string();
-    let (mut server, addr) = start_server(
-        "server",
-        &[
-            "--config",
-            &config,
-            "--listen",
-            "127.0.0.1:0",
-            "--out",
-            &out,
-        ],
-    );
+    let (mut server, addr) = start_run("server", &config, &out);
     let mut clients: Vec<Reaper> = (0..3)
         .map(|i| {
             let partition = format!("iid:3:{i}");
@@ -179,15 +177,7 @@ fn a_client_killed_during_training_does_not_stop_the_run() {
         })
         .collect();
     // Once the first round has been recorded, kill one client.
-    let metrics = run.join("metrics.jsonl");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&metrics)
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(std::time::Instant::now() < deadline, "no round finished");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_rounds(&run, 1);
     let victim = clients.remove(1);
     drop(victim);
     assert!(wait(&mut server, Duration::from_secs(120)).success());
@@ -199,5 +189,64 @@ fn a_client_killed_during_training_does_not_stop_the_run() {
     assert_eq!(summary["rounds_completed"], ROUNDS);
     assert_eq!(summary["stopped_by"], "rounds");
     assert_eq!(ledger(&run).len() as u64, ROUNDS);
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[test]
+fn an_enrolled_client_killed_and_restarted_mid_round_keeps_its_identity_and_its_round() {
+    let base = std::env::temp_dir().join(format!("fl-chaos-identity-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let enrollment = base.join("clients.toml");
+    let mut list = EnrollmentList::default();
+    for i in 0..3 {
+        let token = Digest::of(format!("token-{i}").as_bytes());
+        list.enroll(&format!("client-{i}"), Some(token), None)
+            .unwrap();
+    }
+    std::fs::write(&enrollment, list.to_toml()).unwrap();
+    let server_keys = format!(
+        "enrollment = \"{}\"\nreconnect_grace_secs = 30\n",
+        enrollment.display()
+    );
+    let config = write_config(&base.join("config"), &server_keys);
+    let run = base.join("run");
+    let out = run.display().to_string();
+    let (mut server, addr) = start_run("server", &config, &out);
+    let client = |i: usize, name: &str| {
+        let (partition, token) = (format!("iid:3:{i}"), format!("token-{i}"));
+        start_client(name, &addr, &["--partition", &partition, "--token", &token])
+    };
+    let mut clients: Vec<Reaper> = (0..3).map(|i| client(i, &format!("client-{i}"))).collect();
+    // Once round 1's checkpoint is written, round 2 has sampled every client and sent the
+    // model; within the next 10 ms, while they train, kill client 1 and start it again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Checkpoint::read(&run).map_or(0, |c| c.progress.round) < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "round 1 not checkpointed in time"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let metrics = run.join("metrics.jsonl");
+    drop(clients.remove(1));
+    clients.push(client(1, "client-1-restarted"));
+    assert!(wait(&mut server, Duration::from_secs(120)).success());
+    for c in &mut clients {
+        assert!(wait(c, Duration::from_secs(30)).success());
+    }
+    // No round lost a client: the restarted one took its round up again.
+    for line in std::fs::read_to_string(&metrics).unwrap().lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            (m["completed"].as_u64(), m["dropped"].as_u64()),
+            (Some(3), Some(0)),
+            "{line}"
+        );
+    }
+    // And it kept its identity: three ids were ever handed out.
+    let checkpoint = Checkpoint::read(&run).unwrap();
+    let clients = &checkpoint.progress.clients;
+    assert_eq!(clients.names.len(), 3);
+    assert_eq!(clients.next_id, 3);
     std::fs::remove_dir_all(&base).unwrap();
 }

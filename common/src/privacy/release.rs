@@ -361,8 +361,8 @@ impl Release {
     }
 }
 
-/// One client's composed local privacy loss.
-#[derive(Debug, Clone, PartialEq)]
+/// One client's composed local privacy loss (serialisable, so a server checkpoint can keep it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LocalLedger {
     releases: u64,
     /// Sum of the pure releases' epsilons (used alone when every release is pure).

@@ -31,10 +31,9 @@ pub struct Iadmm {
     rho: f64,
     balancing: Option<ResidualBalancing>,
     total_examples: u64,
+    /// Every client's (z_p, lambda_p) by client id; ids survive restarts (see
+    /// [`crate::registry`]), so a client that answers after a resume continues its own state.
     states: BTreeMap<ClientId, ClientState>,
-    /// States restored from a checkpoint: their clients had identities of the previous server
-    /// process, so they never answer again, but they stay in the consensus.
-    retired: Vec<ClientState>,
     /// This round's released z_p, applied at the round's end.
     received: Vec<(ClientId, Vec<f32>)>,
 }
@@ -54,7 +53,6 @@ impl Iadmm {
             balancing,
             total_examples: 0,
             states: BTreeMap::new(),
-            retired: Vec::new(),
             received: Vec::new(),
         }
     }
@@ -85,10 +83,10 @@ impl Strategy for Iadmm {
 
     fn state(&self) -> StrategyState {
         let mut tensors = Vec::new();
-        for (i, s) in self.states.values().chain(&self.retired).enumerate() {
-            // In name order, as a checkpoint reads them back: lambda before z.
-            tensors.push((format!("{i:08}.lambda"), s.lambda.clone()));
-            tensors.push((format!("{i:08}.z"), s.z.clone()));
+        for (id, s) in &self.states {
+            // In name order, as a checkpoint reads them back: ids zero-padded, lambda before z.
+            tensors.push((format!("{id:020}.lambda"), s.lambda.clone()));
+            tensors.push((format!("{id:020}.z"), s.z.clone()));
         }
         StrategyState {
             scalars: serde_json::json!({ "rho": self.rho }),
@@ -101,26 +99,27 @@ impl Strategy for Iadmm {
             .as_f64()
             .filter(|r| *r > 0.0 && r.is_finite())
             .ok_or("checkpoint without a usable rho")?;
-        let bad = || "IADMM checkpoint tensors must come in (lambda, z) pairs of the model's size";
-        self.retired = state
+        let bad =
+            || "IADMM checkpoint tensors must come in (ID.lambda, ID.z) pairs of the model's size";
+        self.states = state
             .tensors
             .chunks(2)
             .map(|pair| match pair {
-                [(ln, lambda), (zn, z)]
-                    if zn.ends_with(".z")
-                        && ln.ends_with(".lambda")
-                        && z.len() == self.dim
-                        && lambda.len() == self.dim =>
-                {
-                    Ok(ClientState {
+                [(ln, lambda), (zn, z)] if z.len() == self.dim && lambda.len() == self.dim => {
+                    let id = ln.strip_suffix(".lambda").ok_or_else(bad)?;
+                    if zn.strip_suffix(".z") != Some(id) {
+                        return Err(bad());
+                    }
+                    let id: ClientId = id.parse().map_err(|_| bad())?;
+                    let state = ClientState {
                         z: z.clone(),
                         lambda: lambda.clone(),
-                    })
+                    };
+                    Ok((id, state))
                 }
                 _ => Err(bad()),
             })
             .collect::<Result<_, _>>()?;
-        self.states.clear();
         Ok(())
     }
 
@@ -150,8 +149,7 @@ impl Strategy for Iadmm {
             dual_step(&mut state.lambda, global, &z, rho);
             state.z = z;
         }
-        let all = self.states.values().chain(&self.retired);
-        let next = consensus(all, global.len(), rho);
+        let next = consensus(self.states.values(), global.len(), rho);
         if let Some(b) = self.balancing {
             // s = rho sqrt(P) ||w_{t+1} - w_t||.
             let moved: f64 = next
@@ -160,7 +158,7 @@ impl Strategy for Iadmm {
                 .map(|(a, b)| f64::from(a - b).powi(2))
                 .sum::<f64>()
                 .sqrt();
-            let clients = self.states.len() + self.retired.len();
+            let clients = self.states.len();
             let dual = rho * (clients as f64).sqrt() * moved;
             self.rho = balance_rho(rho, primal.sqrt(), dual, b.mu, b.tau);
         }
@@ -223,8 +221,8 @@ mod tests {
         assert!(s.absorb(501, bad).is_err());
     }
 
-    /// A restored strategy keeps every client's state in the consensus and the same rho: with no
-    /// new answers, both give the same next model.
+    /// A restored strategy keeps every client's state, by id, and the same rho: with a new client
+    /// and a known one answering, both give the same next model.
     #[test]
     fn state_survives_a_restart() {
         let local = LocalConfig {
@@ -262,9 +260,12 @@ mod tests {
             num_examples: 1,
             values: vec![0.5, 0.5],
         };
-        s.absorb(4, update(9)).unwrap();
-        restored.absorb(4, update(9)).unwrap();
+        for client in [9, 1] {
+            s.absorb(4, update(client)).unwrap();
+            restored.absorb(4, update(client)).unwrap();
+        }
         assert_eq!(s.finish_round(4, &w), restored.finish_round(4, &w));
+        assert_eq!(restored.states.len(), 4);
         let mut bad = s.state();
         bad.tensors.pop();
         assert!(Iadmm::new(2, 1.0, None, local).restore(bad).is_err());

@@ -10,8 +10,8 @@ use fl_common::privacy::Release;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinRequest, LocalRelease, ServerMessage, UpdateHeader, client_message,
-    server_message,
+    ClientMessage, Hello, JoinReply, JoinRequest, LocalRelease, ServerMessage, UpdateHeader,
+    client_message, server_message,
 };
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::{RoundMetrics, Summary};
@@ -58,23 +58,40 @@ pub fn spawn_clients_with(
     (0..count)
         .map(|i| {
             let opts = ClientOptions {
-                endpoint: endpoint.to_string(),
-                token: String::new(),
-                name: format!("client-{i}"),
-                seed: Some(i as u64),
-                connect_timeout: Duration::from_secs(10),
-                training_slots: slots.clone(),
                 oracle: oracle.clone(),
-                privacy: ClientPrivacy::default(),
                 tls: tls.clone(),
+                ..client_options(endpoint, i, &slots)
             };
-            let local = LocalData {
-                data: data.clone(),
-                indices: (i * 100..(i + 1) * 100).collect(),
-            };
-            tokio::spawn(run_client(opts, local))
+            tokio::spawn(run_client(opts, client_data(data, i)))
         })
         .collect()
+}
+
+/// The options of honest client `i`: no token, seed i, 10 s to connect.
+pub fn client_options(
+    endpoint: &str,
+    i: usize,
+    slots: &Arc<tokio::sync::Semaphore>,
+) -> ClientOptions {
+    ClientOptions {
+        endpoint: endpoint.to_string(),
+        token: String::new(),
+        name: format!("client-{i}"),
+        seed: Some(i as u64),
+        connect_timeout: Duration::from_secs(10),
+        training_slots: slots.clone(),
+        oracle: None,
+        privacy: ClientPrivacy::default(),
+        tls: None,
+    }
+}
+
+/// Client `i`'s examples: i*100 .. (i+1)*100 of `data`.
+pub fn client_data(data: &Arc<Dataset>, i: usize) -> LocalData {
+    LocalData {
+        data: data.clone(),
+        indices: (i * 100..(i + 1) * 100).collect(),
+    }
 }
 
 /// A hand-driven client for hostile tests: joins as `name`, opens its Session with Hello and
@@ -87,31 +104,42 @@ pub async fn raw_session(
     mpsc::Sender<ClientMessage>,
     tonic::Streaming<ServerMessage>,
 ) {
+    let joined = raw_join(endpoint, name, "").await.unwrap();
+    let id = joined.client_id.parse().unwrap();
+    let (tx, inbound) = raw_hello(endpoint, &joined).await.unwrap();
+    (id, tx, inbound)
+}
+
+/// Joins as `name` with `token`.
+pub async fn raw_join(endpoint: &str, name: &str, token: &str) -> Result<JoinReply, tonic::Status> {
     let mut grpc = FederationClient::connect(endpoint.to_string())
         .await
         .unwrap();
-    let joined = grpc
-        .join(JoinRequest {
-            token: String::new(),
-            name: name.into(),
-            num_examples: 100,
-        })
+    let request = JoinRequest {
+        token: token.into(),
+        name: name.into(),
+        num_examples: 100,
+    };
+    grpc.join(request).await.map(tonic::Response::into_inner)
+}
+
+/// Opens a Session with Hello for the identity `joined`; returns the outgoing queue and the
+/// server's stream.
+pub async fn raw_hello(
+    endpoint: &str,
+    joined: &JoinReply,
+) -> Result<(mpsc::Sender<ClientMessage>, tonic::Streaming<ServerMessage>), tonic::Status> {
+    let mut grpc = FederationClient::connect(endpoint.to_string())
         .await
-        .unwrap()
-        .into_inner();
-    let id = joined.client_id.parse().unwrap();
+        .unwrap();
     let (tx, rx) = mpsc::channel(64);
     let hello = client_message::Body::Hello(Hello {
-        client_id: joined.client_id,
-        session_key: joined.session_key,
+        client_id: joined.client_id.clone(),
+        session_key: joined.session_key.clone(),
     });
     tx.send(ClientMessage { body: Some(hello) }).await.unwrap();
-    let inbound = grpc
-        .session(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    (id, tx, inbound)
+    let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+    Ok((tx, inbound))
 }
 
 /// The lines of a run folder's `metrics.jsonl`.
@@ -171,7 +199,12 @@ pub async fn run_with_evil_client(
             Ok(Some(m)) => {
                 if let Some(server_message::Body::Task(task)) = m.body {
                     for body in evil(task.round, task.num_values as usize) {
-                        tx.send(send(body)).await.unwrap();
+                        // The server may refuse the upload before reading all of it (a header
+                        // that announces the wrong length, say) and close its end: the status
+                        // then follows on `inbound`.
+                        if tx.send(send(body)).await.is_err() {
+                            break;
+                        }
                     }
                 }
             }
@@ -180,11 +213,7 @@ pub async fn run_with_evil_client(
         }
     };
     drop(tx);
-    let summary = tokio::time::timeout(Duration::from_secs(60), server)
-        .await
-        .expect("server finishes")
-        .unwrap()
-        .unwrap();
+    let summary = finished(server).await;
     for g in good {
         g.await
             .unwrap()
@@ -193,6 +222,15 @@ pub async fn run_with_evil_client(
     let metrics = read_metrics(&out);
     std::fs::remove_dir_all(&out).unwrap();
     (status, metrics, summary.rounds_completed)
+}
+
+/// The summary of a server task that must finish within 60 s without an error.
+pub async fn finished(handle: JoinHandle<Result<Summary, ServerError>>) -> Summary {
+    tokio::time::timeout(Duration::from_secs(60), handle)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap()
 }
 
 /// A server running in this process on a free loopback port.
