@@ -21,7 +21,8 @@ deploy/make-certs.sh "$work/certs" 1 > /dev/null
 chmod 644 "$work"/certs/*.key
 mkdir -m 777 "$work/runs"
 export FL_RUNS="$work/runs" FL_CERTS="$work/certs" FL_CLIENTS=4 FL_CLIENTS_PER_ROUND=3 FL_ROUNDS=3
-export FL_TOKEN="smoke-$$"
+FL_TOKEN=$(openssl rand -hex 32)
+export FL_TOKEN
 "${compose[@]}" -f deploy/docker-compose.yml -p "$project" up -d --scale client=4 > /dev/null
 server=$("${compose[@]}" -f deploy/docker-compose.yml -p "$project" ps -q server)
 status=$(timeout 300 docker wait "$server")

@@ -121,6 +121,9 @@ pub async fn resume(
     run_server(listener, config, test, None, None, stop, Some(checkpoint)).await
 }
 
+/// The shortest shared token the server accepts without a warning: 128 bits in hex.
+const MIN_TOKEN_LEN: usize = 32;
+
 /// A transport builder with TLS (and client certificates) when the configuration asks for it.
 fn server_builder(s: &config::ServerSection) -> Result<Server, ServerError> {
     let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
@@ -158,6 +161,17 @@ async fn run_server(
     checkpoint: Option<Checkpoint>,
 ) -> Result<Summary, ServerError> {
     config.validate()?;
+    if let Some(clear) = config.server.token.as_ref().and_then(|t| t.clear()) {
+        // The token's unsalted digest is written into the run folder; only a long random token
+        // cannot be guessed back from it.
+        if clear.len() < MIN_TOKEN_LEN {
+            tracing::warn!(
+                "the enrollment token is shorter than {MIN_TOKEN_LEN} characters: whoever reads \
+                 the run folder can guess it from its digest; use a random one (`openssl rand \
+                 -hex 32`) or `fl enroll`"
+            );
+        }
+    }
     let spec = config.model.spec(test.num_features(), test.num_classes())?;
     let dim = spec.num_params();
     let local_mechanism = config.local_mechanism(dim)?;
