@@ -144,17 +144,23 @@ fn spent(accountant: &dyn Accountant, budget: &Budget) -> (f64, f64) {
     }
 }
 
+/// The entries of a ledger file, in order.
+pub fn read(path: &Path) -> std::io::Result<Vec<LedgerEntry>> {
+    let text = std::fs::read_to_string(path)?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| serde_json::from_str(line).map_err(std::io::Error::other))
+        .collect()
+}
+
 /// Recomputes (epsilon, delta) from a ledger file under `budget`, and the number of rounds in it.
 pub fn replay(path: &Path, budget: &Budget) -> std::io::Result<((f64, f64), usize)> {
-    let text = std::fs::read_to_string(path)?;
+    let entries = read(path)?;
     let mut accountant = RdpAccountant::default();
-    let mut rounds = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let entry: LedgerEntry = serde_json::from_str(line).map_err(std::io::Error::other)?;
+    for entry in &entries {
         accountant.compose(&entry.event, 1);
-        rounds += 1;
     }
-    Ok((spent(&accountant, budget), rounds))
+    Ok((spent(&accountant, budget), entries.len()))
 }
 
 #[cfg(test)]

@@ -144,3 +144,33 @@ async fn median_clipping_is_marked_as_leaking() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// Adaptive clipping: the sum's noise and the noised clip count compose into the multiplier the
+/// ledger charges, z = (z_sum^-2 + (sigma_b / (1/2))^-2)^(-1/2) (Andrew et al. 2021, Thm 1 with
+/// the centred count, whose sensitivity is 1/2), where z_sum = noise std / S of each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quantile_clipping_charges_the_multiplier_of_sum_and_count() {
+    let out = temp("quantile");
+    let mut config = private_config(&out, Sampling::Poisson, 3);
+    config.privacy.clip = fl_server::config::ClipMode::Quantile;
+    config.privacy.clip_count_noise = Some(1.0);
+    config.privacy.epsilon = 100.0;
+    let sigma_b = 1.0;
+    let (_, metrics) = run(config).await;
+    let ledger = fl_server::ledger::read(&out.join("ledger.jsonl")).unwrap();
+    assert_eq!(ledger.len(), metrics.len());
+    for (m, entry) in metrics.iter().zip(&ledger) {
+        let PrivacyEvent::SampledGaussian(event) = entry.event else {
+            panic!("round {}: not a Gaussian round", m.round)
+        };
+        let z_sum = m.noise_std.unwrap() / m.clip_bound.unwrap();
+        let effective = (z_sum.powi(-2) + (sigma_b / 0.5f64).powi(-2)).powf(-0.5);
+        assert!(
+            (effective - event.noise_multiplier).abs() < 1e-9,
+            "round {}: sum and count compose to z = {effective}, the ledger charges {}",
+            m.round,
+            event.noise_multiplier
+        );
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}

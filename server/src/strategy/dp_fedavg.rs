@@ -62,8 +62,25 @@ pub struct DpFedAvg {
     sum: Vec<f32>,
     /// Raw updates, kept until the median is known (median rule only).
     held: Vec<Vec<f32>>,
-    /// Updates whose norm was at most S (quantile rule).
+    /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
+    counts: ClipCounts,
+}
+
+/// The clip counts of a round (quantile rule).
+#[derive(Debug, Default, Clone, Copy)]
+struct ClipCounts {
+    absorbed: usize,
     unclipped: usize,
+}
+
+impl ClipCounts {
+    /// The centred statistic sum_i (b_i - 1/2), b_i = [||u_i|| <= S]: adding or removing one
+    /// client moves it by exactly 1/2 (Andrew et al. 2021, Sec. 3; TF-Privacy's quantile
+    /// estimator query). The raw count sum_i b_i would move by 1, twice what the accountant
+    /// assumes.
+    fn centred(self) -> f64 {
+        self.unclipped as f64 - 0.5 * self.absorbed as f64
+    }
 }
 
 impl DpFedAvg {
@@ -81,7 +98,7 @@ impl DpFedAvg {
             },
             sum: vec![0.0; num_params],
             held: Vec::new(),
-            unclipped: 0,
+            counts: ClipCounts::default(),
         }
     }
 
@@ -129,7 +146,8 @@ impl Strategy for DpFedAvg {
             None => self.held.push(u),
             Some(bound) => {
                 let norm = clip_l2(&mut u, bound);
-                self.unclipped += usize::from(norm <= bound);
+                self.counts.absorbed += 1;
+                self.counts.unclipped += usize::from(norm <= bound);
                 for (s, v) in self.sum.iter_mut().zip(&u) {
                     *s += v;
                 }
@@ -157,7 +175,7 @@ impl Strategy for DpFedAvg {
             _ => self.current_bound(),
         };
         let mut sum = std::mem::replace(&mut self.sum, vec![0.0; global.len()]);
-        let unclipped = std::mem::take(&mut self.unclipped);
+        let counts = std::mem::take(&mut self.counts);
         // No update and no median: nothing to release this round.
         let Some(bound) = bound else {
             return RoundOutcome::default();
@@ -175,11 +193,12 @@ impl Strategy for DpFedAvg {
         let mut model = global.to_vec();
         apply_update(&mut model, &sum);
         if let ClipRule::Quantile(q) = &mut self.rule {
-            // b~ = (count of unclipped + N(0, sigma_b^2)) / expected; S <- S exp(-eta (b~ - gamma)).
+            // b~ = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / expected + 1/2 (Andrew et al. 2021,
+            // Alg. 1 with the centred count); S <- S exp(-eta (b~ - gamma)).
             let noise = Normal::new(0.0, q.count_noise)
                 .expect("sigma_b validated positive")
                 .sample(&mut self.rng);
-            let fraction = (unclipped as f64 + noise) / self.plan.expected_clients;
+            let fraction = (counts.centred() + noise) / self.plan.expected_clients + 0.5;
             q.bound *= (-q.learning_rate * (fraction - q.target)).exp();
         }
         RoundOutcome {
@@ -268,6 +287,42 @@ mod tests {
             unreachable!()
         };
         assert!((q.bound - (0.3f64).exp()).abs() < 1e-6, "{}", q.bound);
+    }
+
+    /// The released clip-count statistic of neighbouring rounds (one client more, clipped or
+    /// not; same noise draw) differs by at most 1/2: the sensitivity the multiplier formula
+    /// assumes (Andrew et al. 2021, Thm 1). Read through the next bound:
+    /// ln S' = ln S - eta (b~ - gamma), with b~ = (statistic + noise) / expected + 1/2.
+    #[test]
+    fn one_client_more_moves_the_released_count_by_at_most_a_half() {
+        let q = QuantileClip {
+            bound: 1.0,
+            target: 0.5,
+            learning_rate: 0.2,
+            count_noise: 3.0,
+        };
+        let expected = 4.0;
+        let next_bound = |norms: &[f32]| {
+            let rule = ClipRule::Quantile(q);
+            let mut s = DpFedAvg::new(1, LOCAL, rule, StdRng::seed_from_u64(7));
+            s.configure_round(1, &plan(expected, 1.0));
+            for &n in norms {
+                s.absorb(1, update(vec![n])).unwrap();
+            }
+            s.finish_round(1, &[0.0]);
+            s.state().scalars["clip_bound"].as_f64().unwrap()
+        };
+        let base = [0.5, 2.0, 0.1];
+        for extra in [0.3, 5.0] {
+            let mut neighbour = base.to_vec();
+            neighbour.push(extra);
+            let moved = (next_bound(&base).ln() - next_bound(&neighbour).ln()).abs();
+            let statistic_moved = moved / q.learning_rate * expected;
+            assert!(
+                statistic_moved <= 0.5 + 1e-9,
+                "a client of norm {extra} moved the released count by {statistic_moved}"
+            );
+        }
     }
 
     #[test]
