@@ -2,7 +2,8 @@
 
 use anyhow::{Context, bail};
 use fl_common::privacy::{
-    Accountant, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds, min_sigma,
+    AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
+    min_sigma,
 };
 use serde_json::json;
 
@@ -27,6 +28,9 @@ pub enum Question {
         /// State delta at this epsilon.
         #[arg(long)]
         eps: Option<f64>,
+        /// pld or rdp (default: the one the ledger names).
+        #[arg(long)]
+        accountant: Option<AccountantKind>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -60,6 +64,9 @@ pub struct Args {
     /// poisson or fixed.
     #[arg(long, default_value = "poisson", value_parser = parse_sampling)]
     sampling: Sampling,
+    /// pld (tighter; Poisson sampling only) or rdp (default: pld for Poisson sampling).
+    #[arg(long)]
+    accountant: Option<AccountantKind>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -79,6 +86,19 @@ impl Args {
             (Some(q), None, None) => Ok(q),
             (None, Some(m), Some(k)) if k > 0.0 => Ok(m / k),
             _ => bail!("give --q, or --m and --k"),
+        }
+    }
+
+    /// The accountant asked for, or PLD for Poisson sampling and RDP otherwise; PLD does not
+    /// account fixed-size sampling.
+    fn accountant(&self) -> anyhow::Result<AccountantKind> {
+        match (self.accountant, self.sampling) {
+            (Some(AccountantKind::Pld), Sampling::Fixed) => {
+                bail!("--accountant pld accounts Poisson sampling only: use rdp with fixed")
+            }
+            (Some(kind), _) => Ok(kind),
+            (None, Sampling::Poisson) => Ok(AccountantKind::Pld),
+            (None, Sampling::Fixed) => Ok(AccountantKind::Rdp),
         }
     }
 
@@ -105,6 +125,7 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             file,
             delta,
             eps,
+            accountant,
             json,
         } => {
             let budget = match (delta, eps) {
@@ -118,10 +139,24 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 },
                 _ => bail!("give --delta (for epsilon) or --eps (for delta)"),
             };
-            let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget)
+            let entries = fl_server::ledger::read(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
+            let named = entries.first().map(|e| e.accountant.parse()).transpose();
+            let kind = match accountant {
+                Some(kind) => kind,
+                None => named
+                    .map_err(anyhow::Error::msg)?
+                    .unwrap_or(AccountantKind::Rdp),
+            };
+            if let Some(e) = entries.iter().find(|e| !kind.supports(&e.event)) {
+                bail!(
+                    "round {}: the {kind} accountant cannot account this event",
+                    e.round
+                );
+            }
+            let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget, kind)?;
             let out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
-                             "accountant": "rdp", "ledger": file});
+                             "accountant": kind.to_string(), "ledger": file});
             print(&out, json);
             return Ok(());
         }
@@ -130,7 +165,7 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let delta = Args::need(a.delta, "--delta")?;
             fl_common::privacy::check_delta(delta)?;
-            let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
+            let acc = after_rounds(a.accountant()?, &event, Args::need(a.rounds, "--rounds")?);
             let eps = acc.epsilon(delta);
             (a, json!({"epsilon": eps, "delta": delta}))
         }
@@ -139,7 +174,7 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let eps = Args::need(a.eps, "--eps")?;
             fl_common::privacy::check_epsilon(eps)?;
-            let acc = after_rounds(&event, Args::need(a.rounds, "--rounds")?);
+            let acc = after_rounds(a.accountant()?, &event, Args::need(a.rounds, "--rounds")?);
             (a, json!({"epsilon": eps, "delta": acc.delta(eps)}))
         }
         Question::Sigma(a) => {
@@ -148,8 +183,9 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 delta: Args::need(a.delta, "--delta")?,
             };
             let rounds = Args::need(a.rounds, "--rounds")?;
-            let sigma = min_sigma(a.q()?, rounds, &budget, a.sampling)?;
+            let sigma = min_sigma(a.accountant()?, a.q()?, rounds, &budget, a.sampling)?;
             let acc = after_rounds(
+                a.accountant()?,
                 &GaussianRound::new(a.q()?, sigma, a.sampling)?.into(),
                 rounds,
             );
@@ -166,8 +202,8 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             };
             let event: PrivacyEvent =
                 GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
-            let rounds = max_rounds(&event, &budget, 10_000_000)?;
-            let acc = after_rounds(&event, rounds);
+            let rounds = max_rounds(a.accountant()?, &event, &budget, 10_000_000)?;
+            let acc = after_rounds(a.accountant()?, &event, rounds);
             let delta = Args::need(a.delta, "--delta")?;
             (
                 a,
@@ -176,7 +212,7 @@ pub fn run(question: Question) -> anyhow::Result<()> {
         }
     };
     let mut out = answer;
-    out["accountant"] = json!("rdp");
+    out["accountant"] = json!(args.accountant()?.to_string());
     out["sampling"] = json!(args.sampling.to_string());
     out["q"] = json!(args.q()?);
     for (key, value) in [("sigma", args.sigma), ("m", args.m), ("k", args.k)] {

@@ -5,7 +5,9 @@ use crate::credentials::Token;
 use fl_common::data::{DataSource, PartitionScheme};
 use fl_common::model::{LocalConfig, ModelSpec};
 use fl_common::privacy::LocalMechanism;
-use fl_common::privacy::{Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds};
+use fl_common::privacy::{
+    AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds,
+};
 use fl_common::schedule::Schedule;
 use fl_common::signds::{SignDs, SignDsError};
 use serde::{Deserialize, Serialize};
@@ -382,6 +384,25 @@ impl RunConfig {
         })
     }
 
+    /// The accountant of the run's ledger: `privacy.accountant`, or by default PLD (tighter) when
+    /// every round is a Poisson-subsampled Gaussian one and RDP otherwise.
+    pub fn accountant(&self) -> AccountantKind {
+        self.privacy
+            .accountant
+            .unwrap_or(if self.rounds_are_poisson_gaussian() {
+                AccountantKind::Pld
+            } else {
+                AccountantKind::Rdp
+            })
+    }
+
+    /// Whether every accounted round is a Poisson-subsampled Gaussian one, all PLD accounts.
+    fn rounds_are_poisson_gaussian(&self) -> bool {
+        let distributed = self.privacy.mode == PrivacyMode::SecAgg
+            && self.secagg.noise == SecAggNoise::Distributed;
+        self.privacy.sampling == Sampling::Poisson && !distributed
+    }
+
     /// Whether the run keeps a central privacy ledger (local mechanisms are accounted per
     /// client instead).
     pub fn is_private(&self) -> bool {
@@ -539,6 +560,8 @@ pub struct PrivacySection {
     pub epsilon: f64,
     /// The delta of the budget (the threshold Q for `budget = "delta"`).
     pub delta: f64,
+    /// `pld` or `rdp`; unset: PLD for Poisson sampling, RDP otherwise ([`RunConfig::accountant`]).
+    pub accountant: Option<AccountantKind>,
 }
 
 impl Default for PrivacySection {
@@ -555,6 +578,7 @@ impl Default for PrivacySection {
             budget: BudgetKind::Epsilon,
             epsilon: 8.0,
             delta: 1e-5,
+            accountant: None,
         }
     }
 }
@@ -679,7 +703,15 @@ impl PrivacySection {
         let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let event = PrivacyEvent::from(first);
-        if max_rounds(&event, &self.budget(), 1).map_err(|e| ConfigError::Invalid(e.to_string()))?
+        let accountant = run.accountant();
+        if accountant == AccountantKind::Pld && !run.rounds_are_poisson_gaussian() {
+            return bad(format!(
+                "privacy.accountant = \"{accountant}\" accounts Poisson-subsampled Gaussian \
+                 rounds only: use \"rdp\" with fixed-size sampling or distributed noise"
+            ));
+        }
+        if max_rounds(accountant, &event, &self.budget(), 1)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?
             == 0
         {
             return bad(format!(
@@ -1020,6 +1052,17 @@ mod tests {
             "{}",
             refused(&c)
         );
+    }
+
+    #[test]
+    fn the_accountant_defaults_to_pld_for_poisson_and_pld_refuses_fixed_sampling() {
+        let mut c = private();
+        c.privacy.sampling = Sampling::Poisson;
+        assert_eq!(c.accountant(), AccountantKind::Pld);
+        c.privacy.sampling = Sampling::Fixed;
+        assert_eq!(c.accountant(), AccountantKind::Rdp);
+        c.privacy.accountant = Some(AccountantKind::Pld);
+        assert!(refused(&c).contains("Poisson"), "{}", refused(&c));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The ledger holds events, not a running epsilon: [`replay`] recomputes the budget from the file.
 
 use crate::config::ClipMode;
-use fl_common::privacy::{Accountant, Budget, PrivacyEvent, RdpAccountant};
+use fl_common::privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
@@ -28,7 +28,7 @@ pub struct LedgerEntry {
 /// The ledger of a run: its file, the accountant over its entries, and the budget.
 pub struct Ledger {
     file: std::fs::File,
-    accountant: RdpAccountant,
+    accountant: Box<dyn Accountant>,
     budget: Budget,
     /// A round spent just before a crash whose result never left the server (see
     /// [`Ledger::reopen`]).
@@ -36,11 +36,11 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts `dir/ledger.jsonl` afresh under `budget`.
-    pub fn create(dir: &Path, budget: Budget) -> std::io::Result<Self> {
+    /// Starts `dir/ledger.jsonl` afresh under `budget`, read by an accountant of `kind`.
+    pub fn create(dir: &Path, budget: Budget, kind: AccountantKind) -> std::io::Result<Self> {
         Ok(Self {
             file: std::fs::File::create(dir.join("ledger.jsonl"))?,
-            accountant: RdpAccountant::default(),
+            accountant: kind.accountant(),
             budget,
             unreleased: None,
         })
@@ -54,10 +54,15 @@ impl Ledger {
     /// model reaches clients only after its checkpoint is durable): when that round runs again
     /// with the same mechanism it uses this entry instead of a second one
     /// ([`Ledger::take_unreleased`]). New rounds are appended.
-    pub fn reopen(dir: &Path, budget: Budget, checkpointed: u64) -> std::io::Result<Self> {
+    pub fn reopen(
+        dir: &Path,
+        budget: Budget,
+        kind: AccountantKind,
+        checkpointed: u64,
+    ) -> std::io::Result<Self> {
         let path = dir.join("ledger.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let mut accountant = RdpAccountant::default();
+        let mut accountant = kind.accountant();
         let mut keep = 0;
         let mut after = Vec::new();
         for line in text.split_inclusive('\n') {
@@ -110,9 +115,9 @@ impl Ledger {
 
     /// Whether composing one more round of `event` keeps the run within the budget.
     pub fn allows(&self, event: &PrivacyEvent) -> bool {
-        let mut next = self.accountant.clone();
+        let mut next = self.accountant.boxed();
         next.compose(event, 1);
-        self.budget.allows(&next)
+        self.budget.allows(next.as_ref())
     }
 
     /// Records a round as spent: appended, synced, then composed.
@@ -128,7 +133,7 @@ impl Ledger {
     /// (epsilon, delta) spent so far, stated the way the budget is: epsilon at the budget's
     /// delta, or delta at the budget's epsilon.
     pub fn spent(&self) -> (f64, f64) {
-        spent(&self.accountant, &self.budget)
+        spent(self.accountant.as_ref(), &self.budget)
     }
 
     /// Name of the accountant.
@@ -153,14 +158,19 @@ pub fn read(path: &Path) -> std::io::Result<Vec<LedgerEntry>> {
         .collect()
 }
 
-/// Recomputes (epsilon, delta) from a ledger file under `budget`, and the number of rounds in it.
-pub fn replay(path: &Path, budget: &Budget) -> std::io::Result<((f64, f64), usize)> {
+/// Recomputes (epsilon, delta) from a ledger file under `budget` with an accountant of `kind`,
+/// and the number of rounds in it.
+pub fn replay(
+    path: &Path,
+    budget: &Budget,
+    kind: AccountantKind,
+) -> std::io::Result<((f64, f64), usize)> {
     let entries = read(path)?;
-    let mut accountant = RdpAccountant::default();
+    let mut accountant = kind.accountant();
     for entry in &entries {
         accountant.compose(&entry.event, 1);
     }
-    Ok((spent(&accountant, budget), entries.len()))
+    Ok((spent(accountant.as_ref(), budget), entries.len()))
 }
 
 #[cfg(test)]
@@ -193,7 +203,7 @@ mod tests {
             epsilon: 100.0,
             delta: 1e-5,
         };
-        let mut ledger = Ledger::create(&dir, budget).unwrap();
+        let mut ledger = Ledger::create(&dir, budget, AccountantKind::Rdp).unwrap();
         for round in 1..=3 {
             ledger.spend(&entry(round, 1.0)).unwrap();
         }
@@ -205,17 +215,18 @@ mod tests {
             .unwrap();
         file.write_all(b"{\"round\":4,\"q\"").unwrap();
         // The checkpoint holds round 2: round 3 was spent, not released.
-        let mut reopened = Ledger::reopen(&dir, budget, 2).unwrap();
+        let mut reopened = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
         assert_eq!(reopened.spent(), spent);
         let event = entry(3, 1.0).event;
         assert!(!reopened.take_unreleased(2, &event));
-        let mut again = Ledger::reopen(&dir, budget, 2).unwrap();
+        let mut again = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
         assert!(!again.take_unreleased(3, &entry(3, 2.0).event));
-        let mut again = Ledger::reopen(&dir, budget, 2).unwrap();
+        let mut again = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
         assert!(again.take_unreleased(3, &event));
         assert!(!again.take_unreleased(3, &event), "only once");
         again.spend(&entry(4, 1.0)).unwrap();
-        let ((eps, _), rounds) = replay(&dir.join("ledger.jsonl"), &budget).unwrap();
+        let ((eps, _), rounds) =
+            replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
         assert_eq!(rounds, 4);
         assert!(eps > spent.0);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -190,9 +190,10 @@ async fn run_server(
         Some(round) => RunFolder::reopen(&config.server.out, round)?,
         None => RunFolder::create(&config.server.out)?,
     };
+    let accountant = config.accountant();
     let open_ledger = |budget| match checkpointed {
-        Some(round) => Ledger::reopen(folder.dir(), budget, round),
-        None => Ledger::create(folder.dir(), budget),
+        Some(round) => Ledger::reopen(folder.dir(), budget, accountant, round),
+        None => Ledger::create(folder.dir(), budget, accountant),
     };
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let credentials = Credentials::new(

@@ -4,7 +4,7 @@
 mod support;
 
 use fl_common::privacy::{
-    Accountant, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
+    AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
 };
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::ledger::replay;
@@ -66,7 +66,7 @@ async fn training_stops_at_the_first_round_that_would_cross_the_budget() {
     let event: PrivacyEvent = GaussianRound::new(0.5, 1.5, Sampling::Poisson)
         .unwrap()
         .into();
-    let allowed = max_rounds(&event, &budget, 1000).unwrap();
+    let allowed = max_rounds(AccountantKind::Pld, &event, &budget, 1000).unwrap();
     assert!(
         (3..100).contains(&allowed),
         "test needs a budget of a few rounds, got {allowed}"
@@ -90,19 +90,20 @@ async fn training_stops_at_the_first_round_that_would_cross_the_budget() {
             "round {} spent {spent} > {epsilon}",
             m.round
         );
-        let expected = after_rounds(&event, i as u64 + 1).epsilon(delta);
+        let expected = after_rounds(AccountantKind::Pld, &event, i as u64 + 1).epsilon(delta);
         assert!((spent - expected).abs() < 1e-9);
         assert_eq!(m.clip_bound, Some(0.5));
         assert_eq!(m.noise_std, Some(1.5 * 0.5));
     }
     // One more round would have crossed the budget.
-    assert!(after_rounds(&event, allowed + 1).epsilon(delta) > epsilon);
+    assert!(after_rounds(AccountantKind::Pld, &event, allowed + 1).epsilon(delta) > epsilon);
     // The ledger alone reproduces the reported figure.
-    let ((eps, d), rounds) = replay(&out.join("ledger.jsonl"), &budget).unwrap();
+    let ((eps, d), rounds) =
+        replay(&out.join("ledger.jsonl"), &budget, AccountantKind::Pld).unwrap();
     assert_eq!(rounds as u64, allowed);
     assert_eq!(eps, summary.epsilon.unwrap());
     assert_eq!(d, delta);
-    assert_eq!(summary.accountant.as_deref(), Some("rdp"));
+    assert_eq!(summary.accountant.as_deref(), Some("pld"));
     assert_eq!(summary.sampling, "poisson");
     assert!(!summary.clip_bound_leaks);
     std::fs::remove_dir_all(&out).unwrap();
@@ -115,6 +116,7 @@ async fn fixed_size_sampling_is_reported_with_its_own_bound() {
     config.privacy.epsilon = 100.0;
     let (summary, metrics) = run(config).await;
     assert_eq!(summary.sampling, "fixed");
+    assert_eq!(summary.accountant.as_deref(), Some("rdp"));
     assert!(metrics.iter().all(|m| m.sampled == 3));
     let fixed: PrivacyEvent = GaussianRound::new(0.5, 1.5, Sampling::Fixed)
         .unwrap()
@@ -123,8 +125,8 @@ async fn fixed_size_sampling_is_reported_with_its_own_bound() {
         .unwrap()
         .into();
     let reported = summary.epsilon.unwrap();
-    assert!((reported - after_rounds(&fixed, 3).epsilon(1e-5)).abs() < 1e-9);
-    assert!(reported > after_rounds(&poisson, 3).epsilon(1e-5));
+    assert!((reported - after_rounds(AccountantKind::Rdp, &fixed, 3).epsilon(1e-5)).abs() < 1e-9);
+    assert!(reported > after_rounds(AccountantKind::Rdp, &poisson, 3).epsilon(1e-5));
     std::fs::remove_dir_all(&out).unwrap();
 }
 

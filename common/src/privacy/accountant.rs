@@ -134,8 +134,58 @@ pub fn check_epsilon(epsilon: f64) -> Result<(), AccountingError> {
     }
 }
 
+/// Which accountant reads a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccountantKind {
+    /// Rényi DP ([`RdpAccountant`]): every event the system releases.
+    Rdp,
+    /// Privacy-loss distributions ([`super::PldAccountant`]): tighter, for Poisson-subsampled
+    /// Gaussian rounds only.
+    Pld,
+}
+
+impl AccountantKind {
+    /// An empty accountant of this kind.
+    pub fn accountant(self) -> Box<dyn Accountant> {
+        match self {
+            AccountantKind::Rdp => Box::new(RdpAccountant::default()),
+            AccountantKind::Pld => Box::new(super::PldAccountant::default()),
+        }
+    }
+
+    /// Whether this kind accounts `event` (PLD: Poisson-subsampled Gaussian rounds only).
+    pub fn supports(self, event: &PrivacyEvent) -> bool {
+        match self {
+            AccountantKind::Rdp => true,
+            AccountantKind::Pld => super::PldAccountant::supports(event),
+        }
+    }
+}
+
+impl std::fmt::Display for AccountantKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccountantKind::Rdp => "rdp",
+            AccountantKind::Pld => "pld",
+        })
+    }
+}
+
+impl std::str::FromStr for AccountantKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "rdp" => Ok(AccountantKind::Rdp),
+            "pld" => Ok(AccountantKind::Pld),
+            _ => Err(format!("unknown accountant `{s}` (rdp or pld)")),
+        }
+    }
+}
+
 /// A privacy accountant over rounds of the sampled Gaussian mechanism.
-pub trait Accountant {
+pub trait Accountant: Send + Sync {
     /// Name for summaries and ledgers (e.g. `rdp`).
     fn name(&self) -> &'static str;
     /// Adds `count` rounds of `event`.
@@ -144,6 +194,8 @@ pub trait Accountant {
     fn epsilon(&self, delta: f64) -> f64;
     /// The smallest delta such that the rounds so far are (epsilon, delta)-DP, at most 1.
     fn delta(&self, epsilon: f64) -> f64;
+    /// A copy, to try one more round without spending it.
+    fn boxed(&self) -> Box<dyn Accountant>;
 }
 
 /// Rényi DP accountant on the [`default_orders`] grid.
@@ -205,6 +257,10 @@ impl Accountant for RdpAccountant {
 
     fn delta(&self, epsilon: f64) -> f64 {
         delta_from_rdp(&self.orders, &self.total, epsilon)
+    }
+
+    fn boxed(&self) -> Box<dyn Accountant> {
+        Box::new(self.clone())
     }
 }
 

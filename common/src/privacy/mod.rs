@@ -1,5 +1,5 @@
-//! Differential privacy: clipping, the Gaussian mechanism, the Rényi DP accountant of the
-//! sampled Gaussian mechanism, budgets and planning.
+//! Differential privacy: clipping, the Gaussian mechanism, the Rényi DP and PLD accountants of
+//! the sampled Gaussian mechanism, budgets and planning.
 
 mod accountant;
 mod analytic_gaussian;
@@ -9,12 +9,13 @@ mod discrete_gaussian;
 mod gaussian;
 mod local;
 mod planning;
+mod pld;
 mod rdp;
 mod release;
 
 pub use accountant::{
-    Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
-    check_epsilon, delta_from_rdp, epsilon_from_rdp,
+    Accountant, AccountantKind, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant,
+    Sampling, check_delta, check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
 pub use analytic_gaussian::{analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta};
 pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
@@ -25,6 +26,7 @@ pub use discrete_gaussian::{
 pub use gaussian::add_gaussian_noise;
 pub use local::{add_laplace_noise, clip_l1, l1_norm, sgd_l1_sensitivity};
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
+pub use pld::PldAccountant;
 pub use rdp::{default_orders, rdp_poisson, rdp_without_replacement};
 pub use release::{
     ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,

@@ -3,8 +3,8 @@
 //! sigma meets the target, a returned round count stays within it.
 
 use super::accountant::{
-    Accountant, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant, Sampling, check_delta,
-    check_epsilon,
+    Accountant, AccountantKind, AccountingError, GaussianRound, PrivacyEvent, Sampling,
+    check_delta, check_epsilon,
 };
 
 /// A budget: epsilon at a target delta, or delta below a threshold at fixed epsilon (the Geyer
@@ -45,9 +45,13 @@ impl Budget {
     }
 }
 
-/// An RDP accountant after `rounds` rounds of `event`.
-pub fn after_rounds(event: &PrivacyEvent, rounds: u64) -> RdpAccountant {
-    let mut acc = RdpAccountant::default();
+/// An accountant of `kind` after `rounds` rounds of `event`.
+pub fn after_rounds(
+    kind: AccountantKind,
+    event: &PrivacyEvent,
+    rounds: u64,
+) -> Box<dyn Accountant> {
+    let mut acc = kind.accountant();
     acc.compose(event, rounds);
     acc
 }
@@ -55,6 +59,7 @@ pub fn after_rounds(event: &PrivacyEvent, rounds: u64) -> RdpAccountant {
 /// The smallest sigma (to 0.1% relative) such that `rounds` rounds at rate `q` stay within
 /// `budget`; bisection on a log scale, returning the upper end so the answer always meets it.
 pub fn min_sigma(
+    kind: AccountantKind,
     q: f64,
     rounds: u64,
     budget: &Budget,
@@ -63,7 +68,7 @@ pub fn min_sigma(
     budget.check()?;
     let fits = |sigma: f64| -> Result<bool, AccountingError> {
         let event = GaussianRound::new(q, sigma, sampling)?;
-        Ok(budget.allows(&after_rounds(&event.into(), rounds)))
+        Ok(budget.allows(after_rounds(kind, &event.into(), rounds).as_ref()))
     };
     let (mut lo, mut hi) = (1e-2, 1e-2);
     while !fits(hi)? {
@@ -89,9 +94,14 @@ pub fn min_sigma(
 
 /// The most rounds of `event` that stay within `budget` (0 when even one round exceeds it), up to
 /// `cap`.
-pub fn max_rounds(event: &PrivacyEvent, budget: &Budget, cap: u64) -> Result<u64, AccountingError> {
+pub fn max_rounds(
+    kind: AccountantKind,
+    event: &PrivacyEvent,
+    budget: &Budget,
+    cap: u64,
+) -> Result<u64, AccountingError> {
     budget.check()?;
-    let fits = |t: u64| budget.allows(&after_rounds(event, t));
+    let fits = |t: u64| budget.allows(after_rounds(kind, event, t).as_ref());
     if !fits(1) {
         return Ok(0);
     }
