@@ -13,7 +13,7 @@
 //! otherwise both entries count), and its lines in `metrics.jsonl` are replaced.
 
 use crate::config::RunConfig;
-use crate::output::write_atomic;
+use crate::output::{RoundMetrics, write_atomic};
 use crate::registry::{ClientId, Identities};
 use crate::strategy::StrategyState;
 use fl_common::privacy::LocalLedger;
@@ -57,6 +57,10 @@ pub struct Progress {
     /// Each client's composed local privacy loss (runs with a client-side mechanism).
     #[serde(default)]
     pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
+    /// The metrics line of `round`: written to `metrics.jsonl` only after this checkpoint is
+    /// durable, and again on resume if the crash came in between.
+    #[serde(default)]
+    pub last_round: Option<RoundMetrics>,
 }
 
 /// A checkpoint: the progress, the global model and the strategy's tensors.
@@ -180,6 +184,7 @@ mod tests {
                 next_id: 9,
             },
             local_ledgers: [(4, LocalLedger::default())].into(),
+            last_round: None,
         };
         let state = StrategyState {
             scalars: serde_json::json!({"rho": 0.5}),

@@ -21,6 +21,10 @@ pub struct LedgerEntry {
     pub clip_mode: ClipMode,
     /// True when S itself leaks (the non-private median): the epsilon does not cover it.
     pub clip_bound_leaks: bool,
+    /// True when participants were drawn from a seeded, reproducible generator: the epsilon,
+    /// which assumes secret sampling, is not a guarantee.
+    #[serde(default)]
+    pub sampling_seeded: bool,
     /// Accountant that reads this ledger.
     pub accountant: String,
 }
@@ -97,9 +101,18 @@ impl Ledger {
 
     /// Whether `round` was already spent with `event` before a crash, its result unreleased:
     /// the round then runs again under that entry (once; any other round is spent as usual).
+    /// Only central noise qualifies, which the trusted curator adds after collecting: its draw
+    /// never left the server. Under distributed noise the server, the adversary, may have seen
+    /// the noised sum before the crash, so the round is charged again.
     pub fn take_unreleased(&mut self, round: u64, event: &PrivacyEvent) -> bool {
         match self.unreleased.take() {
-            Some(e) if e.round == round && e.event == *event => true,
+            Some(e)
+                if e.round == round
+                    && e.event == *event
+                    && matches!(event, PrivacyEvent::SampledGaussian(_)) =>
+            {
+                true
+            }
             other => {
                 if let Some(e) = other {
                     tracing::warn!(
@@ -189,6 +202,7 @@ mod tests {
             }),
             clip_mode: ClipMode::Fixed,
             clip_bound_leaks: false,
+            sampling_seeded: false,
             accountant: "rdp".into(),
         }
     }
@@ -225,9 +239,23 @@ mod tests {
         assert!(again.take_unreleased(3, &event));
         assert!(!again.take_unreleased(3, &event), "only once");
         again.spend(&entry(4, 1.0)).unwrap();
+        // Distributed noise: the server may have seen the sum, so the round is spent again.
+        let ddg = LedgerEntry {
+            round: 5,
+            event: PrivacyEvent::from(fl_common::privacy::DdgRound {
+                clients: 3,
+                client_variance: 100,
+                l2_sensitivity: 2.0,
+                dim: 10,
+            }),
+            ..entry(5, 1.0)
+        };
+        again.spend(&ddg).unwrap();
+        let mut after_ddg = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 4).unwrap();
+        assert!(!after_ddg.take_unreleased(5, &ddg.event));
         let ((eps, _), rounds) =
             replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
-        assert_eq!(rounds, 4);
+        assert_eq!(rounds, 5);
         assert!(eps > spent.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -186,8 +186,11 @@ async fn run_server(
         None => StdRng::from_os_rng(),
     };
     let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
-    let folder = match checkpointed {
-        Some(round) => RunFolder::reopen(&config.server.out, round)?,
+    let folder = match &checkpoint {
+        Some(c) => {
+            let last = c.progress.last_round.as_ref();
+            RunFolder::reopen(&config.server.out, c.progress.round, last)?
+        }
         None => RunFolder::create(&config.server.out)?,
     };
     let accountant = config.accountant();

@@ -130,6 +130,9 @@ pub struct Summary {
     pub clip_mode: Option<String>,
     /// True when the clip bound itself leaks data (the non-private median).
     pub clip_bound_leaks: bool,
+    /// True when participants were drawn from a seeded, reproducible generator (`--seed`): the
+    /// accountant assumes secret sampling, so the run's epsilon and delta are not a guarantee.
+    pub sampling_seeded: bool,
     /// Why training ended.
     pub stopped_by: StoppedBy,
     /// Updates received over the run (the paper's communication cost).
@@ -162,15 +165,24 @@ pub struct RunFolder {
 
 impl RunFolder {
     /// Reopens the run folder of an interrupted run whose checkpoint holds round
-    /// `checkpointed`: `metrics.jsonl` keeps the lines of rounds up to it (a later line belongs to
-    /// a round that runs again; a line cut by the crash is dropped) and is appended to.
-    pub fn reopen(dir: &Path, checkpointed: u64) -> std::io::Result<Self> {
+    /// `checkpointed` and its metrics line `last`: `metrics.jsonl` keeps the lines of rounds up
+    /// to it (a later line belongs to a round that runs again; a line cut by the crash is
+    /// dropped), gets `last` if the crash came before it was written, and is appended to.
+    pub fn reopen(
+        dir: &Path,
+        checkpointed: u64,
+        last: Option<&RoundMetrics>,
+    ) -> std::io::Result<Self> {
         let path = dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let mut keep = 0;
+        let mut recorded = 0;
         for line in text.split_inclusive('\n') {
             match serde_json::from_str::<RoundMetrics>(line.trim_end()) {
-                Ok(m) if line.ends_with('\n') && m.round <= checkpointed => keep += line.len(),
+                Ok(m) if line.ends_with('\n') && m.round <= checkpointed => {
+                    keep += line.len();
+                    recorded = m.round;
+                }
                 _ => break,
             }
         }
@@ -180,10 +192,14 @@ impl RunFolder {
             .open(&path)?;
         metrics.set_len(keep as u64)?;
         metrics.sync_all()?;
-        Ok(Self {
+        let mut folder = Self {
             dir: dir.to_owned(),
             metrics,
-        })
+        };
+        if let Some(last) = last.filter(|m| m.round > recorded) {
+            folder.append_round(last)?;
+        }
+        Ok(folder)
     }
 
     /// Creates (or reuses) `dir` and starts a fresh `metrics.jsonl`.

@@ -155,7 +155,7 @@ impl RoundLoop {
             None => {
                 let init = self.spec.init(&mut self.rng);
                 // Round 0: a crash before the first round ends can still be resumed.
-                self.checkpoint(0, (0, 0, 0, 0), 0.0, &init)?;
+                self.checkpoint(0, (0, 0, 0, 0), 0.0, &init, None)?;
                 (init, 1, None)
             }
         };
@@ -219,6 +219,7 @@ impl RoundLoop {
                     event: *event,
                     clip_mode: self.config.privacy.clip,
                     clip_bound_leaks: self.config.privacy.clip == ClipMode::Median,
+                    sampling_seeded: self.config.server.seed.is_some(),
                     accountant: ledger.accountant_name().into(),
                 })?;
             }
@@ -254,20 +255,28 @@ impl RoundLoop {
                 }
                 Some(secure) => self.collect_sum(round, &sampled, t0, secure).await?,
             };
-            let applied = tally.completed >= self.config.server.min_clients;
+            // Under central DP the noised sum over the expected count is released however many
+            // answered: an exact count deciding the release is not accounted (under Poisson
+            // sampling the count itself is private). Elsewhere, too few results skip the round.
+            let enough = self.config.privacy.mode == PrivacyMode::Central
+                || tally.completed >= self.config.server.min_clients;
             let outcome = self.strategy.finish_round(round, &global);
-            match outcome.model {
-                Some(next) if applied => {
+            let applied = match outcome.model {
+                Some(next) if enough => {
                     global = next;
                     rounds_completed += 1;
+                    true
                 }
-                _ => tracing::warn!(
-                    round,
-                    completed = tally.completed,
-                    min = self.config.server.min_clients,
-                    "too few results: round skipped, model unchanged"
-                ),
-            }
+                _ => {
+                    tracing::warn!(
+                        round,
+                        completed = tally.completed,
+                        min = self.config.server.min_clients,
+                        "too few results: round skipped, model unchanged"
+                    );
+                    false
+                }
+            };
             let (epsilon, delta) = match &self.ledger {
                 Some(l) => {
                     let (e, d) = l.spent();
@@ -312,6 +321,13 @@ impl RoundLoop {
                 bytes_down: down,
                 seconds: t0.elapsed().as_secs_f64(),
             };
+            // Nothing derived from the round's noise leaves the server before its checkpoint is
+            // durable: a crash before it re-runs the round under its ledger entry, unseen.
+            let totals = (rounds_completed, client_updates, bytes_up, bytes_down);
+            let seconds = earlier_seconds + started.elapsed().as_secs_f64();
+            self.checkpoint(round, totals, seconds, &global, Some(&metrics))?;
+            self.folder.append_round(&metrics)?;
+            self.telemetry.observe(&metrics);
             tracing::info!(
                 round,
                 accuracy = format_args!("{:.4}", eval.accuracy),
@@ -320,11 +336,6 @@ impl RoundLoop {
                 dropped = metrics.dropped,
                 "round done"
             );
-            self.folder.append_round(&metrics)?;
-            self.telemetry.observe(&metrics);
-            let totals = (rounds_completed, client_updates, bytes_up, bytes_down);
-            let seconds = earlier_seconds + started.elapsed().as_secs_f64();
-            self.checkpoint(round, totals, seconds, &global)?;
             if let Some(observer) = &self.observer {
                 observer(&metrics);
             }
@@ -354,6 +365,7 @@ impl RoundLoop {
             },
             clip_mode: self.ledger.as_ref().map(|_| privacy.clip.to_string()),
             clip_bound_leaks: self.ledger.is_some() && privacy.clip == ClipMode::Median,
+            sampling_seeded: self.ledger.is_some() && self.config.server.seed.is_some(),
             stopped_by,
             client_updates,
             bytes_up,
@@ -373,13 +385,14 @@ impl RoundLoop {
     }
 
     /// Writes the checkpoint of the end of `round`: `totals` are (rounds completed, client
-    /// updates, bytes up, bytes down).
+    /// updates, bytes up, bytes down), `metrics` the round's line.
     fn checkpoint(
         &self,
         round: u64,
         totals: (u64, u64, u64, u64),
         wall_seconds: f64,
         global: &[f32],
+        metrics: Option<&RoundMetrics>,
     ) -> std::io::Result<()> {
         let (rounds_completed, client_updates, bytes_up, bytes_down) = totals;
         let progress = Progress {
@@ -397,6 +410,7 @@ impl RoundLoop {
                 .as_ref()
                 .map(|a| a.ledgers().clone())
                 .unwrap_or_default(),
+            last_round: metrics.cloned(),
         };
         Checkpoint::new(progress, global, self.strategy.state()).write(self.folder.dir())
     }

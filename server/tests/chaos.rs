@@ -163,6 +163,69 @@ fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
     std::fs::remove_dir_all(&base).unwrap();
 }
 
+/// The lines of `metrics.jsonl` in `run`.
+fn metrics_lines(run: &Path) -> Vec<String> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A crash between a round's end and its checkpoint releases nothing of the round: the
+/// server's checkpoint write is made to fail at round 1 (a directory where its temporary file
+/// goes), which kills the server inside that window. Round 1 has then been spent in the ledger
+/// (before anything left) but no metrics line of it exists, since a line written there would be
+/// a noisy result that the resumed run draws again under the same ledger entry. Resumed, the
+/// run finishes with each round spent and recorded once.
+#[test]
+fn a_server_that_dies_before_a_round_is_checkpointed_has_released_nothing_of_it() {
+    let base = std::env::temp_dir().join(format!("fl-chaos-window-{}", std::process::id()));
+    let config = write_config(&base.join("config"), "");
+    let run = base.join("run");
+    let out = run.display().to_string();
+    let (mut server, addr) = start_run("server", &config, &out);
+    // Round 0's checkpoint is written before any client can join; block the next one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Checkpoint::read(&run).is_err() {
+        assert!(Instant::now() < deadline, "no initial checkpoint");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let obstacle = run.join("checkpoint.tmp");
+    std::fs::create_dir(&obstacle).unwrap();
+    let simulate = [
+        "--partition",
+        "iid:3:0",
+        "--simulate",
+        "3",
+        "--connect-timeout",
+        "60",
+    ];
+    let mut clients = start_client("clients", &addr, &simulate);
+    assert!(
+        !wait(&mut server, Duration::from_secs(120)).success(),
+        "the server must fail when its checkpoint cannot be written"
+    );
+    assert_eq!(
+        ledger(&run).len(),
+        1,
+        "round 1 is spent before anything leaves"
+    );
+    assert_eq!(
+        metrics_lines(&run),
+        Vec::<String>::new(),
+        "a result of round 1 was recorded before its checkpoint"
+    );
+    std::fs::remove_dir(&obstacle).unwrap();
+    let mut server = start_server("server-resumed", &["--resume", &out, "--listen", &addr]).0;
+    assert!(wait(&mut server, Duration::from_secs(120)).success());
+    assert!(wait(&mut clients, Duration::from_secs(60)).success());
+    let rounds: Vec<u64> = ledger(&run).iter().map(|e| e.round).collect();
+    assert_eq!(rounds, (1..=ROUNDS).collect::<Vec<_>>());
+    assert_eq!(metrics_lines(&run).len() as u64, ROUNDS);
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
 #[test]
 fn a_client_killed_during_training_does_not_stop_the_run() {
     let base = std::env::temp_dir().join(format!("fl-chaos-client-{}", std::process::id()));

@@ -106,6 +106,10 @@ async fn training_stops_at_the_first_round_that_would_cross_the_budget() {
     assert_eq!(summary.accountant.as_deref(), Some("pld"));
     assert_eq!(summary.sampling, "poisson");
     assert!(!summary.clip_bound_leaks);
+    // --seed makes the sampling reproducible: the figures are marked as not a guarantee.
+    assert!(summary.sampling_seeded);
+    let entries = fl_server::ledger::read(&out.join("ledger.jsonl")).unwrap();
+    assert!(entries.iter().all(|e| e.sampling_seeded));
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -135,8 +139,10 @@ async fn median_clipping_is_marked_as_leaking() {
     let out = temp("median");
     let mut config = private_config(&out, Sampling::Poisson, 2);
     config.privacy.clip = fl_server::config::ClipMode::Median;
+    config.server.seed = None;
     let (summary, _) = run(config).await;
     assert!(summary.clip_bound_leaks);
+    assert!(!summary.sampling_seeded);
     assert_eq!(summary.clip_mode.as_deref(), Some("median"));
     let ledger = std::fs::read_to_string(out.join("ledger.jsonl")).unwrap();
     assert!(
@@ -174,5 +180,32 @@ async fn quantile_clipping_charges_the_multiplier_of_sum_and_count() {
             event.noise_multiplier
         );
     }
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Under central DP no exact participant count decides a release: every round releases its
+/// noised sum over the expected count, however few clients answered (`min_clients` does not
+/// apply; the decision would otherwise leak the Poisson-sampled count, which is not accounted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn central_rounds_release_whatever_the_number_of_participants() {
+    let out = temp("release");
+    let mut config = private_config(&out, Sampling::Poisson, 8);
+    config.server.min_clients = 3;
+    config.privacy.epsilon = 100.0;
+    let (summary, metrics) = run(config).await;
+    assert_eq!(metrics.len(), 8);
+    assert!(
+        metrics.iter().any(|m| m.completed < 3),
+        "the seed must give a round of fewer than 3 participants: {:?}",
+        metrics.iter().map(|m| m.completed).collect::<Vec<_>>()
+    );
+    for m in &metrics {
+        assert!(
+            m.applied,
+            "round {} with {} results not released",
+            m.round, m.completed
+        );
+    }
+    assert_eq!(summary.rounds_completed, 8);
     std::fs::remove_dir_all(&out).unwrap();
 }

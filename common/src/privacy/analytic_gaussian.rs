@@ -49,6 +49,31 @@ pub fn analytic_gaussian_sigma(
     Ok(hi)
 }
 
+/// The smallest epsilon (to 1e-9 relative, rounded up) with `gaussian_delta(sigma, sensitivity,
+/// epsilon) <= delta`: the exact (epsilon, delta) of one Gaussian release (Balle and Wang 2018,
+/// Thm 8), and of k Gaussian releases composed, which are one Gaussian release with
+/// sensitivity/sigma = sqrt(sum_i (Delta_i/sigma_i)^2) (Dong, Roth, Su 2022, Cor. 3.3).
+pub fn gaussian_epsilon(sigma: f64, sensitivity: f64, delta: f64) -> f64 {
+    // delta(eps) decreases in eps: bracket, then bisect keeping `hi` feasible.
+    let (mut lo, mut hi) = (0.0, 1.0);
+    if gaussian_delta(sigma, sensitivity, lo) <= delta {
+        return 0.0;
+    }
+    while gaussian_delta(sigma, sensitivity, hi) > delta {
+        lo = hi;
+        hi *= 2.0;
+    }
+    while hi - lo > 1e-9 * hi {
+        let mid = 0.5 * (lo + hi);
+        if gaussian_delta(sigma, sensitivity, mid) > delta {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
 /// The classic calibration sigma = Delta sqrt(2 ln(1.25/delta)) / eps (Dwork and Roth 2014,
 /// Thm A.1), valid for eps < 1; reported beside the analytic sigma for comparison.
 pub fn classic_gaussian_sigma(sensitivity: f64, epsilon: f64, delta: f64) -> f64 {

@@ -17,7 +17,9 @@ pub use accountant::{
     Accountant, AccountantKind, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant,
     Sampling, check_delta, check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
-pub use analytic_gaussian::{analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta};
+pub use analytic_gaussian::{
+    analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta, gaussian_epsilon,
+};
 pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
 pub use ddg::DdgRound;
 pub use discrete_gaussian::{
