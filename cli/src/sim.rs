@@ -46,7 +46,6 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         config.server.seed = args.seed;
     }
     config.server.listen = "127.0.0.1:0".into();
-    config.validate()?;
 
     let source = config.data.source.clone();
     let (train, test) = tokio::task::spawn_blocking(move || {
@@ -60,6 +59,13 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         seed: config.data.partition_seed,
     };
     let shares = partition.assign(train.labels())?;
+    // IADMM's I is public; in a simulation the partition is known.
+    if config.train.algorithm == fl_server::config::Algorithm::Iadmm
+        && config.admm.total_examples.is_none()
+    {
+        config.admm.total_examples = Some(shares.iter().map(|s| s.len() as u64).sum());
+    }
+    config.validate()?;
     if let Some(empty) = shares.iter().position(Vec::is_empty) {
         bail!(
             "client {empty} of the {} partition gets no examples",

@@ -98,7 +98,7 @@ fn private_sim_reports_its_privacy_and_plots_it() {
     );
     assert!(out.join("privacy.svg").is_file());
     assert!(out.join("ledger.jsonl").is_file());
-    assert_eq!(summary["accountant"], "rdp");
+    assert_eq!(summary["accountant"], "pld");
     assert_eq!(summary["sampling"], "poisson");
     assert_eq!(summary["clip_mode"], "fixed");
     assert!(summary["epsilon"].as_f64().unwrap() > 0.0);

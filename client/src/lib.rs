@@ -18,8 +18,9 @@ use fl_common::secagg::{
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, LocalRelease, MaskedInputHeader, PartitionRequest,
-    RevealedShare, RoundTask, SealedShare, SecAggKeys, SecAggReveal, SecAggShares, SecAggTask,
-    ServerMessage, SignDsUpload, TaskFailed, UpdateHeader, client_message, server_message,
+    ReleaseHeader, RevealedShare, RoundTask, SealedShare, SecAggKeys, SecAggReveal, SecAggShares,
+    SecAggTask, ServerMessage, SignDsUpload, TaskFailed, UpdateHeader, client_message,
+    server_message,
 };
 use fl_proto::{TensorAssembler, chunk_count, encode_chunks, encode_word_chunks, ring_words};
 use local_round::{AdmmStep, Upload, Work};
@@ -212,11 +213,7 @@ type Opened = (
 /// Opens the Session stream: first, when it holds an identity, with it (a reconnect keeps the
 /// client's id and its place in a running round); when the server no longer knows it (it
 /// restarted), by joining again. See [`with_server`] for the retries.
-async fn open_session(
-    opts: &ClientOptions,
-    num_examples: u64,
-    held: Option<&Held>,
-) -> Result<Opened, ClientError> {
+async fn open_session(opts: &ClientOptions, held: Option<&Held>) -> Result<Opened, ClientError> {
     with_server(opts, |mut grpc| async move {
         if let Some(held) = held {
             match hello(&mut grpc, held.clone()).await {
@@ -229,7 +226,6 @@ async fn open_session(
         let request = JoinRequest {
             token: opts.token.clone(),
             name: opts.name.clone(),
-            num_examples,
         };
         let joined = grpc.join(request).await?.into_inner();
         let held = Held {
@@ -315,8 +311,7 @@ pub async fn run_client(
     };
     let mut held = None;
     loop {
-        let (me, outbox, inbound, identity) =
-            open_session(&opts, local.indices.len() as u64, held.as_ref()).await?;
+        let (me, outbox, inbound, identity) = open_session(&opts, held.as_ref()).await?;
         held = Some(identity);
         match run_session(&opts, &local, me, outbox, inbound, &mut life).await {
             Ok(shutdown_reason) => {
@@ -401,7 +396,7 @@ async fn run_session(
                         .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
                         life.rounds_trained += 1;
                         match (computed, secagg) {
-                            (Ok(Upload::Dense { values, .. }), Some(sa)) => {
+                            (Ok(Upload::Plain { values, .. }), Some(sa)) => {
                                 secure_start(me, round, sa, &values, opts, &mut life.secret_rng)
                                     .map(|(state, keys)| {
                                         secure = Some(state);
@@ -740,32 +735,33 @@ async fn send(
         .map_err(|_| ClientError::SessionLost)
 }
 
-/// Sends an upload: a dense tensor as a header and its chunks, or a SignDS release.
+/// Sends an upload: a dense tensor as a header and its chunks, or a SignDS release. Only a
+/// plain upload (no local mechanism; the curator is trusted) carries the example count and loss.
 async fn send_upload(
     outbox: &mpsc::Sender<ClientMessage>,
     round: u64,
     num_examples: u64,
     upload: Upload,
 ) -> Result<(), ClientError> {
-    match upload {
-        Upload::Dense {
-            values,
-            loss,
-            release,
-        } => {
-            let header = UpdateHeader {
+    let (header, values) = match upload {
+        Upload::Plain { values, loss } => {
+            let header = client_message::Body::UpdateHeader(UpdateHeader {
                 round,
                 num_examples,
                 num_values: values.len() as u64,
                 num_chunks: chunk_count(values.len()),
                 train_loss: loss,
-                release: release.as_ref().map(LocalRelease::from),
-            };
-            send(outbox, client_message::Body::UpdateHeader(header)).await?;
-            for chunk in encode_chunks(round, &values) {
-                send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
-            }
-            Ok(())
+            });
+            (header, values)
+        }
+        Upload::Released { values, release } => {
+            let header = client_message::Body::ReleaseHeader(ReleaseHeader {
+                round,
+                num_values: values.len() as u64,
+                num_chunks: chunk_count(values.len()),
+                release: Some(LocalRelease::from(&release)),
+            });
+            (header, values)
         }
         Upload::Sign {
             sign,
@@ -776,12 +772,16 @@ async fn send_upload(
                 round,
                 sign: i32::from(sign),
                 indices: indices.into_iter().map(u64::from).collect(),
-                num_examples,
                 release: Some(LocalRelease::from(&release)),
             };
-            send(outbox, client_message::Body::SigndsUpload(upload)).await
+            return send(outbox, client_message::Body::SigndsUpload(upload)).await;
         }
+    };
+    send(outbox, header).await?;
+    for chunk in encode_chunks(round, &values) {
+        send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -46,17 +46,25 @@ pub(crate) struct Work {
     pub admm: Option<AdmmStep>,
 }
 
-/// What the client uploads.
+/// What the client uploads. Under a local mechanism the server is the adversary, so an upload
+/// is built from the mechanism's output alone: those variants hold nothing else (no loss, and
+/// the client's example count is never attached to them).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Upload {
-    /// A dense tensor (u for FedAvg, z_p for IADMM) and the training loss.
-    Dense {
+    /// No local mechanism (the curator is trusted): u for FedAvg or z_p for IADMM, and the
+    /// training loss.
+    Plain {
         /// The values.
         values: Vec<f32>,
         /// Mean training loss.
         loss: f32,
-        /// What protected them.
-        release: Option<Release>,
+    },
+    /// A local mechanism's dense output.
+    Released {
+        /// The protected values.
+        values: Vec<f32>,
+        /// The mechanism and its parameters.
+        release: Release,
     },
     /// A SignDS release.
     Sign {
@@ -73,8 +81,16 @@ impl Upload {
     /// The privacy loss of the upload, if protected.
     pub(crate) fn release(&self) -> Option<&Release> {
         match self {
-            Self::Dense { release, .. } => release.as_ref(),
-            Self::Sign { release, .. } => Some(release),
+            Self::Plain { .. } => None,
+            Self::Released { release, .. } | Self::Sign { release, .. } => Some(release),
+        }
+    }
+
+    /// A dense upload: `release` protected `values`, or nothing did (`loss` then goes along).
+    fn dense(values: Vec<f32>, loss: f32, release: Option<Release>) -> Self {
+        match release {
+            Some(release) => Self::Released { values, release },
+            None => Self::Plain { values, loss },
         }
     }
 }
@@ -92,7 +108,7 @@ pub(crate) fn compute(
         Some(step) => admm_step(work, step, received, local, &mut noise_rng)?,
         None => fedavg(work, received, local, seed, &mut noise_rng)?,
     };
-    if let Upload::Dense { values, .. } = &upload
+    if let Upload::Plain { values, .. } | Upload::Released { values, .. } = &upload
         && !values.iter().all(|v| v.is_finite())
     {
         return Err("local training diverged (non-finite parameters)".into());
@@ -162,11 +178,7 @@ fn fedavg(
             });
         }
     };
-    Ok(Upload::Dense {
-        values: u,
-        loss,
-        release,
-    })
+    Ok(Upload::dense(u, loss, release))
 }
 
 fn admm_step(
@@ -204,9 +216,9 @@ fn admm_step(
         add_laplace_noise(&mut z, release.noise, noise_rng);
         release
     });
-    Ok(Upload::Dense {
-        values: z,
-        loss: (loss_sum / n.max(1) as f64) as f32,
+    Ok(Upload::dense(
+        z,
+        (loss_sum / n.max(1) as f64) as f32,
         release,
-    })
+    ))
 }

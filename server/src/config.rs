@@ -396,6 +396,20 @@ impl RunConfig {
             })
     }
 
+    /// Checks what only a server needs and a simulation fills in itself: IADMM's public I.
+    pub fn validate_for_server(&self) -> Result<(), ConfigError> {
+        if self.train.algorithm == Algorithm::Iadmm
+            && self.admm.total_examples.is_none_or(|i| i == 0)
+        {
+            return Err(ConfigError::Invalid(
+                "train.algorithm = \"iadmm\" needs admm.total_examples, the public number I of \
+                 examples over all clients (clients do not send their counts)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether every accounted round is a Poisson-subsampled Gaussian one, all PLD accounts.
     fn rounds_are_poisson_gaussian(&self) -> bool {
         let distributed = self.privacy.mode == PrivacyMode::SecAgg
@@ -824,6 +838,9 @@ pub struct AdmmSection {
     pub balance_mu: f64,
     /// tau: the factor rho changes by.
     pub balance_tau: f64,
+    /// I: the examples of all clients, public (clients send no counts; `fl sim` fills it in
+    /// from its partition).
+    pub total_examples: Option<u64>,
 }
 
 impl Default for AdmmSection {
@@ -833,6 +850,7 @@ impl Default for AdmmSection {
             balance: false,
             balance_mu: 10.0,
             balance_tau: 2.0,
+            total_examples: None,
         }
     }
 }

@@ -161,6 +161,7 @@ async fn run_server(
     checkpoint: Option<Checkpoint>,
 ) -> Result<Summary, ServerError> {
     config.validate()?;
+    config.validate_for_server()?;
     if let Some(clear) = config.server.token.as_ref().and_then(|t| t.clear()) {
         // The token's unsalted digest is written into the run folder; only a long random token
         // cannot be guessed back from it.
@@ -236,7 +237,16 @@ async fn run_server(
     let (metrics_done_tx, metrics_done) = tokio::sync::oneshot::channel::<()>();
     if let Some(addr) = &config.server.metrics_listen {
         let listener = TcpListener::bind(addr).await?;
-        tracing::info!(address = %listener.local_addr()?, "Prometheus metrics at /metrics");
+        let bound = listener.local_addr()?;
+        tracing::info!(address = %bound, "Prometheus metrics at /metrics");
+        if !bound.ip().is_loopback() {
+            tracing::warn!(
+                address = %bound,
+                "the metrics endpoint is reachable beyond this host: its counts (clients \
+                 connected, dropped, updates) are curator-side figures the privacy guarantee does \
+                 not cover"
+            );
+        }
         let done = async {
             let _ = metrics_done.await;
         };

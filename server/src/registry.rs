@@ -24,7 +24,6 @@ pub type Outbox = mpsc::Sender<Result<ServerMessage, Status>>;
 struct Entry {
     /// `None` for an enrolled identity restored from a checkpoint, until it joins again.
     session_key: Option<[u8; 32]>,
-    num_examples: u64,
     /// The enrolled name, if any.
     identity: Option<String>,
     /// Revoked: no stream can be bound until it is admitted again.
@@ -82,7 +81,6 @@ impl Registry {
                 id,
                 Entry {
                     session_key: None,
-                    num_examples: 0,
                     identity: Some(name.clone()),
                     revoked: false,
                     stream: None,
@@ -103,7 +101,7 @@ impl Registry {
     /// Admits a client and returns its id and fresh session key (from `rand`'s thread-local
     /// CSPRNG, ChaCha12 seeded from the OS). An enrolled `identity` keeps the id it had; its
     /// earlier session key stops working.
-    pub fn join(&mut self, num_examples: u64, identity: Option<&str>) -> (ClientId, [u8; 32]) {
+    pub fn join(&mut self, identity: Option<&str>) -> (ClientId, [u8; 32]) {
         let known = identity.and_then(|name| self.identities.get(name).copied());
         let id = known.unwrap_or_else(|| {
             let id = self.next_id;
@@ -117,13 +115,11 @@ impl Registry {
         rand::rng().fill_bytes(&mut session_key);
         let entry = self.clients.entry(id).or_insert(Entry {
             session_key: None,
-            num_examples,
             identity: identity.map(str::to_owned),
             revoked: false,
             stream: None,
         });
         entry.session_key = Some(session_key);
-        entry.num_examples = num_examples;
         entry.revoked = false;
         (id, session_key)
     }
@@ -218,11 +214,6 @@ impl Registry {
             .map(|(_, o)| o.clone())
     }
 
-    /// Example count the client declared at Join.
-    pub fn num_examples(&self, id: ClientId) -> Option<u64> {
-        self.clients.get(&id).map(|e| e.num_examples)
-    }
-
     /// Drops every live stream (ends all Session responses).
     pub fn disconnect_all(&mut self) {
         for entry in self.clients.values_mut() {
@@ -238,7 +229,7 @@ mod tests {
     #[test]
     fn attach_checks_keys_and_generations() {
         let mut r = Registry::default();
-        let (id, key) = r.join(600, None);
+        let (id, key) = r.join(None);
         let (tx, _rx) = mpsc::channel(1);
         assert_eq!(
             r.attach(id + 1, &key, tx.clone()),
@@ -258,16 +249,15 @@ mod tests {
         assert_eq!(r.connected(), vec![id]);
         assert!(r.detach(id, g2));
         assert!(r.connected().is_empty());
-        assert_eq!(r.num_examples(id), Some(600));
     }
 
     #[test]
     fn enrolled_clients_keep_their_id_across_joins_and_restarts() {
         let mut r = Registry::default();
-        let (a, key_a) = r.join(10, Some("a"));
-        let (anon, _) = r.join(10, None);
-        let (b, _) = r.join(10, Some("b"));
-        let (a_again, key_a2) = r.join(20, Some("a"));
+        let (a, key_a) = r.join(Some("a"));
+        let (anon, _) = r.join(None);
+        let (b, _) = r.join(Some("b"));
+        let (a_again, key_a2) = r.join(Some("a"));
         assert_eq!(a_again, a);
         assert_ne!(key_a, key_a2);
         let (tx, _rx) = mpsc::channel(1);
@@ -276,7 +266,6 @@ mod tests {
             Err(AttachError::BadKey(a)),
             "a new Join retires the earlier session key"
         );
-        assert_eq!(r.num_examples(a), Some(20));
 
         let saved = r.identities();
         let mut restored = Registry::restore(&saved);
@@ -286,17 +275,17 @@ mod tests {
             Err(AttachError::BadKey(a)),
             "after a restart every client joins again"
         );
-        assert_eq!(restored.join(10, Some("b")).0, b);
-        let (fresh, _) = restored.join(10, None);
+        assert_eq!(restored.join(Some("b")).0, b);
+        let (fresh, _) = restored.join(None);
         assert!(fresh > anon && fresh > b, "no id is handed out twice");
     }
 
     #[test]
     fn revoked_clients_lose_their_stream_and_cannot_attach() {
         let mut r = Registry::default();
-        let (a, key_a) = r.join(10, Some("a"));
-        let (b, key_b) = r.join(10, Some("b"));
-        let (anon, key_n) = r.join(10, None);
+        let (a, key_a) = r.join(Some("a"));
+        let (b, key_b) = r.join(Some("b"));
+        let (anon, key_n) = r.join(None);
         let (tx, _rx) = mpsc::channel(1);
         for (id, key) in [(a, key_a), (b, key_b), (anon, key_n)] {
             r.attach(id, &key, tx.clone()).unwrap();
@@ -313,7 +302,7 @@ mod tests {
             "revoked once"
         );
         // Enrolled again (the operator undid the revocation): a new Join admits it.
-        let (again, key) = r.join(10, Some("a"));
+        let (again, key) = r.join(Some("a"));
         assert_eq!(again, a);
         assert!(r.attach(a, &key, tx).is_ok());
     }

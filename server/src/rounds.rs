@@ -11,7 +11,7 @@ use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
 use crate::secure_round::SecureRoundPlan;
-use crate::service::{Event, Shared, send_all};
+use crate::service::{Event, Shared, UploadHeader, send_all};
 use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
 use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
@@ -40,8 +40,8 @@ use tonic::Status;
 struct Claim<'a> {
     /// The round it is for.
     round: u64,
-    /// n_k.
-    num_examples: u64,
+    /// n_k, for plain updates only (the trusted curator's FedAvg weight).
+    num_examples: Option<u64>,
     /// Its declared local protection.
     release: Option<&'a LocalRelease>,
 }
@@ -50,6 +50,8 @@ struct Claim<'a> {
 #[derive(Debug)]
 struct Tally {
     completed: usize,
+    /// Plain updates that reported a training loss, and the sum of those losses.
+    losses: usize,
     train_loss_sum: f64,
     bytes_up: u64,
     /// Moments of the raw updates, for the paper's V_c and U_s.
@@ -229,15 +231,8 @@ impl RoundLoop {
                 Some(Sampling::Poisson) => m as f64,
                 _ => sampled.len().max(1) as f64,
             };
-            let total_examples = {
-                let registry = self.shared.registry();
-                connected
-                    .iter()
-                    .filter_map(|&c| registry.num_examples(c))
-                    .sum()
-            };
             let plan = RoundPlan {
-                total_examples,
+                total_examples: self.config.admm.total_examples.unwrap_or(0),
                 expected_clients,
                 noise_multiplier: event.is_some().then(|| {
                     self.config
@@ -313,8 +308,7 @@ impl RoundLoop {
                 delta,
                 test_accuracy: eval.accuracy,
                 test_loss: eval.loss,
-                train_loss: (tally.completed > 0 && tally.secagg.is_none())
-                    .then(|| tally.train_loss_sum / tally.completed as f64),
+                train_loss: (tally.losses > 0).then(|| tally.train_loss_sum / tally.losses as f64),
                 v_c,
                 u_s,
                 bytes_up: tally.bytes_up,
@@ -574,6 +568,7 @@ impl RoundLoop {
         let updates_are_deltas = self.config.train.algorithm == Algorithm::FedAvg;
         let mut tally = Tally {
             completed: 0,
+            losses: 0,
             train_loss_sum: 0.0,
             bytes_up: 0,
             moments: UpdateMoments::new(num_params),
@@ -616,10 +611,15 @@ impl RoundLoop {
                     bytes,
                 } => {
                     tally.bytes_up += bytes;
+                    // Under a local mechanism only the release travels: every upload weighs 1.
+                    let (num_examples, loss, claimed) = match &header {
+                        UploadHeader::Plain(h) => (Some(h.num_examples), Some(h.train_loss), None),
+                        UploadHeader::Released(h) => (None, None, h.release.as_ref()),
+                    };
                     let claim = Claim {
-                        round: header.round,
-                        num_examples: header.num_examples,
-                        release: header.release.as_ref(),
+                        round: header.round(),
+                        num_examples,
+                        release: claimed,
                     };
                     let Some(release) = self.admit(round, client, sampled, &mut waiting, claim)
                     else {
@@ -627,7 +627,7 @@ impl RoundLoop {
                     };
                     let update = ClientUpdate {
                         client,
-                        num_examples: header.num_examples,
+                        num_examples: num_examples.unwrap_or(1),
                         values,
                     };
                     let finite = update.values.iter().all(|v| v.is_finite());
@@ -637,7 +637,10 @@ impl RoundLoop {
                     match self.strategy.absorb(round, update) {
                         Ok(()) => {
                             tally.completed += 1;
-                            tally.train_loss_sum += f64::from(header.train_loss);
+                            if let Some(loss) = loss {
+                                tally.losses += 1;
+                                tally.train_loss_sum += f64::from(loss);
+                            }
                             self.record_release(client, release);
                         }
                         Err(e) => self.reject(client, Status::invalid_argument(e.to_string())),
@@ -651,7 +654,7 @@ impl RoundLoop {
                     tally.bytes_up += bytes;
                     let claim = Claim {
                         round: upload.round,
-                        num_examples: upload.num_examples,
+                        num_examples: None,
                         release: upload.release.as_ref(),
                     };
                     let Some(release) = self.admit(round, client, sampled, &mut waiting, claim)
@@ -799,6 +802,7 @@ impl RoundLoop {
         }
         Ok(Tally {
             completed,
+            losses: 0,
             train_loss_sum: 0.0,
             bytes_up: secure_tally.bytes_up,
             moments: UpdateMoments::new(0),
@@ -854,15 +858,10 @@ impl RoundLoop {
             );
             return None;
         }
-        let declared = self.shared.registry().num_examples(client).unwrap_or(0);
-        if claim.num_examples == 0 || claim.num_examples > declared {
+        if claim.num_examples == Some(0) {
             self.reject(
                 client,
-                Status::invalid_argument(format!(
-                    "update claims {} examples; must be between 1 and the {declared} declared at \
-                     Join",
-                    claim.num_examples
-                )),
+                Status::invalid_argument("update claims 0 examples: it must be at least 1"),
             );
             return None;
         }

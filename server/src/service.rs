@@ -11,8 +11,8 @@ use crate::registry::{AttachError, ClientId, Outbox, Registry};
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
-    ClientMessage, JoinReply, JoinRequest, PartitionReply, PartitionRequest, ServerMessage,
-    SignDsUpload, UpdateHeader, client_message,
+    ClientMessage, JoinReply, JoinRequest, PartitionReply, PartitionRequest, ReleaseHeader,
+    ServerMessage, SignDsUpload, UpdateHeader, client_message,
 };
 use fl_proto::v1::{PeerKeys, TensorChunk};
 use fl_proto::{ChunkError, TensorAssembler, WireError};
@@ -42,7 +42,7 @@ pub enum Event {
         /// Sender.
         client: ClientId,
         /// Its header.
-        header: UpdateHeader,
+        header: UploadHeader,
         /// The update's values.
         values: Vec<f32>,
         /// Encoded size of the header and chunks.
@@ -232,21 +232,15 @@ impl Federation for FederationService {
         self.check_rate(&request)?;
         let admission = self.admit(&request, &request.get_ref().token, &request.get_ref().name)?;
         let req = request.into_inner();
-        if req.num_examples == 0 {
-            return Err(Status::invalid_argument(
-                "num_examples must be positive: a client without data cannot train",
-            ));
-        }
         let identity = match &admission {
             Admission::Enrolled(name) => Some(name.as_str()),
             Admission::Anonymous => None,
         };
-        let (id, key) = self.shared.registry().join(req.num_examples, identity);
+        let (id, key) = self.shared.registry().join(identity);
         tracing::info!(
             client = id,
             name = %req.name,
             enrolled = identity.unwrap_or("-"),
-            examples = req.num_examples,
             "joined"
         );
         Ok(Response::new(JoinReply {
@@ -301,11 +295,35 @@ impl Federation for FederationService {
     }
 }
 
+/// The header of a dense upload: what may travel with the values depends on who sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UploadHeader {
+    /// No client-side mechanism: the trusted curator gets the example count and the loss.
+    Plain(UpdateHeader),
+    /// A local mechanism's output: the release's public parameters and nothing else.
+    Released(ReleaseHeader),
+}
+
+impl UploadHeader {
+    /// (round, number of values, number of chunks).
+    fn framing(&self) -> (u64, u64, u32) {
+        match self {
+            Self::Plain(h) => (h.round, h.num_values, h.num_chunks),
+            Self::Released(h) => (h.round, h.num_values, h.num_chunks),
+        }
+    }
+
+    /// The round it is for.
+    pub fn round(&self) -> u64 {
+        self.framing().0
+    }
+}
+
 /// What the chunks being received will make.
 #[derive(Debug)]
 enum Expecting {
-    /// A plain update.
-    Update(UpdateHeader),
+    /// A dense update.
+    Update(UploadHeader),
     /// A masked input of a secure-aggregation round.
     Masked {
         /// Its round.
@@ -469,6 +487,24 @@ impl Framer {
         self.pending.is_some()
     }
 
+    /// Starts receiving a dense upload's chunks.
+    fn start_upload(&mut self, header: UploadHeader, size: u64) -> Result<(), Status> {
+        let (round, values, chunks) = header.framing();
+        if values != self.num_params as u64 {
+            return Err(Status::invalid_argument(format!(
+                "update has {values} values, the model has {} parameters",
+                self.num_params
+            )));
+        }
+        let assembler = TensorAssembler::new(round, values, chunks).map_err(chunk_status)?;
+        self.pending = Some(Pending {
+            expecting: Expecting::Update(header),
+            assembler,
+            bytes: size,
+        });
+        Ok(())
+    }
+
     /// Takes the next message: `Ok(Some(event))` when it completes one, `Ok(None)` when more
     /// must follow, `Err` when it breaks the framing (the stream then ends).
     pub fn accept(&mut self, message: ClientMessage) -> Result<Option<Event>, Status> {
@@ -485,20 +521,11 @@ impl Framer {
         }
         let event = match body {
             client_message::Body::UpdateHeader(header) => {
-                if header.num_values != n {
-                    return Err(Status::invalid_argument(format!(
-                        "update has {} values, the model has {n} parameters",
-                        header.num_values
-                    )));
-                }
-                let assembler =
-                    TensorAssembler::new(header.round, header.num_values, header.num_chunks)
-                        .map_err(chunk_status)?;
-                self.pending = Some(Pending {
-                    expecting: Expecting::Update(header),
-                    assembler,
-                    bytes: size,
-                });
+                self.start_upload(UploadHeader::Plain(header), size)?;
+                None
+            }
+            client_message::Body::ReleaseHeader(header) => {
+                self.start_upload(UploadHeader::Released(header), size)?;
                 None
             }
             client_message::Body::MaskedInputHeader(header) => {

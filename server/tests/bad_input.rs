@@ -149,7 +149,6 @@ async fn wrong_token_cannot_join() {
             .join(JoinRequest {
                 token: token.into(),
                 name: "intruder".into(),
-                num_examples: 1,
             })
             .await
             .unwrap_err();
@@ -179,7 +178,6 @@ async fn wrong_token_cannot_join() {
         .join(JoinRequest {
             token: "s3cret".into(),
             name: "member".into(),
-            num_examples: 1,
         })
         .await;
     assert!(ok.is_ok());
@@ -213,7 +211,6 @@ async fn joins_beyond_the_rate_are_refused() {
             .join(JoinRequest {
                 token: String::new(),
                 name: "eager".into(),
-                num_examples: 1,
             })
             .await;
         codes.push(join.map_or_else(|e| e.code(), |_| Code::Ok));

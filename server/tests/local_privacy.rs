@@ -39,7 +39,6 @@ fn sign_upload(
         round,
         sign,
         indices,
-        num_examples: 100,
         release: Some(LocalRelease::from(&Release::signds(epsilon))),
     })]
 }

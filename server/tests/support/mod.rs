@@ -10,8 +10,8 @@ use fl_common::privacy::Release;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
-    ClientMessage, Hello, JoinReply, JoinRequest, LocalRelease, ServerMessage, UpdateHeader,
-    client_message, server_message,
+    ClientMessage, Hello, JoinReply, JoinRequest, LocalRelease, ReleaseHeader, ServerMessage,
+    UpdateHeader, client_message, server_message,
 };
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::{RoundMetrics, Summary};
@@ -118,7 +118,6 @@ pub async fn raw_join(endpoint: &str, name: &str, token: &str) -> Result<JoinRep
     let request = JoinRequest {
         token: token.into(),
         name: name.into(),
-        num_examples: 100,
     };
     grpc.join(request).await.map(tonic::Response::into_inner)
 }
@@ -266,20 +265,29 @@ pub async fn start_server(
     }
 }
 
-/// The header of a hand-made upload of `num_values` values claiming 100 examples.
+/// The header of a hand-made upload of `num_values` values: a local release's, or a plain one
+/// claiming 100 examples.
 pub fn update_header(
     round: u64,
     num_values: usize,
     release: Option<&Release>,
 ) -> client_message::Body {
-    client_message::Body::UpdateHeader(UpdateHeader {
-        round,
-        num_examples: 100,
-        num_values: num_values as u64,
-        num_chunks: fl_proto::chunk_count(num_values),
-        train_loss: 0.5,
-        release: release.map(LocalRelease::from),
-    })
+    let num_chunks = fl_proto::chunk_count(num_values);
+    match release {
+        Some(release) => client_message::Body::ReleaseHeader(ReleaseHeader {
+            round,
+            num_values: num_values as u64,
+            num_chunks,
+            release: Some(LocalRelease::from(release)),
+        }),
+        None => client_message::Body::UpdateHeader(UpdateHeader {
+            round,
+            num_examples: 100,
+            num_values: num_values as u64,
+            num_chunks,
+            train_loss: 0.5,
+        }),
+    }
 }
 
 /// A hand-made dense upload: its header, then its chunks.
