@@ -110,6 +110,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         None => String::new(),
     };
     let seed = config.server.seed;
+    let join_timeout_secs = config.server.join_timeout_secs;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
@@ -124,6 +125,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     ));
 
     let train = Arc::new(train);
+    let join_timeout = Duration::from_secs_f64(join_timeout_secs);
     let slots = Arc::new(tokio::sync::Semaphore::new(
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
@@ -134,7 +136,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             token: token.clone(),
             name: format!("sim-{index}"),
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
-            connect_timeout: Duration::from_secs(30),
+            // The server waits this long for all K: clients keep retrying (its join limiter
+            // admits them in turn) as long.
+            connect_timeout: join_timeout,
             training_slots: slots.clone(),
             oracle: oracle.clone(),
             privacy: ClientPrivacy::default(),

@@ -175,6 +175,7 @@ where
         }
         ep = ep.tls_config(config).map_err(connect_error)?;
     }
+    let mut failures = 0u32;
     loop {
         let attempt = async {
             let channel = ep.connect().await.map_err(connect_error)?;
@@ -186,8 +187,8 @@ where
         match attempt.await {
             Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
-                let pause = 100 + rand::rng().random_range(0..400);
-                tokio::time::sleep(Duration::from_millis(pause)).await;
+                failures += 1;
+                tokio::time::sleep(retry_pause(failures)).await;
             }
             Err(e) => return Err(e),
         }
@@ -271,6 +272,14 @@ pub async fn assigned_partition(opts: &ClientOptions, count: u64) -> Result<u64,
 
 /// Whether a failed connect or Join may succeed if tried again (including a join refused for
 /// its rate).
+/// The pause before retry number `failures`: jittered exponential back-off, uniform in
+/// [c/4, c] with c = min(5 s, 100 ms x 2^failures), so that thousands of clients refused together by the
+/// server's join limiter or its accept queue spread their retries instead of returning in step.
+fn retry_pause(failures: u32) -> Duration {
+    let ceiling = (100u64 << failures.min(6)).min(5_000);
+    Duration::from_millis(rand::rng().random_range(ceiling / 4..=ceiling))
+}
+
 fn is_transient(e: &ClientError) -> bool {
     match e {
         ClientError::Connect { .. } => true,
