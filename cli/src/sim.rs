@@ -73,8 +73,13 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         );
     }
 
-    // Each simulated client holds two sockets in this process (its end and the server's).
-    let wanted = 4 * config.server.clients as u64 + 256;
+    // Each simulated client holds a socket of the server's; the clients share
+    // ceil(K / CLIENTS_PER_CONNECTION) connections, each two sockets in this process.
+    let connections = config
+        .server
+        .clients
+        .div_ceil(fl_client::CLIENTS_PER_CONNECTION) as u64;
+    let wanted = config.server.clients as u64 + 2 * connections + 256;
     match rlimit::increase_nofile_limit(wanted) {
         Ok(got) if got < wanted => tracing::warn!(
             got,
@@ -111,6 +116,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     };
     let seed = config.server.seed;
     let join_timeout_secs = config.server.join_timeout_secs;
+    let config_clients = config.server.clients;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
@@ -130,8 +136,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
     let mut clients = tokio::task::JoinSet::new();
+    let mut connections = Vec::new();
     for (index, indices) in shares.into_iter().enumerate() {
-        let opts = ClientOptions {
+        let mut opts = ClientOptions {
             endpoint: endpoint.clone(),
             token: token.clone(),
             name: format!("sim-{index}"),
@@ -143,7 +150,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
             oracle: oracle.clone(),
             privacy: ClientPrivacy::default(),
             tls: None,
+            connection: None,
         };
+        if connections.is_empty() {
+            connections = fl_client::shared_connections(&opts, config_clients)?;
+        }
+        opts.connection = connections
+            .get(index / fl_client::CLIENTS_PER_CONNECTION)
+            .cloned();
         let local = LocalData {
             data: train.clone(),
             indices,

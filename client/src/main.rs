@@ -1,5 +1,5 @@
-//! `fl-client`: one federated-learning client, or `--simulate N` of them in one process, each
-//! with its own gRPC connection.
+//! `fl-client`: one federated-learning client, or `--simulate N` of them in one process, sharing
+//! gRPC connections (one per [`fl_client::CLIENTS_PER_CONNECTION`] clients).
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -144,6 +144,7 @@ fn options(
         oracle: None,
         privacy,
         tls,
+        connection: None,
     }
 }
 
@@ -211,8 +212,15 @@ async fn main() -> anyhow::Result<()> {
                 .collect()
         }
     };
-    // One socket per simulated client.
-    let wanted = 2 * shares.len() as u64 + 256;
+    // Simulated clients share connections, CLIENTS_PER_CONNECTION to each.
+    let connections = match shares.len() {
+        1 => Vec::new(),
+        n => {
+            let first = options(&args, String::new(), None, privacy, tls.clone());
+            fl_client::shared_connections(&first, n)?
+        }
+    };
+    let wanted = 2 * connections.len().max(1) as u64 + 256;
     if let Ok(got) = rlimit::increase_nofile_limit(wanted)
         && got < wanted
     {
@@ -226,13 +234,16 @@ async fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
     let mut tasks = tokio::task::JoinSet::new();
-    for (index, indices) in shares {
+    for (i, (index, indices)) in shares.into_iter().enumerate() {
         let name = args
             .name
             .clone()
             .unwrap_or_else(|| format!("client-{index}"));
         let mut opts = options(&args, name, Some(index as u64), privacy, tls.clone());
         opts.training_slots = slots.clone();
+        opts.connection = connections
+            .get(i / fl_client::CLIENTS_PER_CONNECTION)
+            .cloned();
         let local = LocalData {
             data: data.clone(),
             indices,

@@ -185,6 +185,7 @@ async fn record(mechanism: local_privacy::Mechanism, local: LocalData) -> Record
         oracle: None,
         privacy: Default::default(),
         tls: None,
+        connection: None,
     };
     let report = tokio::time::timeout(Duration::from_secs(60), run_client(opts, local))
         .await

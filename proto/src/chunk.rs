@@ -4,8 +4,14 @@
 
 use crate::v1::TensorChunk;
 
-/// Largest payload of one chunk: 1 MiB.
-pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+/// Largest payload of one chunk: 64 KiB. Each end of a stream keeps a decoding buffer as large
+/// as the largest message it has read, for the stream's life: with 1 MiB chunks every client that
+/// once took part held about 2 MiB (its buffer and the server's), 20 GB for 10,000 clients.
+pub const MAX_CHUNK_BYTES: usize = 1 << 16;
+
+/// Largest gRPC message either side accepts: a chunk's envelope fits with room to spare, and the
+/// largest stage messages (neighbour keys, share inboxes) stay below it.
+pub const MAX_MESSAGE_BYTES: usize = (1 << 20) + (64 << 10);
 const VALUES_PER_CHUNK: usize = MAX_CHUNK_BYTES / 4;
 
 /// Number of chunks [`encode_chunks`] makes for `num_values` values (at least one, so that even an

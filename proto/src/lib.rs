@@ -10,7 +10,8 @@ mod chunk;
 mod convert;
 
 pub use chunk::{
-    ChunkError, MAX_CHUNK_BYTES, TensorAssembler, chunk_count, encode_chunks, encode_word_chunks,
+    ChunkError, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, chunk_count, encode_chunks,
+    encode_word_chunks,
 };
 pub use convert::{WireError, ring_elements, ring_words};
 

@@ -26,7 +26,6 @@ use credentials::Credentials;
 use fl_common::data::Dataset;
 use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::PlainInputs;
-use fl_proto::MAX_CHUNK_BYTES;
 use fl_proto::v1::federation_server::FederationServer;
 use ledger::Ledger;
 use local_accounts::LocalAccounts;
@@ -47,8 +46,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-/// Largest gRPC message accepted or sent: a 1 MiB chunk plus room for its envelope.
-pub const MAX_MESSAGE_BYTES: usize = MAX_CHUNK_BYTES + 64 * 1024;
+/// Largest gRPC message accepted or sent ([`fl_proto::MAX_MESSAGE_BYTES`]).
+pub const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_MESSAGE_BYTES;
 /// Events queued from the handlers to the round loop before handlers wait (back-pressure).
 const EVENT_QUEUE: usize = 256;
 /// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep

@@ -88,6 +88,7 @@ async fn only_clients_with_the_federations_certificate_get_in() {
             oracle: None,
             privacy: ClientPrivacy::default(),
             tls,
+            connection: None,
         };
         let local = LocalData {
             data: data.clone(),

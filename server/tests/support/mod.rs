@@ -60,6 +60,7 @@ pub fn spawn_clients_with(
             let opts = ClientOptions {
                 oracle: oracle.clone(),
                 tls: tls.clone(),
+                connection: None,
                 ..client_options(endpoint, i, &slots)
             };
             tokio::spawn(run_client(opts, client_data(data, i)))
@@ -83,6 +84,7 @@ pub fn client_options(
         oracle: None,
         privacy: ClientPrivacy::default(),
         tls: None,
+        connection: None,
     }
 }
 
