@@ -214,7 +214,7 @@ async fn run_server(
         num_params: spec.num_params(),
         events: events_tx,
         next_partition: Default::default(),
-        joins: service::join_limiter(config.server.join_rate, config.server.join_burst),
+        joins: service::JoinGate::new(config.server.join_rate, config.server.join_burst),
         upload_stall: Duration::from_secs_f64(config.server.upload_stall_secs),
     });
     if config.server.enrollment.is_some() {

@@ -11,7 +11,7 @@ use crate::output::{RoundMetrics, RunFolder, StoppedBy, Summary};
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
 use crate::secure_round::SecureRoundPlan;
-use crate::service::{Event, Shared, UploadHeader, send_all};
+use crate::service::{Event, Shared, UploadHeader, for_log, send_all};
 use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
 use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
@@ -676,7 +676,7 @@ impl RoundLoop {
                     reason,
                 } => {
                     if r == round && waiting.remove(&client) {
-                        tracing::warn!(round, client, %reason, "client failed its task");
+                        tracing::warn!(round, client, reason = %for_log(&reason), "client failed its task");
                     }
                 }
                 Event::SecAgg { client, .. } => {

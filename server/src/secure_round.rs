@@ -7,7 +7,7 @@ use crate::config::DropoutStage;
 use crate::output::SecAggRoundMetrics;
 use crate::registry::ClientId;
 use crate::rounds::RoundLoop;
-use crate::service::{Event, SecAggMessage, send_all};
+use crate::service::{Event, SecAggMessage, for_log, send_all};
 use fl_common::secagg::{
     GraphKind, PlainInputs, Quantizer, SecAggError, ServerRound, Stage, auto_degree,
 };
@@ -276,7 +276,7 @@ impl RoundLoop {
                     reason,
                 } => {
                     if r == round && gone.insert(client) {
-                        tracing::warn!(round, client, %reason, "client failed its task");
+                        tracing::warn!(round, client, reason = %for_log(&reason), "client failed its task");
                     }
                 }
                 Event::Disconnected(client) => {

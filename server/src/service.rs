@@ -27,6 +27,21 @@ use tonic::{Request, Response, Status, Streaming};
 const MAX_PARTITIONS_PER_REQUEST: u64 = 100_000;
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest client name a Join may give (it only appears in logs).
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Longest reason a `TaskFailed` may give.
+pub const MAX_REASON_BYTES: usize = 4096;
+
+/// At most the first 256 bytes of a client-supplied string, for logs.
+pub fn for_log(text: &str) -> &str {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Messages queued towards one client before the sender waits.
 const OUTBOX_DEPTH: usize = 8;
 
@@ -105,23 +120,62 @@ pub struct Shared {
     pub events: mpsc::Sender<Event>,
     /// The next demo partition index to hand out.
     pub next_partition: std::sync::atomic::AtomicU64,
-    /// Joins per address (a token bucket each).
-    pub joins: JoinLimiter,
+    /// Joins per address (a token bucket each), and the count of refusals.
+    pub joins: JoinGate,
     /// How long a client may pause in the middle of sending a tensor before it is dropped.
     pub upload_stall: Duration,
 }
 
 /// Rate limits of Join and AssignPartition, per remote address.
-pub type JoinLimiter = governor::DefaultKeyedRateLimiter<std::net::IpAddr>;
+type JoinLimiter = governor::DefaultKeyedRateLimiter<std::net::IpAddr>;
 
 /// A limiter allowing `per_second` joins per address after a burst of `burst`.
-pub fn join_limiter(per_second: f64, burst: u32) -> JoinLimiter {
+fn join_limiter(per_second: f64, burst: u32) -> JoinLimiter {
     let period = Duration::from_secs_f64(1.0 / per_second);
     let burst = std::num::NonZeroU32::new(burst.max(1)).expect("at least 1");
     let quota = governor::Quota::with_period(period)
         .unwrap_or_else(|| governor::Quota::per_second(std::num::NonZeroU32::MIN))
         .allow_burst(burst);
     governor::RateLimiter::keyed(quota)
+}
+
+/// The join limiter and the log of what it refused: thousands of clients refused together (a
+/// simulation starting, or a flood) make one warning a second with their count, not a line each.
+#[derive(Debug)]
+pub struct JoinGate {
+    limiter: JoinLimiter,
+    /// Refusals since the last warning, and when that was.
+    refused: Mutex<(u64, Option<std::time::Instant>)>,
+}
+
+impl JoinGate {
+    /// `per_second` joins per address after a burst of `burst`.
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        Self {
+            limiter: join_limiter(per_second, burst),
+            refused: Mutex::new((0, None)),
+        }
+    }
+
+    /// Whether `address` may join now; `Err(Some(n))` when refused and a warning about the `n`
+    /// refusals since the last one is due (at most one a second), `Err(None)` when refused
+    /// quietly.
+    pub fn check(&self, address: std::net::IpAddr) -> Result<(), Option<u64>> {
+        if self.limiter.check_key(&address).is_ok() {
+            return Ok(());
+        }
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        refused.0 += 1;
+        let now = std::time::Instant::now();
+        match refused.1 {
+            Some(last) if now.duration_since(last) < Duration::from_secs(1) => Err(None),
+            _ => {
+                let count = std::mem::take(&mut refused.0);
+                refused.1 = Some(now);
+                Err(Some(count))
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -176,15 +230,15 @@ impl FederationService {
 
     /// Refuses a request beyond its address's rate.
     fn check_rate<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        match request.remote_addr() {
-            Some(addr) if self.shared.joins.check_key(&addr.ip()).is_err() => {
-                tracing::warn!(address = %addr.ip(), "join rate exceeded");
-                Err(Status::resource_exhausted(
-                    "too many joins from this address: retry later",
-                ))
+        let Some(addr) = request.remote_addr() else {
+            return Ok(());
+        };
+        self.shared.joins.check(addr.ip()).map_err(|report| {
+            if let Some(refused) = report {
+                tracing::warn!(address = %addr.ip(), refused, "join rate exceeded");
             }
-            _ => Ok(()),
-        }
+            Status::resource_exhausted("too many joins from this address: retry later")
+        })
     }
 
     /// Admits a request by its enrollment token, or its client certificate when the enrollment
@@ -197,7 +251,7 @@ impl FederationService {
             .credentials()
             .admit(token, certificate)
             .map_err(|refusal| {
-                tracing::warn!(name = %who, reason = %refusal, "join refused");
+                tracing::warn!(name = %for_log(who), reason = %refusal, "join refused");
                 match refusal {
                     Refusal::Unknown => Status::unauthenticated(refusal.to_string()),
                     Refusal::Revoked(_) => Status::permission_denied(refusal.to_string()),
@@ -230,6 +284,11 @@ impl Federation for FederationService {
 
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         self.check_rate(&request)?;
+        if request.get_ref().name.len() > MAX_NAME_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "client name longer than {MAX_NAME_BYTES} bytes"
+            )));
+        }
         let admission = self.admit(&request, &request.get_ref().token, &request.get_ref().name)?;
         let req = request.into_inner();
         let identity = match &admission {
@@ -239,7 +298,7 @@ impl Federation for FederationService {
         let (id, key) = self.shared.registry().join(identity);
         tracing::info!(
             client = id,
-            name = %req.name,
+            name = %for_log(&req.name),
             enrolled = identity.unwrap_or("-"),
             "joined"
         );
@@ -559,6 +618,11 @@ impl Framer {
                 upload,
                 bytes: size,
             }),
+            client_message::Body::TaskFailed(f) if f.reason.len() > MAX_REASON_BYTES => {
+                return Err(Status::invalid_argument(format!(
+                    "TaskFailed reason longer than {MAX_REASON_BYTES} bytes"
+                )));
+            }
             client_message::Body::TaskFailed(f) => Some(Event::Failed {
                 client: id,
                 round: f.round,
@@ -586,4 +650,37 @@ pub fn send_all(outbox: Outbox, messages: Vec<ServerMessage>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_strings_are_cut_at_a_character_boundary() {
+        let euros = "€".repeat(300);
+        assert_eq!(for_log(&euros).len(), 255);
+        assert_eq!(for_log("short"), "short");
+    }
+
+    #[test]
+    fn refused_joins_are_reported_once_a_second_with_their_count() {
+        let gate = JoinGate::new(0.001, 1);
+        let ip = "127.0.0.1".parse().unwrap();
+        assert_eq!(gate.check(ip), Ok(()));
+        assert_eq!(gate.check(ip), Err(Some(1)));
+        for _ in 0..5 {
+            assert_eq!(gate.check(ip), Err(None));
+        }
+        // Two seconds later the quiet refusals are reported with the new one.
+        {
+            let mut refused = gate.refused.lock().unwrap();
+            refused.1 = refused
+                .1
+                .and_then(|t| t.checked_sub(Duration::from_secs(2)));
+        }
+        assert_eq!(gate.check(ip), Err(Some(6)));
+        let other = "127.0.0.2".parse().unwrap();
+        assert_eq!(gate.check(other), Ok(()), "each address has its own bucket");
+    }
 }

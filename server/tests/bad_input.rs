@@ -6,7 +6,7 @@ mod support;
 
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;
-use fl_proto::v1::{JoinRequest, PartitionRequest, TensorChunk, client_message};
+use fl_proto::v1::{ClientMessage, JoinRequest, PartitionRequest, TensorChunk, client_message};
 use fl_server::output::RoundMetrics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,6 +225,45 @@ async fn joins_beyond_the_rate_are_refused() {
             Code::ResourceExhausted
         ]
     );
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Client-supplied strings cannot fill the server's log: a 1 MB name in a Join and a 1 MB
+/// `TaskFailed` reason are refused with INVALID_ARGUMENT (the caps are 256 and 4096 bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_names_and_reasons_are_refused() {
+    let out = std::env::temp_dir().join(format!("fl-long-strings-{}", std::process::id()));
+    let c = support::evil_config(&out);
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: stop_tx,
+        ..
+    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let long = "x".repeat(1 << 20);
+    let err = support::raw_join(&endpoint, &long, "").await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        support::raw_join(&endpoint, &"x".repeat(256), "")
+            .await
+            .is_ok()
+    );
+    let (_, tx, mut inbound) = support::raw_session(&endpoint, "failing").await;
+    let failed = client_message::Body::TaskFailed(fl_proto::v1::TaskFailed {
+        round: 1,
+        reason: long,
+    });
+    tx.send(ClientMessage { body: Some(failed) }).await.unwrap();
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Err(status)) => break status,
+            other => panic!("the stream must end with a status, got {other:?}"),
+        }
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     stop_tx.send(true).unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     let _ = std::fs::remove_dir_all(&out);
