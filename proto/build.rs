@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Chunk payloads as `Bytes`: one model encoded per round is shared by every sampled client's
     // stream instead of copied.
     tonic_prost_build::configure()
+        .codec_path("crate::codec::StrictCodec")
         .bytes(".flp.v1.TensorChunk.data")
         .compile_fds(descriptors)?;
     Ok(())

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod chunk;
+pub mod codec;
 mod convert;
 
 pub use chunk::{

@@ -268,3 +268,67 @@ async fn oversized_names_and_reasons_are_refused() {
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Bytes that are not the message a method expects are the sender's fault: INVALID_ARGUMENT,
+/// never INTERNAL (which would tell operators the server is at fault).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_requests_are_invalid_arguments() {
+    use tonic::codec::{Codec, EncodeBuf, Encoder};
+
+    /// Sends raw bytes as the request; reads a `JoinReply`.
+    #[derive(Default)]
+    struct RawCodec;
+    struct RawEncoder;
+    impl Encoder for RawEncoder {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+            bytes::BufMut::put_slice(buf, &item);
+            Ok(())
+        }
+    }
+    impl Codec for RawCodec {
+        type Encode = Vec<u8>;
+        type Decode = fl_proto::v1::JoinReply;
+        type Encoder = RawEncoder;
+        type Decoder = tonic_prost::ProstDecoder<fl_proto::v1::JoinReply>;
+        fn encoder(&mut self) -> RawEncoder {
+            RawEncoder
+        }
+        fn decoder(&mut self) -> Self::Decoder {
+            tonic_prost::ProstDecoder::default()
+        }
+    }
+
+    let out = std::env::temp_dir().join(format!("fl-undecodable-{}", std::process::id()));
+    let c = support::evil_config(&out);
+    let support::TestServer {
+        endpoint,
+        handle: server,
+        stop: stop_tx,
+        ..
+    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    // Field 1 (the token) announced with 127 bytes, none of which follow.
+    for garbage in [vec![0x0a, 0x7f], vec![0xff; 16]] {
+        grpc.ready().await.unwrap();
+        let path = http::uri::PathAndQuery::from_static("/flp.v1.Federation/Join");
+        let status = grpc
+            .unary(tonic::Request::new(garbage.clone()), path, RawCodec)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{garbage:?}: {status:?}"
+        );
+    }
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
+}
