@@ -32,21 +32,28 @@ pub fn analytic_gaussian_sigma(
     if !(sensitivity > 0.0 && sensitivity.is_finite()) {
         return Err(AccountingError::BadSigma(sensitivity));
     }
-    // delta(sigma) decreases in sigma: bracket, then bisect keeping `hi` feasible.
-    let (mut lo, mut hi) = (sensitivity * 1e-6, sensitivity);
-    while gaussian_delta(hi, sensitivity, epsilon) > delta {
+    // delta(sigma) decreases in sigma.
+    let feasible = |sigma| gaussian_delta(sigma, sensitivity, epsilon) <= delta;
+    Ok(smallest_feasible(sensitivity * 1e-6, sensitivity, feasible))
+}
+
+/// The smallest x >= `lo` (to 1e-9 relative, rounded up) where the monotone `feasible` holds:
+/// doubles from `start` to bracket it, then bisects keeping the upper end feasible.
+fn smallest_feasible(mut lo: f64, start: f64, feasible: impl Fn(f64) -> bool) -> f64 {
+    let mut hi = start;
+    while !feasible(hi) {
         lo = hi;
         hi *= 2.0;
     }
     while hi - lo > 1e-9 * hi {
         let mid = 0.5 * (lo + hi);
-        if gaussian_delta(mid, sensitivity, epsilon) > delta {
-            lo = mid;
-        } else {
+        if feasible(mid) {
             hi = mid;
+        } else {
+            lo = mid;
         }
     }
-    Ok(hi)
+    hi
 }
 
 /// The smallest epsilon (to 1e-9 relative, rounded up) with `gaussian_delta(sigma, sensitivity,
@@ -54,24 +61,12 @@ pub fn analytic_gaussian_sigma(
 /// Thm 8), and of k Gaussian releases composed, which are one Gaussian release with
 /// sensitivity/sigma = sqrt(sum_i (Delta_i/sigma_i)^2) (Dong, Roth, Su 2022, Cor. 3.3).
 pub fn gaussian_epsilon(sigma: f64, sensitivity: f64, delta: f64) -> f64 {
-    // delta(eps) decreases in eps: bracket, then bisect keeping `hi` feasible.
-    let (mut lo, mut hi) = (0.0, 1.0);
-    if gaussian_delta(sigma, sensitivity, lo) <= delta {
+    // delta(eps) decreases in eps.
+    let feasible = |epsilon| gaussian_delta(sigma, sensitivity, epsilon) <= delta;
+    if feasible(0.0) {
         return 0.0;
     }
-    while gaussian_delta(sigma, sensitivity, hi) > delta {
-        lo = hi;
-        hi *= 2.0;
-    }
-    while hi - lo > 1e-9 * hi {
-        let mid = 0.5 * (lo + hi);
-        if gaussian_delta(sigma, sensitivity, mid) > delta {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    hi
+    smallest_feasible(0.0, 1.0, feasible)
 }
 
 /// The classic calibration sigma = Delta sqrt(2 ln(1.25/delta)) / eps (Dwork and Roth 2014,
