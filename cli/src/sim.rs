@@ -116,7 +116,6 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     };
     let seed = config.server.seed;
     let join_timeout_secs = config.server.join_timeout_secs;
-    let config_clients = config.server.clients;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
@@ -135,29 +134,31 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let slots = Arc::new(tokio::sync::Semaphore::new(
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
+    let template = ClientOptions {
+        endpoint: endpoint.clone(),
+        token,
+        name: String::new(),
+        seed: None,
+        // The server waits this long for all K: clients keep retrying (its join limiter admits
+        // them in turn) as long.
+        connect_timeout: join_timeout,
+        training_slots: slots,
+        oracle: oracle.clone(),
+        privacy: ClientPrivacy::default(),
+        tls: None,
+        connection: None,
+    };
+    let connections = fl_client::shared_connections(&template, shares.len())?;
     let mut clients = tokio::task::JoinSet::new();
-    let mut connections = Vec::new();
     for (index, indices) in shares.into_iter().enumerate() {
-        let mut opts = ClientOptions {
-            endpoint: endpoint.clone(),
-            token: token.clone(),
+        let opts = ClientOptions {
             name: format!("sim-{index}"),
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
-            // The server waits this long for all K: clients keep retrying (its join limiter
-            // admits them in turn) as long.
-            connect_timeout: join_timeout,
-            training_slots: slots.clone(),
-            oracle: oracle.clone(),
-            privacy: ClientPrivacy::default(),
-            tls: None,
-            connection: None,
+            connection: connections
+                .get(index / fl_client::CLIENTS_PER_CONNECTION)
+                .cloned(),
+            ..template.clone()
         };
-        if connections.is_empty() {
-            connections = fl_client::shared_connections(&opts, config_clients)?;
-        }
-        opts.connection = connections
-            .get(index / fl_client::CLIENTS_PER_CONNECTION)
-            .cloned();
         let local = LocalData {
             data: train.clone(),
             indices,

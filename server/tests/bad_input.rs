@@ -132,17 +132,30 @@ async fn an_upload_that_stalls_is_cut_off() {
     assert_round_went_on(&metrics, done);
 }
 
+/// A server on the hostile-test config changed by `configure`, writing to a fresh temporary
+/// folder `name`: (the folder, its endpoint, its task, its stop switch).
+async fn evil_server(
+    name: &str,
+    configure: impl FnOnce(&mut fl_server::config::RunConfig),
+) -> (
+    std::path::PathBuf,
+    String,
+    tokio::task::JoinHandle<Result<fl_server::output::Summary, fl_server::ServerError>>,
+    tokio::sync::watch::Sender<bool>,
+) {
+    let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let mut c = support::evil_config(&out);
+    configure(&mut c);
+    let server = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    (out, server.endpoint, server.handle, server.stop)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_token_cannot_join() {
-    let out = std::env::temp_dir().join(format!("fl-bad-token-{}", std::process::id()));
-    let mut c = support::evil_config(&out);
-    c.server.token = Some(fl_server::credentials::Token::new("s3cret"));
-    let support::TestServer {
-        endpoint,
-        handle: server,
-        stop: stop_tx,
-        ..
-    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let (out, endpoint, server, stop_tx) = evil_server("fl-bad-token", |c| {
+        c.server.token = Some(fl_server::credentials::Token::new("s3cret"));
+    })
+    .await;
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     for token in ["", "s3cre", "wrong!"] {
         let err = grpc
@@ -194,16 +207,11 @@ async fn wrong_token_cannot_join() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_beyond_the_rate_are_refused() {
-    let out = std::env::temp_dir().join(format!("fl-join-rate-{}", std::process::id()));
-    let mut c = support::evil_config(&out);
-    c.server.join_rate = 0.1;
-    c.server.join_burst = 3;
-    let support::TestServer {
-        endpoint,
-        handle: server,
-        stop: stop_tx,
-        ..
-    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let (out, endpoint, server, stop_tx) = evil_server("fl-join-rate", |c| {
+        c.server.join_rate = 0.1;
+        c.server.join_burst = 3;
+    })
+    .await;
     let mut grpc = FederationClient::connect(endpoint).await.unwrap();
     let mut codes = Vec::new();
     for _ in 0..5 {
@@ -234,14 +242,7 @@ async fn joins_beyond_the_rate_are_refused() {
 /// `TaskFailed` reason are refused with INVALID_ARGUMENT (the caps are 256 and 4096 bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_names_and_reasons_are_refused() {
-    let out = std::env::temp_dir().join(format!("fl-long-strings-{}", std::process::id()));
-    let c = support::evil_config(&out);
-    let support::TestServer {
-        endpoint,
-        handle: server,
-        stop: stop_tx,
-        ..
-    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let (out, endpoint, server, stop_tx) = evil_server("fl-long-strings", |_| {}).await;
     let long = "x".repeat(1 << 20);
     let err = support::raw_join(&endpoint, &long, "").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -300,14 +301,7 @@ async fn undecodable_requests_are_invalid_arguments() {
         }
     }
 
-    let out = std::env::temp_dir().join(format!("fl-undecodable-{}", std::process::id()));
-    let c = support::evil_config(&out);
-    let support::TestServer {
-        endpoint,
-        handle: server,
-        stop: stop_tx,
-        ..
-    } = support::start_server(c, Arc::new(support::blobs(10)), None, None).await;
+    let (out, endpoint, server, stop_tx) = evil_server("fl-undecodable", |_| {}).await;
     let channel = tonic::transport::Endpoint::from_shared(endpoint)
         .unwrap()
         .connect()
