@@ -61,6 +61,9 @@ pub struct RunConfig {
     pub signds: SignDsSection,
     /// Inexact ADMM (with `train.algorithm = "iadmm"`).
     pub admm: AdmmSection,
+    /// Defences against hostile updates: the aggregate's bound, and for non-private FedAvg an
+    /// update-norm bound and the trimmed mean.
+    pub robust: RobustSection,
 }
 
 /// `[server]`: networking, rounds and outputs.
@@ -353,6 +356,7 @@ impl RunConfig {
             &format!("between 1 and clients (K = {})", s.clients),
         )
         .map_err(ConfigError::Invalid)?;
+        self.robust.validate(self)?;
         self.privacy.validate(self)
     }
 
@@ -870,6 +874,86 @@ impl AdmmSection {
                 "[admm] needs rho > 0, balance_mu > 1 and balance_tau > 1".into(),
             ))
         }
+    }
+}
+
+/// What the server does with an update whose L2 norm exceeds `robust.max_update_norm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormAction {
+    /// Refuse it (the client gets INVALID_ARGUMENT and is dropped from the round).
+    Refuse,
+    /// Scale it down to the bound: u * min(1, bound / ||u||).
+    Clip,
+}
+
+/// How non-private FedAvg combines the round's updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Aggregator {
+    /// The example-weighted mean (McMahan et al. 2017).
+    Mean,
+    /// The coordinate-wise trimmed mean (Yin et al. 2018): unweighted, robust to a fraction
+    /// `trim_fraction` of arbitrary updates; holds the round's updates in memory.
+    TrimmedMean,
+}
+
+/// `[robust]`: defences against hostile clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RobustSection {
+    /// Largest |w_j| a released model may hold; a round whose aggregate has a larger or a
+    /// non-finite parameter is skipped, with the reason in `metrics.jsonl` (every mode).
+    pub max_parameter_abs: f64,
+    /// Bound on each update's L2 norm (`privacy.mode = "none"`, FedAvg only; off when absent).
+    pub max_update_norm: Option<f64>,
+    /// What happens to an update beyond `max_update_norm`.
+    pub norm_action: NormAction,
+    /// `mean` or `trimmed-mean` (`privacy.mode = "none"`, FedAvg only).
+    pub aggregator: Aggregator,
+    /// beta: the fraction of values dropped at each end of every coordinate by the trimmed mean.
+    pub trim_fraction: f64,
+}
+
+impl Default for RobustSection {
+    fn default() -> Self {
+        Self {
+            max_parameter_abs: 1e6,
+            max_update_norm: None,
+            norm_action: NormAction::Refuse,
+            aggregator: Aggregator::Mean,
+            trim_fraction: 0.1,
+        }
+    }
+}
+
+impl RobustSection {
+    fn validate(&self, run: &RunConfig) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if !(self.max_parameter_abs > 0.0 && self.max_parameter_abs <= f64::from(f32::MAX)) {
+            return bad("robust.max_parameter_abs must be positive and at most 3.4e38");
+        }
+        if self
+            .max_update_norm
+            .is_some_and(|b| !(b > 0.0 && b.is_finite()))
+        {
+            return bad("robust.max_update_norm must be positive");
+        }
+        if !(0.0..0.5).contains(&self.trim_fraction) {
+            return bad("robust.trim_fraction must be in [0, 0.5)");
+        }
+        let screens = self.max_update_norm.is_some() || self.aggregator != Aggregator::Mean;
+        let plain_fedavg =
+            run.privacy.mode == PrivacyMode::None && run.train.algorithm == Algorithm::FedAvg;
+        if screens && !plain_fedavg {
+            return bad(
+                "robust.max_update_norm and robust.aggregator = \"trimmed-mean\" apply to \
+                 privacy.mode = \"none\" with FedAvg only: private modes bound updates by their \
+                 own clipping, and the server does not see individual updates under secure \
+                 aggregation",
+            );
+        }
+        Ok(())
     }
 }
 

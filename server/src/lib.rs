@@ -21,9 +21,13 @@ pub mod strategy;
 pub mod telemetry;
 
 use checkpoint::Checkpoint;
-use config::{Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise};
+use config::{
+    Aggregator, Algorithm, ClipMode, ConfigError, PrivacyMode, RobustSection, RunConfig,
+    SecAggNoise,
+};
 use credentials::Credentials;
 use fl_common::data::Dataset;
+use fl_common::model::LocalConfig;
 use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::PlainInputs;
 use fl_proto::v1::federation_server::FederationServer;
@@ -37,8 +41,8 @@ use service::{FederationService, Shared};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use strategy::{
-    ClipRule, DpFedAvg, FedAvg, Iadmm, QuantileClip, ResidualBalancing, SecureSum, SignDsAvg,
-    Strategy, SumNoise,
+    ClipRule, DpFedAvg, FedAvg, Iadmm, NormBound, QuantileClip, ResidualBalancing, SecureSum,
+    SignDsAvg, Strategy, SumNoise, TrimmedMean,
 };
 use telemetry::Telemetry;
 use tokio::net::TcpListener;
@@ -275,7 +279,8 @@ async fn run_server(
             let iadmm = Iadmm::new(dim, a.rho, balancing, local_config);
             (Box::new(iadmm) as Box<dyn Strategy>, None)
         }
-        PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => (
+        PrivacyMode::None => (plain_fedavg(&config.robust, dim, local_config), None),
+        PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => (
             Box::new(FedAvg::new(dim, local_config)) as Box<dyn Strategy>,
             None,
         ),
@@ -369,4 +374,21 @@ async fn run_server(
         _ => {}
     }
     result
+}
+
+/// Non-private FedAvg as `[robust]` asks: the weighted or the trimmed mean, behind the
+/// update-norm bound if there is one.
+fn plain_fedavg(robust: &RobustSection, dim: usize, local: LocalConfig) -> Box<dyn Strategy> {
+    fn bounded<S: Strategy + 'static>(inner: S, robust: &RobustSection) -> Box<dyn Strategy> {
+        match robust.max_update_norm {
+            Some(bound) => Box::new(NormBound::new(inner, bound, robust.norm_action)),
+            None => Box::new(inner),
+        }
+    }
+    match robust.aggregator {
+        Aggregator::Mean => bounded(FedAvg::new(dim, local), robust),
+        Aggregator::TrimmedMean => {
+            bounded(TrimmedMean::new(dim, robust.trim_fraction, local), robust)
+        }
+    }
 }

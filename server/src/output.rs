@@ -18,8 +18,11 @@ pub struct RoundMetrics {
     pub completed: usize,
     /// Sampled clients that gave no usable result (gone, timed out, failed or refused).
     pub dropped: usize,
-    /// Whether the global model changed (at least `min_clients` results).
+    /// Whether the global model changed (at least `min_clients` results, and a sound aggregate).
     pub applied: bool,
+    /// Why the round left the model unchanged, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// Clip bound S (central DP only).
     pub clip_bound: Option<f64>,
     /// Standard deviation of the noise added (central DP only).

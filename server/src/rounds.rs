@@ -16,7 +16,7 @@ use crate::strategy::{ClientUpdate, RoundPlan, Strategy, SumInput};
 use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
-use fl_common::model::{ModelSpec, evaluate};
+use fl_common::model::{ModelSpec, check_model, evaluate};
 use fl_common::privacy::Release;
 use fl_common::privacy::{
     DdgRound, GaussianRound, PrivacyEvent, Sampling, UpdateMoments, discrete_variance,
@@ -256,22 +256,24 @@ impl RoundLoop {
             let enough = self.config.privacy.mode == PrivacyMode::Central
                 || tally.completed >= self.config.server.min_clients;
             let outcome = self.strategy.finish_round(round, &global);
-            let applied = match outcome.model {
-                Some(next) if enough => {
-                    global = next;
-                    rounds_completed += 1;
-                    true
-                }
-                _ => {
-                    tracing::warn!(
-                        round,
-                        completed = tally.completed,
-                        min = self.config.server.min_clients,
-                        "too few results: round skipped, model unchanged"
-                    );
-                    false
-                }
+            let max_abs = self.config.robust.max_parameter_abs as f32;
+            let skipped = match outcome.model {
+                Some(next) if enough => match check_model(&next, max_abs) {
+                    Ok(()) => {
+                        global = next;
+                        rounds_completed += 1;
+                        None
+                    }
+                    Err(fault) => Some(format!("{fault}: the aggregate is not released")),
+                },
+                _ => Some(format!(
+                    "too few results: {} of at least {}",
+                    tally.completed, self.config.server.min_clients
+                )),
             };
+            if let Some(reason) = &skipped {
+                tracing::warn!(round, %reason, "round skipped, model unchanged");
+            }
             let (epsilon, delta) = match &self.ledger {
                 Some(l) => {
                     let (e, d) = l.spent();
@@ -299,7 +301,8 @@ impl RoundLoop {
                 sampled: sampled.len(),
                 completed: tally.completed,
                 dropped: sampled.len() - tally.completed,
-                applied,
+                applied: skipped.is_none(),
+                skipped,
                 clip_bound: outcome.clip_bound,
                 noise_std: outcome.noise_std,
                 rho: outcome.rho,

@@ -182,6 +182,7 @@ mod tests {
             completed: 9,
             dropped: 1,
             applied: true,
+            skipped: None,
             clip_bound: None,
             noise_std: None,
             epsilon: Some(1.25),

@@ -132,6 +132,60 @@ async fn an_upload_that_stalls_is_cut_off() {
     assert_round_went_on(&metrics, done);
 }
 
+/// Every value 1e38: finite, so it passes validation, but 100 of them overflow an f32 sum.
+fn huge_update(round: u64, n: usize) -> Vec<client_message::Body> {
+    support::dense_upload(round, &vec![1e38; n], None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_finite_update_never_reaches_the_model() {
+    let (status, metrics, done) = run_with_evil_client(huge_update).await;
+    assert_eq!(status.code(), Code::Ok, "{status:?}");
+    assert_eq!(done, 0);
+    for m in &metrics {
+        assert!(
+            !m.applied,
+            "round {} released a poisoned aggregate",
+            m.round
+        );
+        assert!(m.test_loss.is_finite(), "{m:?}");
+        let reason = m.skipped.as_deref().unwrap_or_default();
+        assert!(reason.contains("beyond the bound 1e6"), "{m:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_norm_bound_refuses_a_huge_update() {
+    let (status, metrics, done) =
+        support::run_with_evil_client(|c| c.robust.max_update_norm = Some(100.0), huge_update)
+            .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("exceeds robust.max_update_norm"),
+        "{status:?}"
+    );
+    assert_round_went_on(&metrics, done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trimmed_mean_outvotes_a_huge_update() {
+    let (status, metrics, done) = support::run_with_evil_client(
+        |c| {
+            c.robust.aggregator = fl_server::config::Aggregator::TrimmedMean;
+            // m = 3, b = 1: the coordinate-wise median.
+            c.robust.trim_fraction = 0.34;
+        },
+        |round, n| support::dense_upload(round, &vec![1e30; n], None),
+    )
+    .await;
+    assert_eq!(status.code(), Code::Ok, "{status:?}");
+    assert_eq!(done, 2);
+    for m in &metrics {
+        assert_eq!((m.completed, m.skipped.as_deref()), (3, None), "{m:?}");
+    }
+    assert!(metrics[1].test_accuracy > 0.9, "{metrics:?}");
+}
+
 /// A server on the hostile-test config changed by `configure`, writing to a fresh temporary
 /// folder `name`: (the folder, its endpoint, its task, its stop switch).
 async fn evil_server(

@@ -43,10 +43,11 @@ pub fn check_update(update: &[f32], expected_len: usize) -> Result<(), UpdateErr
 }
 
 /// Running weighted sum of updates, absorbed one at a time so that a round never holds more than
-/// one update beyond the sum.
+/// one update beyond the sum. The sum is kept in f64: finite f32 updates (|u| < 3.4e38) times
+/// weights below 2^64 stay far inside f64's range, so no admitted update overflows it.
 #[derive(Debug, Clone)]
 pub struct WeightedMean {
-    sum: Vec<f32>,
+    sum: Vec<f64>,
     total_weight: f64,
     count: usize,
 }
@@ -67,9 +68,9 @@ impl WeightedMean {
         if weight == 0 {
             return Err(UpdateError::ZeroWeight);
         }
-        let w = weight as f32;
+        let w = weight as f64;
         for (s, u) in self.sum.iter_mut().zip(update) {
-            *s += w * u;
+            *s += w * f64::from(*u);
         }
         self.total_weight += weight as f64;
         self.count += 1;
@@ -81,14 +82,62 @@ impl WeightedMean {
         self.count
     }
 
-    /// sum_k n_k u_k / sum_k n_k, or `None` when nothing was absorbed.
+    /// sum_k n_k u_k / sum_k n_k, or `None` when nothing was absorbed. A mean beyond f32's range
+    /// comes out infinite; [`check_model`] stops it before it is applied.
     pub fn mean(&self) -> Option<Vec<f32>> {
         if self.count == 0 {
             return None;
         }
-        let inv = (1.0 / self.total_weight) as f32;
-        Some(self.sum.iter().map(|s| s * inv).collect())
+        Some(
+            self.sum
+                .iter()
+                .map(|s| (s / self.total_weight) as f32)
+                .collect(),
+        )
     }
+}
+
+/// Why an aggregated model is not released.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModelFault {
+    /// A parameter is NaN or infinite.
+    #[error("parameter {index} of the aggregate is {value}")]
+    NonFinite {
+        /// Position of the first offending parameter.
+        index: usize,
+        /// The value, as text.
+        value: String,
+    },
+    /// A parameter's magnitude is beyond the configured bound.
+    #[error("parameter {index} of the aggregate is {value:e}, beyond the bound {bound:e}")]
+    Absurd {
+        /// Position of the first offending parameter.
+        index: usize,
+        /// The value.
+        value: f32,
+        /// The bound on |w_j|.
+        bound: f32,
+    },
+}
+
+/// Checks that every parameter of `params` is finite and at most `max_abs` in magnitude.
+pub fn check_model(params: &[f32], max_abs: f32) -> Result<(), ModelFault> {
+    let Some(index) = params.iter().position(|w| !w.is_finite() || w.abs() > max_abs) else {
+        return Ok(());
+    };
+    let value = params[index];
+    Err(if value.is_finite() {
+        ModelFault::Absurd {
+            index,
+            value,
+            bound: max_abs,
+        }
+    } else {
+        ModelFault::NonFinite {
+            index,
+            value: value.to_string(),
+        }
+    })
 }
 
 /// Adds `delta` to `params` in place: w_{t+1} = w_t + delta.
@@ -133,5 +182,34 @@ mod tests {
         ));
         assert_eq!(m.add(&[0.0; 3], 0), Err(UpdateError::ZeroWeight));
         assert_eq!(m.mean().unwrap(), vec![1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn the_largest_finite_updates_do_not_overflow_the_sum() {
+        let mut m = WeightedMean::new(2);
+        m.add(&[f32::MAX, -f32::MAX], u64::MAX).unwrap();
+        m.add(&[f32::MAX, 1.0], u64::MAX).unwrap();
+        m.add(&[1.0, 1.0], 1).unwrap();
+        let mean = m.mean().unwrap();
+        // (2 MAX 2^64 + 1) / (2^65 + 1) and (-MAX 2^64 + 2^64 + 1) / (2^65 + 1).
+        assert_eq!(mean[0], f32::MAX, "{mean:?}");
+        assert!((mean[1] / (-f32::MAX / 2.0) - 1.0).abs() < 1e-6, "{mean:?}");
+    }
+
+    #[test]
+    fn check_model_refuses_non_finite_and_absurd_parameters() {
+        assert_eq!(check_model(&[0.0, -1e6, 1e6], 1e6), Ok(()));
+        assert!(matches!(
+            check_model(&[0.0, f32::NAN], 1e6),
+            Err(ModelFault::NonFinite { index: 1, .. })
+        ));
+        assert!(matches!(
+            check_model(&[f32::NEG_INFINITY], 1e6),
+            Err(ModelFault::NonFinite { index: 0, .. })
+        ));
+        assert!(matches!(
+            check_model(&[1.0, -2e6], 1e6),
+            Err(ModelFault::Absurd { index: 1, .. })
+        ));
     }
 }

@@ -9,7 +9,9 @@ mod aggregate;
 mod network;
 mod training;
 
-pub use aggregate::{UpdateError, WeightedMean, apply_update, check_update};
+pub use aggregate::{
+    ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
+};
 pub use network::{forward, loss_and_grad};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,

@@ -1,18 +1,23 @@
 //! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one client's
 //! result at a time (or, under secure aggregation, the round's sum), finish the round.
-//! [`FedAvg`], [`DpFedAvg`], [`SecureSum`], [`SignDsAvg`] and [`Iadmm`] implement it.
+//! [`FedAvg`], [`TrimmedMean`], [`DpFedAvg`], [`SecureSum`], [`SignDsAvg`] and [`Iadmm`]
+//! implement it; [`NormBound`] puts an update-norm bound in front of one.
 
 mod dp_fedavg;
 mod fedavg;
 mod iadmm;
+mod norm_bound;
 mod secure_sum;
 mod signds_avg;
+mod trimmed_mean;
 
 pub use dp_fedavg::{ClipRule, DpFedAvg, QuantileClip};
 pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
+pub use norm_bound::NormBound;
 pub use secure_sum::{SecureSum, SumNoise};
 pub use signds_avg::SignDsAvg;
+pub use trimmed_mean::TrimmedMean;
 
 use crate::registry::ClientId;
 use fl_common::model::{LocalConfig, UpdateError};
@@ -108,6 +113,14 @@ pub enum StrategyError {
     /// A SignDS upload is malformed.
     #[error(transparent)]
     Sign(#[from] SignDsError),
+    /// The update's L2 norm is beyond the operator's bound.
+    #[error("update norm {norm:e} exceeds robust.max_update_norm = {bound}")]
+    NormTooLarge {
+        /// ||u||_2.
+        norm: f64,
+        /// The bound.
+        bound: f64,
+    },
 }
 
 /// A server-side aggregation rule.

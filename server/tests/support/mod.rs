@@ -171,8 +171,8 @@ pub fn evil_config(out: &Path) -> RunConfig {
 pub type Behaviour = fn(round: u64, n: usize) -> Vec<client_message::Body>;
 
 /// Runs a 3-client federation (configured by [`evil_config`], then `configure`) in which one
-/// client follows `evil`; returns the status that client got, the run's metrics lines and the
-/// number of completed rounds.
+/// client follows `evil`; returns the status that client got (`OK` when its session ended
+/// normally), the run's metrics lines and the number of completed rounds.
 pub async fn run_with_evil_client(
     configure: fn(&mut RunConfig),
     evil: Behaviour,
@@ -197,8 +197,8 @@ pub async fn run_with_evil_client(
     let send = |body| ClientMessage { body: Some(body) };
     let status = loop {
         match inbound.message().await {
-            Ok(Some(m)) => {
-                if let Some(server_message::Body::Task(task)) = m.body {
+            Ok(Some(m)) => match m.body {
+                Some(server_message::Body::Task(task)) => {
                     for body in evil(task.round, task.num_values as usize) {
                         // The server may refuse the upload before reading all of it (a header
                         // that announces the wrong length, say) and close its end: the status
@@ -208,8 +208,13 @@ pub async fn run_with_evil_client(
                         }
                     }
                 }
-            }
-            Ok(None) => panic!("stream ended without an error status"),
+                // Its uploads were taken and the run ended.
+                Some(server_message::Body::Shutdown(_)) => {
+                    break tonic::Status::ok("the run ended");
+                }
+                _ => {}
+            },
+            Ok(None) => panic!("stream ended without an error status or a Shutdown"),
             Err(status) => break status,
         }
     };

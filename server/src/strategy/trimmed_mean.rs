@@ -1,0 +1,133 @@
+//! The coordinate-wise trimmed mean (Yin et al. 2018, "Byzantine-robust distributed learning",
+//! Def. 2): for each coordinate j, drop the b = floor(beta m) largest and b smallest of the m
+//! clients' values and average the rest. Unweighted: a client's example count is its own claim.
+//! It must hold the round's updates (m d values) until the round ends.
+
+use super::{ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError};
+use fl_common::model::{LocalConfig, apply_update, check_update};
+
+/// w_{t+1} = w_t + trmean_beta{u_1, ..., u_m}.
+#[derive(Debug)]
+pub struct TrimmedMean {
+    local: LocalConfig,
+    num_params: usize,
+    beta: f64,
+    updates: Vec<Vec<f32>>,
+}
+
+impl TrimmedMean {
+    /// Over models of `num_params` parameters, trimming a fraction `beta` in [0, 1/2) at each end.
+    pub fn new(num_params: usize, beta: f64, local: LocalConfig) -> Self {
+        Self {
+            local,
+            num_params,
+            beta,
+            updates: Vec::new(),
+        }
+    }
+
+    /// trmean_beta of the held updates, or `None` when trimming leaves nothing.
+    fn trimmed_mean(&self) -> Option<Vec<f32>> {
+        let m = self.updates.len();
+        // b = floor(beta m) dropped at each end (Yin et al. 2018, Def. 2).
+        let b = (self.beta * m as f64).floor() as usize;
+        let kept = m.checked_sub(2 * b).filter(|&k| k > 0)?;
+        let mut column = Vec::with_capacity(m);
+        let mean = (0..self.num_params)
+            .map(|j| {
+                column.clear();
+                column.extend(self.updates.iter().map(|u| u[j]));
+                column.sort_unstable_by(f32::total_cmp);
+                let sum: f64 = column[b..m - b].iter().map(|&v| f64::from(v)).sum();
+                (sum / kept as f64) as f32
+            })
+            .collect();
+        Some(mean)
+    }
+}
+
+impl Strategy for TrimmedMean {
+    fn configure_round(&mut self, _round: u64, _plan: &RoundPlan) -> LocalConfig {
+        self.local
+    }
+
+    fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {
+        check_update(&update.values, self.num_params)?;
+        self.updates.push(update.values);
+        Ok(())
+    }
+
+    fn finish_round(&mut self, _round: u64, global: &[f32]) -> RoundOutcome {
+        let model = self.trimmed_mean().map(|mean| {
+            let mut next = global.to_vec();
+            apply_update(&mut next, &mean);
+            next
+        });
+        self.updates.clear();
+        RoundOutcome {
+            model,
+            ..RoundOutcome::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strategy(beta: f64) -> TrimmedMean {
+        let local = LocalConfig {
+            epochs: 1,
+            batch_size: 1,
+            learning_rate: 0.1,
+        };
+        TrimmedMean::new(2, beta, local)
+    }
+
+    fn absorb_all(s: &mut TrimmedMean, updates: &[[f32; 2]]) {
+        for (client, u) in updates.iter().enumerate() {
+            let update = ClientUpdate {
+                client: client as u64,
+                num_examples: 1 + client as u64 * 1000,
+                values: u.to_vec(),
+            };
+            s.absorb(1, update).unwrap();
+        }
+    }
+
+    #[test]
+    fn drops_the_extremes_of_each_coordinate_and_ignores_weights() {
+        let mut s = strategy(0.2);
+        // m = 5, b = 1: per coordinate the largest and smallest go.
+        let updates = [
+            [1.0, -1e30],
+            [2.0, 4.0],
+            [3e30, 5.0],
+            [3.0, 6.0],
+            [-7.0, 1e30],
+        ];
+        absorb_all(&mut s, &updates);
+        assert_eq!(s.finish_round(1, &[10.0, 0.0]).model, Some(vec![12.0, 5.0]));
+        // The round's updates are gone.
+        assert_eq!(s.finish_round(2, &[10.0, 0.0]).model, None);
+    }
+
+    #[test]
+    fn with_no_trimming_it_is_the_plain_mean() {
+        let mut s = strategy(0.0);
+        absorb_all(&mut s, &[[1.0, 2.0], [3.0, 6.0]]);
+        assert_eq!(s.finish_round(1, &[0.0, 0.0]).model, Some(vec![2.0, 4.0]));
+    }
+
+    #[test]
+    fn refuses_malformed_updates() {
+        let mut s = strategy(0.1);
+        let bad = ClientUpdate {
+            client: 0,
+            num_examples: 1,
+            values: vec![f32::NAN, 0.0],
+        };
+        assert!(s.absorb(1, bad).is_err());
+        assert_eq!(s.finish_round(1, &[0.0, 0.0]).model, None);
+    }
+}
