@@ -13,14 +13,14 @@ use fl_common::privacy::{
     add_discrete_gaussian_noise,
 };
 use fl_common::secagg::{
-    AdvertisedKeys, ClientRound, Neighbourhood, PlainInputs, Quantizer, Ring, SealedShares,
+    AdvertisedKeys, ClientRound, Neighbourhood, PlainInputs, Proceed, Quantizer, Ring, SealedShares,
 };
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, LocalRelease, MaskedInputHeader, PartitionRequest,
-    ReleaseHeader, RevealedShare, RoundTask, SealedShare, SecAggKeys, SecAggReveal, SecAggShares,
-    SecAggTask, ServerMessage, SignDsUpload, TaskFailed, UpdateHeader, client_message,
-    server_message,
+    ReleaseHeader, RevealedShare, RoundTask, SealedShare, SecAggCheck, SecAggKeys, SecAggReveal,
+    SecAggShares, SecAggTask, ServerMessage, SignDsUpload, TaskFailed, UpdateHeader,
+    client_message, server_message,
 };
 use fl_proto::{TensorAssembler, chunk_count, encode_chunks, encode_word_chunks, ring_words};
 use local_round::{AdmmStep, Upload, Work};
@@ -474,6 +474,7 @@ async fn run_session(
             Some(
                 body @ (server_message::Body::SecaggNeighbours(_)
                 | server_message::Body::SecaggShareInbox(_)
+                | server_message::Body::SecaggProceed(_)
                 | server_message::Body::SecaggSurvivors(_)),
             ) => {
                 let Some(state) = secure.as_mut() else {
@@ -637,9 +638,27 @@ fn secure_step(
                 .map(SealedShares::try_from)
                 .collect::<Result<_, _>>()
                 .map_err(|e| text(&e))?;
+            // A neighbour whose shares do not open is, to this client, dropped: it says so.
+            let refused = state.protocol.check_shares(&shares).map_err(|e| text(&e))?;
+            if !refused.is_empty() {
+                tracing::warn!(
+                    round,
+                    ?refused,
+                    "neighbours' shares do not open: treated as dropped"
+                );
+            }
+            Ok(Step::Send(vec![client_message::Body::SecaggCheck(
+                SecAggCheck { round, refused },
+            )]))
+        }
+        server_message::Body::SecaggProceed(p) if p.round == round => {
+            let proceed = Proceed {
+                excluded: p.excluded,
+                unpaired: p.unpaired,
+            };
             let y = state
                 .protocol
-                .masked_input(&shares, &state.input)
+                .masked_input(&proceed, &state.input)
                 .map_err(|e| text(&e))?;
             let words = ring_words(state.ring, &y);
             let header = client_message::Body::MaskedInputHeader(MaskedInputHeader {

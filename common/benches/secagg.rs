@@ -11,8 +11,8 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::secagg::{
-    AdvertisedKeys, ClientRound, GraphKind, Neighbourhood, Ring, SealedShares, ServerRound, Sign,
-    apply_mask, auto_degree,
+    AdvertisedKeys, ClientRound, GraphKind, Neighbourhood, Proceed, Ring, SealedShares,
+    ServerRound, Sign, apply_mask, auto_degree,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -82,7 +82,8 @@ fn client_round(c: &mut Criterion) {
                         neighbours: adverts,
                     };
                     black_box(me.share_keys(hood, &mut rng).unwrap());
-                    black_box(me.masked_input(&sealed, &x).unwrap());
+                    black_box(me.check_shares(&sealed).unwrap());
+                    black_box(me.masked_input(&Proceed::default(), &x).unwrap());
                     black_box(me.unmask(&survivors).unwrap())
                 },
                 BatchSize::PerIteration,
@@ -124,10 +125,14 @@ fn staged_server(
     }
     let y = vec![5u64; DIM];
     for (u, inbox) in server.close_shares().unwrap() {
+        let refused = clients.get_mut(&u).unwrap().check_shares(&inbox).unwrap();
+        server.receive_check(u, refused).unwrap();
+    }
+    for (u, proceed) in server.close_checks().unwrap() {
         clients
             .get_mut(&u)
             .unwrap()
-            .masked_input(&inbox, &[0])
+            .masked_input(&proceed, &[0])
             .unwrap();
         if u >= dropped as u64 {
             server.receive_masked(u, &y).unwrap();

@@ -13,8 +13,8 @@ use fl_common::secagg::{
 };
 use fl_proto::ring_elements;
 use fl_proto::v1::{
-    PeerKeys, SealedShare, SecAggNeighbours, SecAggShareInbox, SecAggSurvivors, ServerMessage,
-    server_message,
+    PeerKeys, SealedShare, SecAggNeighbours, SecAggProceed, SecAggShareInbox, SecAggSurvivors,
+    ServerMessage, server_message,
 };
 use prost::Message;
 use rand::seq::IteratorRandom;
@@ -67,7 +67,7 @@ fn send_to(lp: &RoundLoop, client: ClientId, body: server_message::Body) -> u64 
 }
 
 impl RoundLoop {
-    /// Runs the four stages of round `round` over the `sampled` clients (whose tasks are sent).
+    /// Runs the stages (keys, shares, check, masked input, unmasking) of round `round` over the `sampled` clients (whose tasks are sent).
     pub(crate) async fn collect_secure(
         &mut self,
         round: u64,
@@ -129,6 +129,29 @@ impl RoundLoop {
                             let body = server_message::Body::SecaggShareInbox(SecAggShareInbox {
                                 round,
                                 shares: inbox.iter().map(SealedShare::from).collect(),
+                            });
+                            (u, body)
+                        })
+                        .collect()
+                }),
+                Stage::CheckShares => server.close_checks().map(|proceed| {
+                    for &v in server.excluded() {
+                        gone.insert(v);
+                        self.reject(
+                            v,
+                            Status::failed_precondition(format!(
+                                "excluded from round {round}: too few neighbours could open \
+                                 your shares"
+                            )),
+                        );
+                    }
+                    proceed
+                        .into_iter()
+                        .map(|(u, p)| {
+                            let body = server_message::Body::SecaggProceed(SecAggProceed {
+                                round,
+                                excluded: p.excluded,
+                                unpaired: p.unpaired,
                             });
                             (u, body)
                         })
@@ -246,6 +269,7 @@ impl RoundLoop {
                     let result = match message {
                         SecAggMessage::Keys(keys) => server.receive_keys(client, keys),
                         SecAggMessage::Shares(shares) => server.receive_shares(client, shares),
+                        SecAggMessage::Check(refused) => server.receive_check(client, refused),
                         SecAggMessage::Masked(words) => match ring_elements(ring, &words) {
                             Ok(y) => server.receive_masked(client, &y),
                             Err(e) => Err(SecAggError::BadMaskedInput {
@@ -293,7 +317,7 @@ impl RoundLoop {
 fn injected_at(stage: DropoutStage) -> Stage {
     match stage {
         DropoutStage::BeforeShares => Stage::ShareKeys,
-        DropoutStage::AfterShares => Stage::MaskedInput,
+        DropoutStage::AfterShares => Stage::CheckShares,
         DropoutStage::AfterMasked => Stage::Unmasking,
     }
 }

@@ -101,6 +101,8 @@ pub enum SecAggMessage {
     Keys(AdvertisedKeys),
     /// Stage 1: its sealed shares.
     Shares(Vec<SealedShares>),
+    /// The check: the neighbours whose shares it could not open.
+    Check(Vec<u64>),
     /// Stage 2: its masked input, as 32-bit words.
     Masked(Vec<u32>),
     /// Stage 3: its revealed shares.
@@ -457,6 +459,7 @@ fn secagg_event(id: ClientId, body: client_message::Body, bytes: u64) -> Result<
                 .map_err(wire_status)?;
             (s.round, SecAggMessage::Shares(shares))
         }
+        client_message::Body::SecaggCheck(c) => (c.round, SecAggMessage::Check(c.refused)),
         client_message::Body::SecaggReveal(r) => {
             let reveals = r
                 .shares
@@ -612,6 +615,7 @@ impl Framer {
             }
             body @ (client_message::Body::SecaggKeys(_)
             | client_message::Body::SecaggShares(_)
+            | client_message::Body::SecaggCheck(_)
             | client_message::Body::SecaggReveal(_)) => Some(secagg_event(id, body, size)?),
             client_message::Body::SigndsUpload(upload) => Some(Event::Sign {
                 client: id,

@@ -1,22 +1,22 @@
 //! Secure aggregation against a hostile client over real gRPC streams. The hostile client runs
 //! the real protocol (`fl_common::secagg::ClientRound`) and breaks it at one stage: bad key bytes,
-//! a replayed or stale stage message, a plain update, a share for a peer that is not its
+//! a low-order or non-canonical key, shares that do not open, a replayed or stale stage message, a plain update, a share for a peer that is not its
 //! neighbour, a masked input of the wrong length or sent too early, a forged share, or a second
 //! answer to the unmasking stage. Each time it gets a clear gRPC error, and the round's unmasked
 //! sum still equals the plain sum of the survivors' inputs exactly.
 
 mod support;
 
-use fl_common::secagg::{ClientRound, PlainInputs, Ring, SealedShares};
+use fl_common::secagg::{ClientRound, PlainInputs, Proceed, Ring, SealedShares};
 use fl_proto::v1::{
-    ClientMessage, MaskedInputHeader, RevealedShare, SealedShare, SecAggKeys, SecAggReveal,
-    SecAggShares, client_message, server_message,
+    ClientMessage, MaskedInputHeader, RevealedShare, SealedShare, SecAggCheck, SecAggKeys,
+    SecAggReveal, SecAggShares, client_message, server_message,
 };
 use fl_proto::{chunk_count, encode_word_chunks, ring_words};
 use fl_server::config::PrivacyMode;
 use fl_server::output::RoundMetrics;
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use support::blobs;
 use tonic::Code;
@@ -25,6 +25,10 @@ use tonic::Code;
 #[derive(Clone, Copy, Debug)]
 enum Deviation {
     ShortKey,
+    LowOrderCipherKey,
+    ZeroMaskKey,
+    NonCanonicalKey,
+    GarbageShares,
     StaleRound,
     KeysTwice,
     PlainUpdate,
@@ -34,6 +38,12 @@ enum Deviation {
     ForgedShare,
     RevealTwice,
 }
+
+/// A point of order 8 on Curve25519 (little-endian u-coordinate, as libsodium lists it).
+const ORDER_8: [u8; 32] = [
+    0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4, 0x6a,
+    0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49, 0xb8, 0x00,
+];
 
 fn body(b: client_message::Body) -> ClientMessage {
     ClientMessage { body: Some(b) }
@@ -100,6 +110,9 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                 match how {
                     Deviation::ShortKey => advert.cipher_public.pop().map(|_| ()).unwrap(),
                     Deviation::StaleRound => advert.round = round + 7,
+                    Deviation::LowOrderCipherKey => advert.cipher_public = ORDER_8.to_vec(),
+                    Deviation::ZeroMaskKey => advert.mask_public = vec![0; 32],
+                    Deviation::NonCanonicalKey => advert.mask_public[31] |= 0x80,
                     _ => {}
                 }
                 match how {
@@ -134,18 +147,35 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                 if let Deviation::ShareForStranger = how {
                     shares[0].to = 9999;
                 }
+                if let Deviation::GarbageShares = how {
+                    for s in &mut shares {
+                        rng.fill(&mut s.ciphertext[..]);
+                    }
+                }
                 send.push(client_message::Body::SecaggShares(SecAggShares {
                     round: *round,
                     shares,
                 }));
             }
             Some(server_message::Body::SecaggShareInbox(inbox)) => {
-                let (round, n, p) = protocol.as_mut().unwrap();
+                let (round, _, p) = protocol.as_mut().unwrap();
                 let shares: Vec<SealedShares> =
                     inbox.shares.iter().map(|s| s.try_into().unwrap()).collect();
+                let refused = p.check_shares(&shares).unwrap();
+                send.push(client_message::Body::SecaggCheck(SecAggCheck {
+                    round: *round,
+                    refused,
+                }));
+            }
+            Some(server_message::Body::SecaggProceed(proceed)) => {
+                let (round, n, p) = protocol.as_mut().unwrap();
+                let proceed = Proceed {
+                    excluded: proceed.excluded,
+                    unpaired: proceed.unpaired,
+                };
                 let x = vec![0u64; *n];
                 oracle.record(*round, me, x.clone());
-                let mut y = p.masked_input(&shares, &x).unwrap();
+                let mut y = p.masked_input(&proceed, &x).unwrap();
                 if let Deviation::MaskedWrongLength = how {
                     y.pop();
                 }
@@ -212,6 +242,38 @@ async fn malformed_keys_are_refused() {
         &status,
         Code::InvalidArgument,
         "cipher_public must be 32 bytes",
+    );
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_order_cipher_key_is_refused_by_the_server() {
+    let (status, metrics) = run(Deviation::LowOrderCipherKey).await;
+    expect(&status, Code::InvalidArgument, "is a low-order point");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_zero_mask_key_is_refused_by_the_server() {
+    let (status, metrics) = run(Deviation::ZeroMaskKey).await;
+    expect(&status, Code::InvalidArgument, "is a low-order point");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_canonical_key_is_refused_by_the_server() {
+    let (status, metrics) = run(Deviation::NonCanonicalKey).await;
+    expect(&status, Code::InvalidArgument, "is not canonical");
+    assert_exact(&metrics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_that_do_not_open_exclude_their_sender_and_the_sum_stays_exact() {
+    let (status, metrics) = run(Deviation::GarbageShares).await;
+    expect(
+        &status,
+        Code::FailedPrecondition,
+        "too few neighbours could open your shares",
     );
     assert_exact(&metrics, 3);
 }

@@ -122,7 +122,10 @@ pub enum ModelFault {
 
 /// Checks that every parameter of `params` is finite and at most `max_abs` in magnitude.
 pub fn check_model(params: &[f32], max_abs: f32) -> Result<(), ModelFault> {
-    let Some(index) = params.iter().position(|w| !w.is_finite() || w.abs() > max_abs) else {
+    let Some(index) = params
+        .iter()
+        .position(|w| !w.is_finite() || w.abs() > max_abs)
+    else {
         return Ok(());
     };
     let value = params[index];

@@ -1,7 +1,7 @@
 //! The client's side of one secure-aggregation round, as a state machine over the stage messages.
 
 use super::keys::{self, KeyPair, SecretKind, share_commitment};
-use super::messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
+use super::messages::{AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares};
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::server::Stage;
@@ -31,7 +31,8 @@ pub struct ClientRound {
     stage: Stage,
     threshold: usize,
     neighbours: BTreeMap<u64, Peer>,
-    /// Shares of (s_sk_v, b_v) held for each neighbour v that shared (N(u) ∩ U2).
+    /// Shares of (s_sk_v, b_v) held for each neighbour v that shared (N(u) ∩ U2) and whose shares
+    /// opened.
     held: BTreeMap<u64, (Share, Share)>,
 }
 
@@ -184,28 +185,61 @@ impl ClientRound {
         Ok((ks, bs))
     }
 
-    /// Stage 2: opens the shares the neighbours in U2 sent, then masks the quantised update:
-    /// y_u = x_u + PRG(b_u) + sum_{v in N(u) ∩ U2} (+PRG(s_uv) if u < v, −PRG(s_uv) if u > v).
-    pub fn masked_input(
-        &mut self,
-        incoming: &[SealedShares],
-        x: &[u64],
-    ) -> Result<Vec<u64>, SecAggError> {
+    /// The check: opens the shares the neighbours in U2 sent and keeps those that open; returns
+    /// the neighbours whose shares do not (forged, altered or misaddressed). This client will hold
+    /// nothing of theirs and not mask with them: to it they dropped.
+    pub fn check_shares(&mut self, incoming: &[SealedShares]) -> Result<Vec<u64>, SecAggError> {
         self.expect(Stage::ShareKeys)?;
-        let mut held = BTreeMap::new();
+        let mut refused = BTreeSet::new();
         for sealed in incoming {
-            let shares = self.open(sealed)?;
-            if held.insert(sealed.from, shares).is_some() {
+            if !self.neighbours.contains_key(&sealed.from) {
+                return Err(SecAggError::Refused(format!(
+                    "a share from client {}, which is not a neighbour",
+                    sealed.from
+                )));
+            }
+            if self.held.contains_key(&sealed.from) || refused.contains(&sealed.from) {
                 return Err(SecAggError::Refused(format!(
                     "two share messages from client {}",
                     sealed.from
                 )));
             }
+            match self.open(sealed) {
+                Ok(shares) => {
+                    self.held.insert(sealed.from, shares);
+                }
+                Err(_) => {
+                    refused.insert(sealed.from);
+                }
+            }
         }
-        if held.len() < self.threshold {
+        self.stage = Stage::CheckShares;
+        Ok(refused.into_iter().collect())
+    }
+
+    /// Stage 2: masks the quantised update with the neighbours the server did not exclude and
+    /// that could open this client's shares (P):
+    /// y_u = x_u + PRG(b_u) + sum_{v in P} (+PRG(s_uv) if u < v, −PRG(s_uv) if u > v).
+    /// Refuses to mask with fewer than t neighbours.
+    pub fn masked_input(&mut self, proceed: &Proceed, x: &[u64]) -> Result<Vec<u64>, SecAggError> {
+        self.expect(Stage::CheckShares)?;
+        let named = proceed.excluded.iter().chain(&proceed.unpaired);
+        if let Some(v) = named.clone().find(|v| !self.neighbours.contains_key(v)) {
             return Err(SecAggError::Refused(format!(
-                "only {} neighbours shared their keys, threshold is {}",
-                held.len(),
+                "the server names client {v}, which is not a neighbour"
+            )));
+        }
+        self.held.retain(|v, _| !proceed.excluded.contains(v));
+        let paired: Vec<u64> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|v| !proceed.unpaired.contains(v))
+            .collect();
+        if paired.len() < self.threshold {
+            return Err(SecAggError::Refused(format!(
+                "only {} neighbours to mask with, threshold is {}",
+                paired.len(),
                 self.threshold
             )));
         }
@@ -216,7 +250,7 @@ impl ClientRound {
         }
         let mut y = x.to_vec();
         apply_mask(&mut y, &self.self_mask, self.ring, Sign::Plus);
-        for &v in held.keys() {
+        for v in paired {
             let seed = keys::pair_seed(
                 self.round,
                 self.me,
@@ -227,7 +261,6 @@ impl ClientRound {
             let sign = if self.me < v { Sign::Plus } else { Sign::Minus };
             apply_mask(&mut y, &seed, self.ring, sign);
         }
-        self.held = held;
         self.stage = Stage::MaskedInput;
         Ok(y)
     }

@@ -43,6 +43,30 @@ pub enum KeyError {
     /// The peer's public key is a low-order point: the shared secret would be predictable.
     #[error("client {0}'s public key is a low-order point")]
     NonContributory(u64),
+    /// The peer's public key is not the canonical encoding of a u-coordinate.
+    #[error("client {0}'s public key is not canonical (u must be below 2^255 - 19, top bit 0)")]
+    NonCanonical(u64),
+}
+
+/// Checks a public key `client` advertised: a canonical u-coordinate (below p = 2^255 - 19 with the
+/// top bit clear, RFC 7748 Sec. 5) that is not of small order. Clamped X25519 scalars are
+/// multiples of the cofactor 8, so a Diffie-Hellman with any of them maps exactly the points of
+/// order dividing 8 (on the curve or its twist) to the all-zero output.
+pub fn check_public(client: u64, bytes: &[u8; 32]) -> Result<(), KeyError> {
+    // p = 2^255 - 19, little-endian: 0xed, then thirty 0xff, then 0x7f.
+    let below_p = bytes[31] < 0x7f
+        || (bytes[31] == 0x7f && (bytes[1..31].iter().any(|&b| b != 0xff) || bytes[0] < 0xed));
+    if !below_p {
+        return Err(KeyError::NonCanonical(client));
+    }
+    let probe = StaticSecret::from([0x42; 32]);
+    if !probe
+        .diffie_hellman(&PublicKey::from(*bytes))
+        .was_contributory()
+    {
+        return Err(KeyError::NonContributory(client));
+    }
+    Ok(())
 }
 
 fn context(purpose: &[u8], round: u64, a: u64, b: u64) -> Vec<u8> {
@@ -209,6 +233,56 @@ mod tests {
             pair_seed(1, 1, &a.secret, 9, &PublicKey::from([0u8; 32])),
             Err(KeyError::NonContributory(9))
         );
+    }
+
+    #[test]
+    fn advertised_keys_must_be_canonical_and_of_large_order() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let fresh = KeyPair::generate(&mut rng).public.to_bytes();
+        assert_eq!(check_public(1, &fresh), Ok(()));
+        let mut p_minus = [0xff; 32];
+        p_minus[31] = 0x7f;
+        // u = 0, 1 and p - 1 (orders 4, 4 and 2 on the curve or twist), and the two points of
+        // order 8 (their little-endian encodings, as listed in libsodium).
+        let mut small = vec![[0u8; 32], [0u8; 32]];
+        small[1][0] = 1;
+        let mut minus_one = p_minus;
+        minus_one[0] = 0xec;
+        small.push(minus_one);
+        small.push(hex32(
+            "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
+        ));
+        small.push(hex32(
+            "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
+        ));
+        for key in &small {
+            assert_eq!(
+                check_public(7, key),
+                Err(KeyError::NonContributory(7)),
+                "{key:?}"
+            );
+        }
+        // u = p, p + 1 and any key with the top bit set are not canonical.
+        let mut p = p_minus;
+        p[0] = 0xed;
+        let mut p_plus = p_minus;
+        p_plus[0] = 0xee;
+        let mut top = fresh;
+        top[31] |= 0x80;
+        for key in [p, p_plus, p_minus, top] {
+            assert_eq!(
+                check_public(7, &key),
+                Err(KeyError::NonCanonical(7)),
+                "{key:?}"
+            );
+        }
+    }
+
+    fn hex32(s: &str) -> [u8; 32] {
+        let bytes: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        bytes.try_into().unwrap()
     }
 
     #[test]

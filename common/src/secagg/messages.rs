@@ -49,3 +49,12 @@ pub struct RevealedShare {
     /// The share.
     pub share: Share,
 }
+
+/// After the check, server → client: what the masked input must leave out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Proceed {
+    /// Neighbours out of the round (too few of their shares could be opened).
+    pub excluded: Vec<u64>,
+    /// Neighbours that could not open this client's shares: the pair is not masked.
+    pub unpaired: Vec<u64>,
+}

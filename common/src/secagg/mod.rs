@@ -32,8 +32,8 @@ mod shamir;
 
 pub use client::ClientRound;
 pub use graph::{GraphKind, auto_degree, build as build_graph};
-pub use keys::{KeyError, KeyPair, SecretKind, pair_seed, share_commitment};
-pub use messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
+pub use keys::{KeyError, KeyPair, SecretKind, check_public, pair_seed, share_commitment};
+pub use messages::{AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares};
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};
 pub use quantize::{QuantizeError, Quantizer};
@@ -98,6 +98,14 @@ pub enum SecAggError {
     #[error("masked input from client {from}: {problem}")]
     BadMaskedInput {
         /// Sender.
+        from: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A check that names a client that sent the checker no share, or names one twice.
+    #[error("client {from}'s share check is wrong: {problem}")]
+    BadCheck {
+        /// Who checked.
         from: u64,
         /// What is wrong.
         problem: String,

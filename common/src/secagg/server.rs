@@ -3,7 +3,7 @@
 
 use super::graph::{self, GraphKind};
 use super::keys::{self, KeyPair, SecretKind, share_commitment};
-use super::messages::{AdvertisedKeys, Neighbourhood, RevealedShare, SealedShares};
+use super::messages::{AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares};
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::shamir::{self, Share};
@@ -19,6 +19,8 @@ pub enum Stage {
     AdvertiseKeys,
     /// Collecting sealed shares (U2).
     ShareKeys,
+    /// Collecting which neighbours' shares each client could not open.
+    CheckShares,
     /// Collecting masked inputs (U3).
     MaskedInput,
     /// Collecting revealed shares.
@@ -32,6 +34,7 @@ impl std::fmt::Display for Stage {
         f.write_str(match self {
             Stage::AdvertiseKeys => "advertise-keys",
             Stage::ShareKeys => "share-keys",
+            Stage::CheckShares => "check-shares",
             Stage::MaskedInput => "masked-input",
             Stage::Unmasking => "unmasking",
             Stage::Done => "done",
@@ -66,6 +69,10 @@ pub struct ServerRound {
     threshold: usize,
     sealed: BTreeMap<u64, Vec<SealedShares>>,
     commitments: HashMap<(u64, u64, SecretKind), [u8; 32]>,
+    /// For each client that answered the check, the neighbours whose shares it refused.
+    refused: BTreeMap<u64, BTreeSet<u64>>,
+    /// Clients of U2 too few of whose shares could be opened: out, as if they never shared.
+    excluded: BTreeSet<u64>,
     masked: BTreeSet<u64>,
     sum: Vec<u64>,
     revealed_by: BTreeSet<u64>,
@@ -98,6 +105,8 @@ impl ServerRound {
             threshold: 0,
             sealed: BTreeMap::new(),
             commitments: HashMap::new(),
+            refused: BTreeMap::new(),
+            excluded: BTreeSet::new(),
             masked: BTreeSet::new(),
             sum: vec![0; dim],
             revealed_by: BTreeSet::new(),
@@ -118,7 +127,11 @@ impl ServerRound {
                 self.keys.keys().copied().collect(),
                 self.sealed.keys().copied().collect(),
             ),
-            Stage::MaskedInput => (self.sealed.keys().copied().collect(), self.masked.clone()),
+            Stage::CheckShares => (
+                self.sealed.keys().copied().collect(),
+                self.refused.keys().copied().collect(),
+            ),
+            Stage::MaskedInput => (self.sharers().collect(), self.masked.clone()),
             Stage::Unmasking => (self.masked.clone(), self.revealed_by.clone()),
             Stage::Done => (BTreeSet::new(), BTreeSet::new()),
         };
@@ -127,6 +140,27 @@ impl ServerRound {
 
     fn expect(&self, stage: Stage) -> Result<(), SecAggError> {
         check_stage(self.round, self.stage, stage)
+    }
+
+    /// U2 without the excluded clients: those whose shares are held and whose masks count.
+    fn sharers(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sealed
+            .keys()
+            .copied()
+            .filter(|v| !self.excluded.contains(v))
+    }
+
+    /// Whether `holder` refused `owner`'s shares (unknown, so no, for a client that never
+    /// answered the check).
+    fn refused(&self, holder: u64, owner: u64) -> bool {
+        self.refused
+            .get(&holder)
+            .is_some_and(|r| r.contains(&owner))
+    }
+
+    /// Whether u and v both masked with each other: neither refused the other's shares.
+    fn paired(&self, u: u64, v: u64) -> bool {
+        !self.refused(u, v) && !self.refused(v, u)
     }
 
     fn abort(&mut self, reason: String) -> SecAggError {
@@ -158,6 +192,9 @@ impl ServerRound {
         if self.keys.contains_key(&from) {
             return Err(SecAggError::Duplicate(from));
         }
+        // A low-order or non-canonical key would make its neighbours refuse the round.
+        keys::check_public(from, &keys.cipher_public)?;
+        keys::check_public(from, &keys.mask_public)?;
         self.keys.insert(from, keys);
         Ok(())
     }
@@ -259,14 +296,91 @@ impl ServerRound {
                 box_.push(s.clone());
             }
         }
-        self.stage = Stage::MaskedInput;
+        self.stage = Stage::CheckShares;
         Ok(inbox)
+    }
+
+    /// The check: the neighbours in U2 whose shares `from` could not open.
+    pub fn receive_check(&mut self, from: u64, refused: Vec<u64>) -> Result<(), SecAggError> {
+        self.expect(Stage::CheckShares)?;
+        if !self.sealed.contains_key(&from) {
+            return Err(SecAggError::NotParticipant(from));
+        }
+        if self.refused.contains_key(&from) {
+            return Err(SecAggError::Duplicate(from));
+        }
+        let count = refused.len();
+        let refused: BTreeSet<u64> = refused.into_iter().collect();
+        let ns = &self.neighbours[&from];
+        let stranger = refused
+            .iter()
+            .find(|v| !ns.contains(v) || !self.sealed.contains_key(v));
+        if let Some(v) = stranger {
+            return Err(SecAggError::BadCheck {
+                from,
+                problem: format!("client {v} sent it no share"),
+            });
+        }
+        if refused.len() != count {
+            return Err(SecAggError::BadCheck {
+                from,
+                problem: "a client is named twice".into(),
+            });
+        }
+        self.refused.insert(from, refused);
+        Ok(())
+    }
+
+    /// Ends the check: a client of U2 with fewer than t neighbours able to open its shares is
+    /// excluded (its secrets could not be recovered; it is treated as dropped before sharing, so
+    /// nobody masks with it). Every other client that answered learns which of its neighbours are
+    /// excluded and which refused its shares (those pairs go unmasked).
+    pub fn close_checks(&mut self) -> Result<BTreeMap<u64, Proceed>, SecAggError> {
+        self.expect(Stage::CheckShares)?;
+        self.enough(self.refused.len())?;
+        let t = self.threshold;
+        self.excluded = self
+            .sealed
+            .keys()
+            .copied()
+            .filter(|&v| {
+                let holders = self.neighbours[&v]
+                    .iter()
+                    .filter(|&&u| self.sealed.contains_key(&u) && !self.refused(u, v))
+                    .count();
+                holders < t
+            })
+            .collect();
+        let staying: Vec<u64> = self
+            .refused
+            .keys()
+            .copied()
+            .filter(|u| !self.excluded.contains(u))
+            .collect();
+        self.enough(staying.len())?;
+        self.stage = Stage::MaskedInput;
+        Ok(staying
+            .into_iter()
+            .map(|u| {
+                let ns = &self.neighbours[&u];
+                let proceed = Proceed {
+                    excluded: ns.intersection(&self.excluded).copied().collect(),
+                    unpaired: ns.iter().copied().filter(|&v| self.refused(v, u)).collect(),
+                };
+                (u, proceed)
+            })
+            .collect())
+    }
+
+    /// The clients [`ServerRound::close_checks`] excluded.
+    pub fn excluded(&self) -> &BTreeSet<u64> {
+        &self.excluded
     }
 
     /// Stage 2: a client's masked input y_u, added to the running sum once validated.
     pub fn receive_masked(&mut self, from: u64, y: &[u64]) -> Result<(), SecAggError> {
         self.expect(Stage::MaskedInput)?;
-        if !self.sealed.contains_key(&from) {
+        if !self.refused.contains_key(&from) || self.excluded.contains(&from) {
             return Err(SecAggError::NotParticipant(from));
         }
         if self.masked.contains(&from) {
@@ -295,11 +409,15 @@ impl ServerRound {
     pub fn close_masked(&mut self) -> Result<Vec<u64>, SecAggError> {
         self.expect(Stage::MaskedInput)?;
         self.enough(self.masked.len())?;
-        // Every secret to recover (b_v of a survivor, s_sk_v of a dropout) needs t holders in U3.
+        // Every secret to recover (b_v of a survivor, s_sk_v of a dropout) needs t holders in U3
+        // that could open v's shares.
         let t = self.threshold;
-        let short = self.sealed.keys().find_map(|v| {
-            let holders = self.neighbours[v].intersection(&self.masked).count();
-            (holders < t).then_some((*v, holders))
+        let short = self.sharers().find_map(|v| {
+            let holders = self.neighbours[&v]
+                .intersection(&self.masked)
+                .filter(|&&u| !self.refused(u, v))
+                .count();
+            (holders < t).then_some((v, holders))
         });
         if let Some((v, holders)) = short {
             return Err(self.abort(format!(
@@ -331,7 +449,11 @@ impl ServerRound {
         };
         let owed: BTreeMap<u64, SecretKind> = self.neighbours[&from]
             .iter()
-            .filter(|v| self.sealed.contains_key(v))
+            .filter(|&&v| {
+                self.sealed.contains_key(&v)
+                    && !self.excluded.contains(&v)
+                    && !self.refused(from, v)
+            })
             .map(|&v| {
                 (
                     v,
@@ -420,10 +542,8 @@ impl ServerRound {
             apply_mask(&mut sum, &b, self.ring, Sign::Minus);
         }
         let dropped: Vec<u64> = self
-            .sealed
-            .keys()
+            .sharers()
             .filter(|v| !self.masked.contains(v))
-            .copied()
             .collect();
         for &v in &dropped {
             let key = KeyPair::from_secret(self.recover(v, SecretKind::MaskKey)?);
@@ -432,7 +552,12 @@ impl ServerRound {
                     "client {v}'s recovered mask key does not match its public key"
                 )));
             }
-            for &w in self.neighbours[&v].intersection(&self.masked) {
+            let paired: Vec<u64> = self.neighbours[&v]
+                .intersection(&self.masked)
+                .copied()
+                .filter(|&w| self.paired(v, w))
+                .collect();
+            for w in paired {
                 let seed = keys::pair_seed(
                     self.round,
                     v,

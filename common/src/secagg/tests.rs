@@ -74,10 +74,14 @@ fn run(
             if plan[&u] == DropAt::AfterShares {
                 continue;
             }
+            let refused = clients.get_mut(&u).unwrap().check_shares(&inbox)?;
+            server.receive_check(u, refused)?;
+        }
+        for (u, proceed) in server.close_checks()? {
             let y = clients
                 .get_mut(&u)
                 .unwrap()
-                .masked_input(&inbox, &inputs[&u])?;
+                .masked_input(&proceed, &inputs[&u])?;
             server.receive_masked(u, &y)?;
         }
         let survivors = server.close_masked()?;
@@ -225,8 +229,12 @@ fn a_masked_upload_looks_uniform() {
         server.receive_shares(u, sealed).unwrap();
     }
     let inbox = server.close_shares().unwrap();
+    assert_eq!(
+        clients[0].check_shares(&inbox[&1]).unwrap(),
+        Vec::<u64>::new()
+    );
     let y = clients[0]
-        .masked_input(&inbox[&1], &vec![0u64; 64_000])
+        .masked_input(&Proceed::default(), &vec![0u64; 64_000])
         .unwrap();
     let mut counts = [0f64; 64];
     for v in &y {
@@ -246,6 +254,7 @@ struct Staged {
     clients: BTreeMap<u64, ClientRound>,
     inbox: BTreeMap<u64, Vec<SealedShares>>,
     sealed: BTreeMap<u64, Vec<SealedShares>>,
+    proceed: BTreeMap<u64, Proceed>,
     rng: StdRng,
 }
 
@@ -271,6 +280,7 @@ fn staged(upto: Stage) -> Staged {
         clients,
         inbox: BTreeMap::new(),
         sealed,
+        proceed: BTreeMap::new(),
         rng,
     };
     if upto == Stage::ShareKeys {
@@ -280,14 +290,134 @@ fn staged(upto: Stage) -> Staged {
         st.server.receive_shares(u, s.clone()).unwrap();
     }
     st.inbox = st.server.close_shares().unwrap();
+    if upto == Stage::CheckShares {
+        return st;
+    }
+    for (&u, c) in st.clients.iter_mut() {
+        let refused = c.check_shares(&st.inbox[&u]).unwrap();
+        st.server.receive_check(u, refused).unwrap();
+    }
+    st.proceed = st.server.close_checks().unwrap();
     if upto == Stage::MaskedInput {
         return st;
     }
     for (&u, c) in st.clients.iter_mut().filter(|(u, _)| **u != 5) {
-        let y = c.masked_input(&st.inbox[&u], &[u; 8]).unwrap();
+        let y = c.masked_input(&st.proceed[&u], &[u; 8]).unwrap();
         st.server.receive_masked(u, &y).unwrap();
     }
     st
+}
+
+/// The round after the masked-input stage: every survivor but `silent` reveals; the result.
+fn unmask_all(st: &mut Staged) -> Result<RoundResult, SecAggError> {
+    let survivors = st.server.close_masked()?;
+    for &u in &survivors {
+        let reveals = st.clients.get_mut(&u).unwrap().unmask(&survivors)?;
+        st.server.receive_reveal(u, reveals)?;
+    }
+    st.server.finish()
+}
+
+/// sum_{u in ids} (u, u, ..., u) over 8 coordinates of Z_2^32.
+fn sum_of(ids: &[u64]) -> Vec<u64> {
+    let ring = Ring::new(32).unwrap();
+    let mut expected = vec![0u64; 8];
+    for &u in ids {
+        ring.add_assign(&mut expected, &[u; 8]);
+    }
+    expected
+}
+
+/// A client whose every share is garbage is excluded at the check (nobody masks with it, its
+/// masked input is refused) and the others' sum comes out exact.
+#[test]
+fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
+    let mut st = staged(Stage::CheckShares);
+    for (&u, c) in st.clients.iter_mut() {
+        let mut inbox = st.inbox[&u].clone();
+        for s in inbox.iter_mut().filter(|s| s.from == 5) {
+            s.ciphertext.iter_mut().for_each(|b| *b ^= 0x5a);
+        }
+        let refused = c.check_shares(&inbox).unwrap();
+        assert_eq!(refused, if u == 5 { vec![] } else { vec![5] });
+        st.server.receive_check(u, refused).unwrap();
+    }
+    let proceed = st.server.close_checks().unwrap();
+    assert_eq!(
+        st.server.excluded().iter().copied().collect::<Vec<_>>(),
+        vec![5]
+    );
+    assert!(!proceed.contains_key(&5));
+    assert_eq!(proceed[&1].excluded, vec![5]);
+    assert!(matches!(
+        st.server.receive_masked(5, &[0; 8]),
+        Err(SecAggError::NotParticipant(5))
+    ));
+    for u in 1..=4u64 {
+        let y = st
+            .clients
+            .get_mut(&u)
+            .unwrap()
+            .masked_input(&proceed[&u], &[u; 8])
+            .unwrap();
+        st.server.receive_masked(u, &y).unwrap();
+    }
+    let result = unmask_all(&mut st).unwrap();
+    assert_eq!(result.survivors, vec![1, 2, 3, 4]);
+    assert_eq!(result.sum, sum_of(&[1, 2, 3, 4]));
+}
+
+/// One refused pair (client 2 says it cannot open client 4's shares, rightly or not): neither
+/// masks with the other, both stay, and the sum stays exact, with and without a dropout.
+#[test]
+fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
+    for dropout in [None, Some(4u64), Some(2)] {
+        let mut st = staged(Stage::CheckShares);
+        for (&u, c) in st.clients.iter_mut() {
+            let mut inbox = st.inbox[&u].clone();
+            if u == 2 {
+                let s = inbox.iter_mut().find(|s| s.from == 4).unwrap();
+                s.ciphertext[0] ^= 1;
+            }
+            let refused = c.check_shares(&inbox).unwrap();
+            st.server.receive_check(u, refused).unwrap();
+        }
+        let proceed = st.server.close_checks().unwrap();
+        assert!(st.server.excluded().is_empty());
+        assert_eq!(
+            (proceed[&4].unpaired.clone(), proceed[&2].unpaired.clone()),
+            (vec![2], vec![])
+        );
+        let mut alive = Vec::new();
+        for u in (1..=5u64).filter(|&u| Some(u) != dropout) {
+            let y = st
+                .clients
+                .get_mut(&u)
+                .unwrap()
+                .masked_input(&proceed[&u], &[u; 8])
+                .unwrap();
+            st.server.receive_masked(u, &y).unwrap();
+            alive.push(u);
+        }
+        let result = unmask_all(&mut st).unwrap();
+        assert_eq!(result.sum, sum_of(&alive), "dropout {dropout:?}");
+    }
+}
+
+/// The client refuses to mask with fewer than t neighbours, whoever asks it to.
+#[test]
+fn a_client_will_not_mask_with_fewer_than_t_neighbours() {
+    let mut st = staged(Stage::CheckShares);
+    let c = st.clients.get_mut(&1).unwrap();
+    c.check_shares(&st.inbox[&1]).unwrap();
+    let proceed = Proceed {
+        excluded: vec![2],
+        unpaired: vec![3, 4],
+    };
+    assert!(matches!(
+        c.masked_input(&proceed, &[0; 8]),
+        Err(SecAggError::Refused(_))
+    ));
 }
 
 #[test]
@@ -311,21 +441,28 @@ fn forged_and_misaddressed_shares_are_refused() {
         st.server.receive_shares(2, spoofed),
         Err(SecAggError::WrongRecipients { .. })
     ));
-    // A forged ciphertext is caught by the receiving client's AEAD.
-    let mut st = staged(Stage::MaskedInput);
+    // A forged ciphertext is caught by the receiving client's AEAD: it refuses that sender.
+    let mut st = staged(Stage::CheckShares);
     let mut inbox = st.inbox[&1].clone();
     inbox[0].ciphertext[3] ^= 0x40;
     let from = inbox[0].from;
     let c = st.clients.get_mut(&1).unwrap();
-    assert_eq!(
-        c.masked_input(&inbox, &[0; 8]),
-        Err(SecAggError::BadShare { from })
-    );
+    assert_eq!(c.check_shares(&inbox), Ok(vec![from]));
     // A share delivered to the wrong client does not open either.
-    let other = st.inbox[&2].clone();
+    let mut st = staged(Stage::CheckShares);
+    let mut other: Vec<SealedShares> = st.inbox[&2].clone();
+    other.retain(|s| s.from != 1);
+    let c = st.clients.get_mut(&1).unwrap();
+    assert_eq!(c.check_shares(&other), Ok(vec![3, 4, 5]));
+    // The server refuses a check naming a client that sent no share, or one twice.
+    let mut st = staged(Stage::CheckShares);
     assert!(matches!(
-        c.masked_input(&other, &[0; 8]),
-        Err(SecAggError::BadShare { .. })
+        st.server.receive_check(1, vec![1]),
+        Err(SecAggError::BadCheck { .. })
+    ));
+    assert!(matches!(
+        st.server.receive_check(1, vec![2, 2]),
+        Err(SecAggError::BadCheck { .. })
     ));
 }
 
@@ -411,7 +548,7 @@ fn stale_replayed_and_malformed_stage_messages_are_refused() {
 fn clients_refuse_unsafe_server_requests() {
     let mut st = staged(Stage::MaskedInput);
     let c = st.clients.get_mut(&1).unwrap();
-    let _ = c.masked_input(&st.inbox[&1], &[0; 8]).unwrap();
+    let _ = c.masked_input(&st.proceed[&1], &[0; 8]).unwrap();
     assert!(matches!(c.unmask(&[2, 3, 4]), Err(SecAggError::Refused(_))));
     assert!(matches!(c.unmask(&[1, 2]), Err(SecAggError::Refused(_))));
     let ring = Ring::new(32).unwrap();
