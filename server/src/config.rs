@@ -102,6 +102,15 @@ pub struct ServerSection {
     pub reconnect_grace_secs: f64,
     /// Seconds a client may pause in the middle of sending a tensor before it is dropped.
     pub upload_stall_secs: f64,
+    /// Seconds a new connection has to send its first bytes (the HTTP/2 preface, or the TLS
+    /// ClientHello) before it is closed.
+    pub handshake_timeout_secs: f64,
+    /// Seconds a client without a live stream (joined but never opened its Session, or gone) is
+    /// remembered; after that it must join again.
+    pub forget_after_secs: f64,
+    /// Most clients without a live stream held at once; Join is refused with RESOURCE_EXHAUSTED
+    /// beyond it.
+    pub max_idle_clients: usize,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
     /// Joins (and partition requests) allowed per second from one address; more get
@@ -134,6 +143,9 @@ impl Default for ServerSection {
             enrollment: None,
             reconnect_grace_secs: 10.0,
             upload_stall_secs: 60.0,
+            handshake_timeout_secs: 10.0,
+            forget_after_secs: 120.0,
+            max_idle_clients: 20_000,
             metrics_listen: None,
             join_rate: 100.0,
             join_burst: 2000,
@@ -316,6 +328,21 @@ impl RunConfig {
             (
                 s.upload_stall_secs > 0.0 && s.upload_stall_secs.is_finite(),
                 "server.upload_stall_secs must be positive".into(),
+            ),
+            (
+                s.handshake_timeout_secs > 0.0 && s.handshake_timeout_secs.is_finite(),
+                "server.handshake_timeout_secs must be positive".into(),
+            ),
+            (
+                s.forget_after_secs.is_finite()
+                    && s.forget_after_secs >= s.reconnect_grace_secs
+                    && s.forget_after_secs > 0.0,
+                "server.forget_after_secs must be positive and at least reconnect_grace_secs"
+                    .into(),
+            ),
+            (
+                s.max_idle_clients >= 1,
+                "server.max_idle_clients must be at least 1".into(),
             ),
             (
                 s.token.is_none() || s.enrollment.is_none(),

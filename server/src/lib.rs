@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+mod accept;
 pub mod checkpoint;
 pub mod config;
 pub mod credentials;
@@ -47,7 +48,6 @@ use strategy::{
 use telemetry::Telemetry;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// Largest gRPC message accepted or sent ([`fl_proto::MAX_MESSAGE_BYTES`]).
@@ -57,6 +57,8 @@ const EVENT_QUEUE: usize = 256;
 /// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep
 /// a live stream through NATs and proxies, and dead peers are noticed.
 const KEEPALIVE: Duration = Duration::from_secs(30);
+/// How long a keep-alive ping may go unanswered before the connection is closed.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the enrollment file is read again for revocations.
 const ENROLLMENT_POLL: Duration = Duration::from_secs(1);
 /// How long connections get to close after training ends.
@@ -220,7 +222,10 @@ async fn run_server(
         next_partition: Default::default(),
         joins: service::JoinGate::new(config.server.join_rate, config.server.join_burst),
         upload_stall: Duration::from_secs_f64(config.server.upload_stall_secs),
+        max_idle: config.server.max_idle_clients,
+        forget_after: Duration::from_secs_f64(config.server.forget_after_secs),
     });
+    let sweeper = tokio::spawn(forget_idle_clients(shared.clone()));
     if config.server.enrollment.is_some() {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -260,11 +265,13 @@ async fn run_server(
             }
         });
     }
+    let handshake = Duration::from_secs_f64(config.server.handshake_timeout_secs);
     let transport = tokio::spawn(
         server_builder(&config.server)?
             .http2_keepalive_interval(Some(KEEPALIVE))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(accept::guarded(listener, handshake), async {
                 let _ = done_rx.await;
             }),
     );
@@ -366,6 +373,7 @@ async fn run_server(
     }
     .run()
     .await;
+    sweeper.abort();
     let _ = done_tx.send(());
     let _ = metrics_done_tx.send(());
     match tokio::time::timeout(DRAIN, transport).await {
@@ -374,6 +382,22 @@ async fn run_server(
         _ => {}
     }
     result
+}
+
+/// Forgets, every few seconds, the clients that have had no stream for `forget_after`.
+async fn forget_idle_clients(shared: Arc<Shared>) {
+    let every = (shared.forget_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let Some(cutoff) = std::time::Instant::now().checked_sub(shared.forget_after) else {
+            continue;
+        };
+        let forgotten = shared.registry().forget_idle(cutoff);
+        if forgotten > 0 {
+            tracing::info!(forgotten, "forgot clients without a session");
+        }
+    }
 }
 
 /// Non-private FedAvg as `[robust]` asks: the weighted or the trimmed mean, behind the

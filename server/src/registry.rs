@@ -5,10 +5,15 @@
 //! restarts: the id is looked up by its name, and the names' ids go into every checkpoint. An
 //! anonymous client gets a new id at each Join, but can reopen its Session with the id and session
 //! key it holds (a reconnect), as long as this server process knows them.
+//!
+//! A client without a live stream (joined but never opened its Session, or gone) is idle; idle
+//! clients are counted, so that Join can refuse beyond a bound, and forgotten after a grace period
+//! ([`Registry::forget_idle`]), so that joins that never become sessions cost nothing for long.
 
 use fl_proto::v1::ServerMessage;
 use rand::RngCore;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -31,6 +36,20 @@ struct Entry {
     /// The live stream, tagged with its generation so that a stale reader cannot detach a
     /// newer stream of the same client.
     stream: Option<(u64, Outbox)>,
+    /// Since when it has had no stream (`None` while it has one).
+    idle_since: Option<Instant>,
+}
+
+impl Entry {
+    fn new(identity: Option<String>) -> Self {
+        Self {
+            session_key: None,
+            identity,
+            revoked: false,
+            stream: None,
+            idle_since: None,
+        }
+    }
 }
 
 /// Joined clients and their live streams.
@@ -41,6 +60,8 @@ pub struct Registry {
     clients: BTreeMap<ClientId, Entry>,
     /// Enrolled names and their ids.
     identities: BTreeMap<String, ClientId>,
+    /// The idle clients, oldest first.
+    idle: BTreeSet<(Instant, ClientId)>,
 }
 
 /// What the registry keeps across a restart: the enrolled names' ids, and the first id not yet
@@ -77,17 +98,41 @@ impl Registry {
         for (name, &id) in &identities.names {
             r.next_id = r.next_id.max(id + 1);
             r.identities.insert(name.clone(), id);
-            r.clients.insert(
-                id,
-                Entry {
-                    session_key: None,
-                    identity: Some(name.clone()),
-                    revoked: false,
-                    stream: None,
-                },
-            );
+            r.clients.insert(id, Entry::new(Some(name.clone())));
+            r.set_stream(id, None);
         }
         r
+    }
+
+    /// Binds (or with `None` unbinds) a client's stream, keeping the idle set in step; returns
+    /// the stream it had.
+    fn set_stream(&mut self, id: ClientId, stream: Option<(u64, Outbox)>) -> Option<(u64, Outbox)> {
+        let entry = self.clients.get_mut(&id)?;
+        if let Some(since) = entry.idle_since.take() {
+            self.idle.remove(&(since, id));
+        }
+        if stream.is_none() {
+            let now = Instant::now();
+            entry.idle_since = Some(now);
+            self.idle.insert((now, id));
+        }
+        std::mem::replace(&mut entry.stream, stream)
+    }
+
+    /// How many clients have no live stream.
+    pub fn idle_count(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Forgets every client idle since before `cutoff` (enrolled names keep their ids); returns
+    /// how many. A forgotten client that comes back is told to join again.
+    pub fn forget_idle(&mut self, cutoff: Instant) -> usize {
+        let keep = self.idle.split_off(&(cutoff, 0));
+        let expired = std::mem::replace(&mut self.idle, keep);
+        for (_, id) in &expired {
+            self.clients.remove(id);
+        }
+        expired.len()
     }
 
     /// What to checkpoint.
@@ -113,20 +158,28 @@ impl Registry {
         });
         let mut session_key = [0u8; 32];
         rand::rng().fill_bytes(&mut session_key);
-        let entry = self.clients.entry(id).or_insert(Entry {
-            session_key: None,
-            identity: identity.map(str::to_owned),
-            revoked: false,
-            stream: None,
-        });
+        let entry = self
+            .clients
+            .entry(id)
+            .or_insert_with(|| Entry::new(identity.map(str::to_owned)));
         entry.session_key = Some(session_key);
         entry.revoked = false;
+        // A new or idle client's grace period starts (again) now.
+        if entry.stream.is_none() {
+            self.set_stream(id, None);
+        }
         (id, session_key)
     }
 
     /// Binds a Session stream to a joined client, replacing any earlier stream (a reconnect).
-    /// Returns the stream's generation, to quote in [`Registry::detach`].
-    pub fn attach(&mut self, id: ClientId, key: &[u8], outbox: Outbox) -> Result<u64, AttachError> {
+    /// Returns the stream's generation, to quote in [`Registry::detach`], and the stream it
+    /// replaced, which the caller ends.
+    pub fn attach(
+        &mut self,
+        id: ClientId,
+        key: &[u8],
+        outbox: Outbox,
+    ) -> Result<(u64, Option<Outbox>), AttachError> {
         let entry = self
             .clients
             .get_mut(&id)
@@ -139,8 +192,8 @@ impl Registry {
         }
         let generation = self.next_generation;
         self.next_generation += 1;
-        entry.stream = Some((generation, outbox));
-        Ok(generation)
+        let old = self.set_stream(id, Some((generation, outbox)));
+        Ok((generation, old.map(|(_, outbox)| outbox)))
     }
 
     /// Whether the stream of generation `generation` is still the client's live one.
@@ -154,18 +207,16 @@ impl Registry {
     /// Returns whether it was the live stream.
     pub fn detach(&mut self, id: ClientId, generation: u64) -> bool {
         let live = self.is_current(id, generation);
-        if live && let Some(entry) = self.clients.get_mut(&id) {
-            entry.stream = None;
+        if live {
+            self.set_stream(id, None);
         }
         live
     }
 
     /// Unbinds whatever stream the client has and returns it.
     pub fn disconnect(&mut self, id: ClientId) -> Option<Outbox> {
-        self.clients
-            .get_mut(&id)
-            .and_then(|e| e.stream.take())
-            .map(|(_, outbox)| outbox)
+        self.clients.get(&id)?.stream.as_ref()?;
+        self.set_stream(id, None).map(|(_, outbox)| outbox)
     }
 
     /// Revokes every enrolled client whose name `active` refuses (anonymous clients are left
@@ -175,16 +226,19 @@ impl Registry {
         &mut self,
         active: impl Fn(&str) -> bool,
     ) -> Vec<(ClientId, Option<Outbox>)> {
-        let mut revoked = Vec::new();
+        let mut now_revoked = Vec::new();
         for (&id, entry) in &mut self.clients {
             let refused = entry.identity.as_deref().is_some_and(|name| !active(name));
             if refused && !entry.revoked {
                 entry.revoked = true;
                 entry.session_key = None;
-                revoked.push((id, entry.stream.take().map(|(_, outbox)| outbox)));
+                now_revoked.push(id);
             }
         }
-        revoked
+        now_revoked
+            .into_iter()
+            .map(|id| (id, self.disconnect(id)))
+            .collect()
     }
 
     /// Whether the client may take part: it joined and is not revoked.
@@ -216,8 +270,8 @@ impl Registry {
 
     /// Drops every live stream (ends all Session responses).
     pub fn disconnect_all(&mut self) {
-        for entry in self.clients.values_mut() {
-            entry.stream = None;
+        for id in self.connected() {
+            self.set_stream(id, None);
         }
     }
 }
@@ -232,15 +286,20 @@ mod tests {
         let (id, key) = r.join(None);
         let (tx, _rx) = mpsc::channel(1);
         assert_eq!(
-            r.attach(id + 1, &key, tx.clone()),
-            Err(AttachError::UnknownClient(id + 1))
+            r.attach(id + 1, &key, tx.clone()).err(),
+            Some(AttachError::UnknownClient(id + 1))
         );
         assert_eq!(
-            r.attach(id, &[0; 32], tx.clone()),
-            Err(AttachError::BadKey(id))
+            r.attach(id, &[0; 32], tx.clone()).err(),
+            Some(AttachError::BadKey(id))
         );
-        let g1 = r.attach(id, &key, tx.clone()).unwrap();
-        let g2 = r.attach(id, &key, tx).unwrap();
+        let (g1, none) = r.attach(id, &key, tx.clone()).unwrap();
+        assert!(none.is_none());
+        let (g2, replaced) = r.attach(id, &key, tx).unwrap();
+        assert!(
+            replaced.is_some(),
+            "the superseded stream is handed back to be ended"
+        );
         assert!(!r.is_current(id, g1) && r.is_current(id, g2));
         assert!(
             !r.detach(id, g1),
@@ -249,6 +308,36 @@ mod tests {
         assert_eq!(r.connected(), vec![id]);
         assert!(r.detach(id, g2));
         assert!(r.connected().is_empty());
+    }
+
+    #[test]
+    fn idle_clients_are_counted_and_forgotten_after_their_grace() {
+        let mut r = Registry::default();
+        let (a, key_a) = r.join(None);
+        let (b, _) = r.join(None);
+        let (e, _) = r.join(Some("enrolled"));
+        assert_eq!(r.idle_count(), 3);
+        let (tx, _rx) = mpsc::channel(1);
+        let (g, _) = r.attach(a, &key_a, tx).unwrap();
+        assert_eq!(r.idle_count(), 2);
+        assert_eq!(r.forget_idle(Instant::now()), 2);
+        assert_eq!(r.idle_count(), 0);
+        assert_eq!(r.connected(), vec![a]);
+        assert!(!r.is_admitted(b), "a forgotten client must join again");
+        assert_eq!(
+            r.join(Some("enrolled")).0,
+            e,
+            "enrolled names keep their ids"
+        );
+        // A client that leaves is idle from then on.
+        assert!(r.detach(a, g));
+        assert_eq!(r.idle_count(), 2);
+        assert_eq!(
+            r.forget_idle(Instant::now() - std::time::Duration::from_secs(60)),
+            0
+        );
+        assert_eq!(r.forget_idle(Instant::now()), 2);
+        assert!(r.connected().is_empty() && !r.is_admitted(a));
     }
 
     #[test]
@@ -262,8 +351,8 @@ mod tests {
         assert_ne!(key_a, key_a2);
         let (tx, _rx) = mpsc::channel(1);
         assert_eq!(
-            r.attach(a, &key_a, tx.clone()),
-            Err(AttachError::BadKey(a)),
+            r.attach(a, &key_a, tx.clone()).err(),
+            Some(AttachError::BadKey(a)),
             "a new Join retires the earlier session key"
         );
 
@@ -271,8 +360,8 @@ mod tests {
         let mut restored = Registry::restore(&saved);
         assert_eq!(restored.identities().names.get("b"), Some(&b));
         assert_eq!(
-            restored.attach(a, &key_a2, tx),
-            Err(AttachError::BadKey(a)),
+            restored.attach(a, &key_a2, tx).err(),
+            Some(AttachError::BadKey(a)),
             "after a restart every client joins again"
         );
         assert_eq!(restored.join(Some("b")).0, b);

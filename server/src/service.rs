@@ -126,6 +126,10 @@ pub struct Shared {
     pub joins: JoinGate,
     /// How long a client may pause in the middle of sending a tensor before it is dropped.
     pub upload_stall: Duration,
+    /// Most clients without a live stream the registry holds; Join is refused beyond it.
+    pub max_idle: usize,
+    /// How long a client without a live stream is remembered.
+    pub forget_after: Duration,
 }
 
 /// Rate limits of Join and AssignPartition, per remote address.
@@ -292,6 +296,13 @@ impl Federation for FederationService {
             )));
         }
         let admission = self.admit(&request, &request.get_ref().token, &request.get_ref().name)?;
+        let idle = self.shared.registry().idle_count();
+        if idle >= self.shared.max_idle {
+            return Err(Status::resource_exhausted(format!(
+                "{idle} joined clients have no session open; try again in {} s",
+                self.shared.forget_after.as_secs()
+            )));
+        }
         let req = request.into_inner();
         let identity = match &admission {
             Admission::Enrolled(name) => Some(name.as_str()),
@@ -330,7 +341,7 @@ impl Federation for FederationService {
             .map_err(|_| Status::invalid_argument("client_id is not one the server issued"))?;
         let (outbox, rx) = mpsc::channel(OUTBOX_DEPTH);
         self.shared.enforce_enrollment();
-        let generation = self
+        let (generation, superseded) = self
             .shared
             .registry()
             .attach(id, &hello.session_key, outbox.clone())
@@ -338,11 +349,17 @@ impl Federation for FederationService {
                 AttachError::Revoked(_) => Status::permission_denied(e.to_string()),
                 _ => Status::unauthenticated(e.to_string()),
             })?;
+        if let Some(old) = superseded {
+            // One stream per client: the earlier one ends now, saying why.
+            let _ = old.try_send(Err(Status::aborted(
+                "superseded by a newer Session for this client",
+            )));
+        }
         tracing::info!(client = id, "session open");
         let _ = self.shared.events.send(Event::Connected(id)).await;
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            if let Err(status) = read_stream(&shared, id, generation, &mut inbound).await {
+            if let Err(status) = read_stream(&shared, id, generation, &mut inbound, &outbox).await {
                 tracing::warn!(client = id, error = %status.message(), "dropping client");
                 let _ = outbox.send(Err(status)).await;
             }
@@ -486,22 +503,26 @@ async fn read_stream(
     id: ClientId,
     generation: u64,
     inbound: &mut Streaming<ClientMessage>,
+    outbox: &Outbox,
 ) -> Result<(), Status> {
     let mut framer = Framer::new(id, shared.num_params);
     loop {
         // Between tensors a client may be silent as long as it likes (it trains, or waits to be
-        // sampled); inside one it must keep sending.
-        let next = if framer.in_tensor() {
-            tokio::time::timeout(shared.upload_stall, inbound.message())
-                .await
-                .map_err(|_| {
-                    Status::deadline_exceeded(format!(
-                        "upload stalled: no chunk for {:.0} s",
-                        shared.upload_stall.as_secs_f64()
-                    ))
-                })?
+        // sampled); inside one it must keep sending. Once the response stream is gone (ended
+        // with a status: superseded, refused, or training over) there is nothing left to read.
+        let stall = if framer.in_tensor() {
+            shared.upload_stall
         } else {
-            inbound.message().await
+            Duration::MAX
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(stall, inbound.message()) => next.map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "upload stalled: no chunk for {:.0} s",
+                    shared.upload_stall.as_secs_f64()
+                ))
+            })?,
+            () = outbox.closed() => return Ok(()),
         };
         if !shared.registry().is_current(id, generation) {
             return Ok(());

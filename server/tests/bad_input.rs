@@ -380,3 +380,89 @@ async fn undecodable_requests_are_invalid_arguments() {
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Connections that never send the HTTP/2 preface (silent, or a few bytes of it) are closed
+/// within the handshake timeout, and the server still serves a real client afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_closed_within_the_handshake_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (out, endpoint, server, stop_tx) = evil_server("fl-silent", |c| {
+        c.server.handshake_timeout_secs = 1.0;
+    })
+    .await;
+    let address = endpoint.trim_start_matches("http://").to_string();
+    let mut silent = Vec::new();
+    for i in 0..50 {
+        let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+        if i % 2 == 1 {
+            tcp.write_all(b"PRI * HTTP/2.0").await.unwrap();
+        }
+        silent.push(tcp);
+    }
+    // Each is closed by the server: a read sees the end of the stream (or a reset).
+    for tcp in &mut silent {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "a silent connection is still open after 5 s: {read:?}"
+        );
+    }
+    assert!(support::raw_join(&endpoint, "late", "").await.is_ok());
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A second Session for the same client ends the first with ABORTED and a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_session_ends_with_a_clear_status() {
+    let (out, endpoint, server, stop_tx) = evil_server("fl-superseded", |_| {}).await;
+    let joined = support::raw_join(&endpoint, "twice", "").await.unwrap();
+    let (_tx1, mut first) = support::raw_hello(&endpoint, &joined).await.unwrap();
+    let (_tx2, _second) = support::raw_hello(&endpoint, &joined).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), first.message())
+        .await
+        .expect("the superseded stream ends");
+    let status = ended.expect_err("it ends with a status");
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains("superseded"), "{status:?}");
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Joins that never open a Session are bounded (beyond `max_idle_clients` Join is refused) and
+/// forgotten after `forget_after_secs`, after which joining works again and a forgotten identity
+/// is told to join again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_without_sessions_are_bounded_and_forgotten() {
+    let (out, endpoint, server, stop_tx) = evil_server("fl-idle-joins", |c| {
+        c.server.reconnect_grace_secs = 0.0;
+        c.server.forget_after_secs = 1.0;
+        c.server.max_idle_clients = 5;
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(support::raw_join(&endpoint, "idle", "").await.unwrap());
+    }
+    let refused = support::raw_join(&endpoint, "idle", "").await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("no session open"), "{refused:?}");
+    // Forgotten after the grace period (the sweep runs every quarter of it): joining works again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while support::raw_join(&endpoint, "idle", "").await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "idle joins never forgotten"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone = support::raw_hello(&endpoint, &held[0]).await.unwrap_err();
+    assert_eq!(gone.code(), Code::Unauthenticated, "{gone:?}");
+    assert!(gone.message().contains("call Join first"), "{gone:?}");
+    stop_tx.send(true).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    let _ = std::fs::remove_dir_all(&out);
+}
