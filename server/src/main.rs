@@ -192,9 +192,15 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {}", listener.local_addr()?);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::warn!("interrupt: finishing after the current round");
-            let _ = stop_tx.send(true);
+        match shutdown_signal().await {
+            Ok(signal) => {
+                tracing::warn!(
+                    signal,
+                    "stopping: the current round ends now, then the run is recorded"
+                );
+                let _ = stop_tx.send(true);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGINT and SIGTERM"),
         }
     });
     let test = Arc::new(test);
@@ -218,4 +224,22 @@ async fn main() -> anyhow::Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// Resolves with the signal's name on SIGINT (Ctrl-C) or SIGTERM (what docker and Kubernetes send
+/// to stop a container).
+async fn shutdown_signal() -> std::io::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT"),
+            _ = term.recv() => Ok("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map(|()| "SIGINT")
+    }
 }

@@ -1,6 +1,7 @@
 //! End to end with real binaries: one `fl-server` process and several `fl-client` processes on
 //! loopback (the server binds port 0 and prints the address), a few rounds of FedAvg on MNIST;
-//! accuracy rises and the run folder is complete. `fl-client` refuses unusable privacy limits.
+//! accuracy rises and the run folder is complete. SIGTERM stops a training server in order.
+//! `fl-client` refuses unusable privacy limits.
 
 mod procs;
 
@@ -108,6 +109,60 @@ fn server_and_client_processes_train_mnist() {
         header["layers.0.weight"]["shape"],
         serde_json::json!([784, 10])
     );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// SIGTERM (docker's and Kubernetes' stop) ends a training server in order: it exits by itself,
+/// with its summary and checkpoint written, instead of being killed by the signal.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn sigterm_stops_a_training_server_in_order() {
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::env::temp_dir().join(format!("fl-sigterm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let data = procs::mnist();
+    let out_arg = out.display().to_string();
+    let (mut server, addr) = start_server(
+        "sigterm-server",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--clients",
+            "2",
+            "--clients-per-round",
+            "2",
+            "--rounds",
+            "1000",
+            "--model",
+            "logistic",
+            "--data",
+            &data,
+            "--out",
+            &out_arg,
+        ],
+    );
+    let mut client = start_client(
+        "sigterm-client",
+        &addr,
+        &["--partition", "iid:2:0", "--simulate", "2"],
+    );
+    let metrics = out.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(&metrics).map_or(true, |m| m.lines().count() < 2) {
+        assert!(std::time::Instant::now() < deadline, "no round recorded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let sent = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(sent, 0);
+    let status = wait(&mut server, Duration::from_secs(30));
+    assert_eq!(status.signal(), None, "killed by the signal: {status:?}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rounds = summary["rounds_completed"].as_u64().unwrap();
+    assert!((2..1000).contains(&rounds), "{summary}");
+    assert!(out.join("checkpoint.safetensors").is_file());
+    assert!(wait(&mut client, Duration::from_secs(30)).success());
     std::fs::remove_dir_all(&out).unwrap();
 }
 
