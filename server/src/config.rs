@@ -936,7 +936,7 @@ pub struct RobustSection {
     pub max_update_norm: Option<f64>,
     /// What happens to an update beyond `max_update_norm`.
     pub norm_action: NormAction,
-    /// `mean` or `trimmed-mean` (`privacy.mode = "none"`, FedAvg only).
+    /// `mean` or `trimmed-mean` (FedAvg with `privacy.mode` `none` or `ldp-*`).
     pub aggregator: Aggregator,
     /// beta: the fraction of values dropped at each end of every coordinate by the trimmed mean.
     pub trim_fraction: f64,
@@ -969,15 +969,23 @@ impl RobustSection {
         if !(0.0..0.5).contains(&self.trim_fraction) {
             return bad("robust.trim_fraction must be in [0, 0.5)");
         }
-        let screens = self.max_update_norm.is_some() || self.aggregator != Aggregator::Mean;
-        let plain_fedavg =
-            run.privacy.mode == PrivacyMode::None && run.train.algorithm == Algorithm::FedAvg;
-        if screens && !plain_fedavg {
+        let fedavg = run.train.algorithm == Algorithm::FedAvg;
+        let mode = run.privacy.mode;
+        if self.max_update_norm.is_some() && !(fedavg && mode == PrivacyMode::None) {
             return bad(
-                "robust.max_update_norm and robust.aggregator = \"trimmed-mean\" apply to \
-                 privacy.mode = \"none\" with FedAvg only: private modes bound updates by their \
-                 own clipping, and the server does not see individual updates under secure \
-                 aggregation",
+                "robust.max_update_norm applies to privacy.mode = \"none\" with FedAvg only: \
+                 private modes bound updates by their own clipping",
+            );
+        }
+        let sees_updates = matches!(
+            mode,
+            PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace
+        );
+        if self.aggregator != Aggregator::Mean && !(fedavg && sees_updates) {
+            return bad(
+                "robust.aggregator = \"trimmed-mean\" applies to FedAvg with privacy.mode \
+                 \"none\", \"ldp-gaussian\" or \"ldp-laplace\": the server must see each \
+                 (released) update",
             );
         }
         Ok(())
@@ -1240,6 +1248,27 @@ mod tests {
         let mut bad = c;
         bad.secagg.sim_dropout = 1.0;
         assert!(refused(&bad).contains("sim_dropout"));
+    }
+
+    #[test]
+    fn robust_options_go_only_where_the_server_sees_updates() {
+        let with = |mode, norm: Option<f64>, aggregator| {
+            let mut c = RunConfig::default();
+            c.privacy.mode = mode;
+            c.robust.max_update_norm = norm;
+            c.robust.aggregator = aggregator;
+            c.validate()
+        };
+        let trimmed = Aggregator::TrimmedMean;
+        assert!(with(PrivacyMode::None, Some(10.0), trimmed).is_ok());
+        assert!(with(PrivacyMode::LdpGaussian, None, trimmed).is_ok());
+        assert!(with(PrivacyMode::LdpGaussian, Some(10.0), Aggregator::Mean).is_err());
+        assert!(with(PrivacyMode::Central, None, trimmed).is_err());
+        assert!(with(PrivacyMode::SecAgg, None, trimmed).is_err());
+        assert!(with(PrivacyMode::None, Some(-1.0), Aggregator::Mean).is_err());
+        let mut c = RunConfig::default();
+        c.robust.trim_fraction = 0.5;
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -286,11 +286,11 @@ async fn run_server(
             let iadmm = Iadmm::new(dim, a.rho, balancing, local_config);
             (Box::new(iadmm) as Box<dyn Strategy>, None)
         }
-        PrivacyMode::None => (plain_fedavg(&config.robust, dim, local_config), None),
-        PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => (
-            Box::new(FedAvg::new(dim, local_config)) as Box<dyn Strategy>,
-            None,
-        ),
+        // Config validation keeps the norm bound to mode "none"; local releases may be
+        // trimmed (post-processing).
+        PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => {
+            (plain_fedavg(&config.robust, dim, local_config), None)
+        }
         PrivacyMode::SignDs => {
             let Some(LocalMechanism::SignDs { k, h, epsilon }) = local_mechanism else {
                 unreachable!("signds runs have a SignDS mechanism");
@@ -411,8 +411,8 @@ fn release_freed_memory() {
     }
 }
 
-/// Non-private FedAvg as `[robust]` asks: the weighted or the trimmed mean, behind the
-/// update-norm bound if there is one.
+/// FedAvg over updates the server sees (non-private, or local releases) as `[robust]` asks: the
+/// weighted or the trimmed mean, behind the update-norm bound if there is one.
 fn plain_fedavg(robust: &RobustSection, dim: usize, local: LocalConfig) -> Box<dyn Strategy> {
     fn bounded<S: Strategy + 'static>(inner: S, robust: &RobustSection) -> Box<dyn Strategy> {
         match robust.max_update_norm {

@@ -112,6 +112,42 @@ mod tests {
         assert_eq!(s.finish_round(2, &[10.0, 0.0]).model, None);
     }
 
+    /// m = 10, beta = 0.1: one client sending an honest update scaled by 1e6 leaves every
+    /// coordinate of the aggregate within the honest clients' range.
+    #[test]
+    fn one_update_scaled_by_a_million_stays_out_of_the_aggregate() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let d = 1000;
+        let local = LocalConfig {
+            epochs: 1,
+            batch_size: 1,
+            learning_rate: 0.1,
+        };
+        let mut s = TrimmedMean::new(d, 0.1, local);
+        let honest: Vec<Vec<f32>> = (0..9)
+            .map(|_| (0..d).map(|_| rng.random_range(-1.0..1.0)).collect())
+            .collect();
+        let hostile: Vec<f32> = honest[0].iter().map(|v| v * 1e6).collect();
+        for (client, values) in honest.iter().cloned().chain([hostile]).enumerate() {
+            let update = ClientUpdate {
+                client: client as u64,
+                num_examples: 1,
+                values,
+            };
+            s.absorb(1, update).unwrap();
+        }
+        let model = s.finish_round(1, &vec![0.0; d]).model.unwrap();
+        for (j, w) in model.iter().enumerate() {
+            let column = honest.iter().map(|u| u[j]);
+            let (lo, hi) = column.fold((f32::MAX, f32::MIN), |(l, h), v| (l.min(v), h.max(v)));
+            assert!(
+                (lo..=hi).contains(w),
+                "coordinate {j}: {w} outside [{lo}, {hi}]"
+            );
+        }
+    }
+
     #[test]
     fn with_no_trimming_it_is_the_plain_mean() {
         let mut s = strategy(0.0);
