@@ -270,6 +270,8 @@ async fn run_server(
         server_builder(&config.server)?
             .http2_keepalive_interval(Some(KEEPALIVE))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            // A span per RPC: every line logged while handling it names the method.
+            .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
             .add_service(service)
             .serve_with_incoming_shutdown(accept::guarded(listener, handshake), async {
                 let _ = done_rx.await;

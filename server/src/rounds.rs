@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
+use tracing::Instrument;
 
 /// What an upload says about itself.
 struct Claim<'a> {
@@ -243,12 +244,19 @@ impl RoundLoop {
             };
             let task = secure.as_ref().map(|s| s.task);
             let (down, mut tasks) = self.start_round(round, &global, &sampled, &plan, task);
+            // A span per round's collection: what the loop logs while collecting names the round.
+            let span = tracing::info_span!("round", round);
             let tally = match secure {
                 None => {
                     self.collect(round, &sampled, t0, &mut tasks, &global)
+                        .instrument(span)
                         .await?
                 }
-                Some(secure) => self.collect_sum(round, &sampled, t0, secure).await?,
+                Some(secure) => {
+                    self.collect_sum(round, &sampled, t0, secure)
+                        .instrument(span)
+                        .await?
+                }
             };
             // Under central DP the noised sum over the expected count is released however many
             // answered: an exact count deciding the release is not accounted (under Poisson

@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 /// Most partition indices one request may take.
 const MAX_PARTITIONS_PER_REQUEST: u64 = 100_000;
@@ -358,7 +359,8 @@ impl Federation for FederationService {
         tracing::info!(client = id, "session open");
         let _ = self.shared.events.send(Event::Connected(id)).await;
         let shared = self.shared.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("session", client = id);
+        let reader = async move {
             if let Err(status) = read_stream(&shared, id, generation, &mut inbound, &outbox).await {
                 tracing::warn!(client = id, error = %status.message(), "dropping client");
                 let _ = outbox.send(Err(status)).await;
@@ -368,7 +370,8 @@ impl Federation for FederationService {
                 let _ = shared.events.send(Event::Disconnected(id)).await;
             }
             tracing::info!(client = id, "session closed");
-        });
+        };
+        tokio::spawn(reader.instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
