@@ -301,11 +301,18 @@ fn staged(upto: Stage) -> Staged {
     if upto == Stage::MaskedInput {
         return st;
     }
-    for (&u, c) in st.clients.iter_mut().filter(|(u, _)| **u != 5) {
-        let y = c.masked_input(&st.proceed[&u], &[u; 8]).unwrap();
+    let proceed = st.proceed.clone();
+    send_masked(&mut st, &proceed, &[1, 2, 3, 4]);
+    st
+}
+
+/// Each of `ids` masks its input (u, ..., u) as `proceed` says, and the server takes it.
+fn send_masked(st: &mut Staged, proceed: &BTreeMap<u64, Proceed>, ids: &[u64]) {
+    for &u in ids {
+        let client = st.clients.get_mut(&u).unwrap();
+        let y = client.masked_input(&proceed[&u], &[u; 8]).unwrap();
         st.server.receive_masked(u, &y).unwrap();
     }
-    st
 }
 
 /// The round after the masked-input stage: every survivor but `silent` reveals; the result.
@@ -353,15 +360,7 @@ fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
         st.server.receive_masked(5, &[0; 8]),
         Err(SecAggError::NotParticipant(5))
     ));
-    for u in 1..=4u64 {
-        let y = st
-            .clients
-            .get_mut(&u)
-            .unwrap()
-            .masked_input(&proceed[&u], &[u; 8])
-            .unwrap();
-        st.server.receive_masked(u, &y).unwrap();
-    }
+    send_masked(&mut st, &proceed, &[1, 2, 3, 4]);
     let result = unmask_all(&mut st).unwrap();
     assert_eq!(result.survivors, vec![1, 2, 3, 4]);
     assert_eq!(result.sum, sum_of(&[1, 2, 3, 4]));
@@ -388,17 +387,8 @@ fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
             (proceed[&4].unpaired.clone(), proceed[&2].unpaired.clone()),
             (vec![2], vec![])
         );
-        let mut alive = Vec::new();
-        for u in (1..=5u64).filter(|&u| Some(u) != dropout) {
-            let y = st
-                .clients
-                .get_mut(&u)
-                .unwrap()
-                .masked_input(&proceed[&u], &[u; 8])
-                .unwrap();
-            st.server.receive_masked(u, &y).unwrap();
-            alive.push(u);
-        }
+        let alive: Vec<u64> = (1..=5u64).filter(|&u| Some(u) != dropout).collect();
+        send_masked(&mut st, &proceed, &alive);
         let result = unmask_all(&mut st).unwrap();
         assert_eq!(result.sum, sum_of(&alive), "dropout {dropout:?}");
     }
