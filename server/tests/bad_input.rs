@@ -439,7 +439,8 @@ async fn a_superseded_session_ends_with_a_clear_status() {
 async fn joins_without_sessions_are_bounded_and_forgotten() {
     let (out, endpoint, server, stop_tx) = evil_server("fl-idle-joins", |c| {
         c.server.reconnect_grace_secs = 0.0;
-        c.server.forget_after_secs = 1.0;
+        // Long enough that the six joins below are all made within it, even on a loaded machine.
+        c.server.forget_after_secs = 5.0;
         c.server.max_idle_clients = 5;
     })
     .await;
@@ -451,7 +452,7 @@ async fn joins_without_sessions_are_bounded_and_forgotten() {
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.message().contains("no session open"), "{refused:?}");
     // Forgotten after the grace period (the sweep runs every quarter of it): joining works again.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while support::raw_join(&endpoint, "idle", "").await.is_err() {
         assert!(
             tokio::time::Instant::now() < deadline,
