@@ -395,7 +395,8 @@ async fn silent_connections_are_closed_within_the_handshake_timeout() {
     for i in 0..50 {
         let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
         if i % 2 == 1 {
-            tcp.write_all(b"PRI * HTTP/2.0").await.unwrap();
+            // The server may already have closed it on a stalled machine: that is the point.
+            let _ = tcp.write_all(b"PRI * HTTP/2.0").await;
         }
         silent.push(tcp);
     }
