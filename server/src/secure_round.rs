@@ -67,7 +67,8 @@ fn send_to(lp: &RoundLoop, client: ClientId, body: server_message::Body) -> u64 
 }
 
 impl RoundLoop {
-    /// Runs the stages (keys, shares, check, masked input, unmasking) of round `round` over the `sampled` clients (whose tasks are sent).
+    /// Runs the stages (keys, shares, check, masked input, unmasking) of round `round` over the
+    /// `sampled` clients (whose tasks are sent).
     pub(crate) async fn collect_secure(
         &mut self,
         round: u64,
