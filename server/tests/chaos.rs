@@ -42,7 +42,9 @@ fn write_config(dir: &Path, server: &str) -> String {
 
 /// Starts `fl-server` on a free loopback port with `config`, writing to `out`.
 fn start_run(name: &str, config: &str, out: &str) -> (Reaper, String) {
-    let args = ["--config", config, "--listen", "127.0.0.1:0", "--out", out];
+    // The resumed server listens on the same address: one no one else can take in between.
+    let listen = procs::reusable_address();
+    let args = ["--config", config, "--listen", &listen, "--out", out];
     start_server(name, &args)
 }
 

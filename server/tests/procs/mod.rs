@@ -83,6 +83,27 @@ pub fn start_server(name: &str, args: &[&str]) -> (Reaper, String) {
     (server, addr)
 }
 
+/// A free loopback address for a server that must come back on the same address after it is
+/// killed. Its port is below the kernel's ephemeral range, so that in between neither another
+/// test's port-0 bind nor a retrying client's outgoing connection (which, on an ephemeral port,
+/// can connect to itself) can take it; each call in this process starts from a different port.
+pub fn reusable_address() -> String {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static CALLS: AtomicU16 = AtomicU16::new(0);
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let span = low.saturating_sub(10_000).max(1);
+    let first =
+        (std::process::id() as u16 % span).wrapping_add(CALLS.fetch_add(97, Ordering::Relaxed));
+    (0..span)
+        .map(|i| 10_000 + (first.wrapping_add(i) % span))
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .map(|port| format!("127.0.0.1:{port}"))
+        .expect("a free port below the ephemeral range")
+}
+
 /// Starts `fl-client` against `addr` with `args` after the server and data flags; `name` names
 /// its log.
 pub fn start_client(name: &str, addr: &str, args: &[&str]) -> Reaper {
