@@ -48,6 +48,19 @@ fn start_run(name: &str, config: &str, out: &str) -> (Reaper, String) {
     start_server(name, &args)
 }
 
+/// Waits (at most 60 s) until `path` exists.
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} not written in time",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits (at most 60 s) until the run folder `run` has recorded `rounds` rounds.
 fn wait_for_rounds(run: &Path, rounds: usize) {
     let metrics = run.join("metrics.jsonl");
@@ -107,6 +120,9 @@ fn a_server_killed_at_random_points_resumes_without_losing_privacy_spent() {
         // before the first round, between rounds, in the middle of one, or after the last.
         let recorded = rng.random_range(0..ROUNDS) as usize;
         let extra = Duration::from_millis(rng.random_range(0..150));
+        // A server killed before its first checkpoint (round 0, written once it starts serving)
+        // has nothing to resume: the earliest kill is just after it.
+        wait_for_file(&run.join("checkpoint.safetensors"));
         wait_for_rounds(&run, recorded);
         std::thread::sleep(extra);
         if server.0.try_wait().unwrap().is_none() {
