@@ -9,6 +9,7 @@ use fl_common::privacy::{
     AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds,
 };
 use fl_common::schedule::Schedule;
+use fl_common::secagg::{GraphKind, Stage, auto_degree};
 use fl_common::signds::{SignDs, SignDsError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -446,6 +447,12 @@ impl RunConfig {
         let distributed = self.privacy.mode == PrivacyMode::SecAgg
             && self.secagg.noise == SecAggNoise::Distributed;
         self.privacy.sampling == Sampling::Poisson && !distributed
+    }
+
+    /// Whether the clip bound S itself leaks the clients' data (the paper's median rule): the
+    /// ledger and summary say so, and the reported epsilon does not cover it.
+    pub fn clip_bound_leaks(&self) -> bool {
+        self.privacy.clip == ClipMode::Median
     }
 
     /// Whether the run keeps a central privacy ledger (local mechanisms are accounted per
@@ -1025,6 +1032,28 @@ pub enum DropoutStage {
     AfterShares,
     /// After the masked input, before unmasking.
     AfterMasked,
+}
+
+impl DropoutStage {
+    /// The stage whose message the injector's clients do not receive.
+    pub fn withheld(self) -> Stage {
+        match self {
+            DropoutStage::BeforeShares => Stage::ShareKeys,
+            DropoutStage::AfterShares => Stage::CheckShares,
+            DropoutStage::AfterMasked => Stage::Unmasking,
+        }
+    }
+}
+
+impl SecAggSection {
+    /// The neighbour graph of a round of `sampled` clients.
+    pub fn graph(&self, sampled: usize) -> GraphKind {
+        match self.graph {
+            SecAggGraph::Complete => GraphKind::Complete,
+            SecAggGraph::Regular if self.degree == 0 => GraphKind::Regular(auto_degree(sampled)),
+            SecAggGraph::Regular => GraphKind::Regular(self.degree),
+        }
+    }
 }
 
 /// `[secagg]`: secure aggregation settings.

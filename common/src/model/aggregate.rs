@@ -82,6 +82,21 @@ impl WeightedMean {
         self.count
     }
 
+    /// Length of the vectors summed.
+    pub fn len(&self) -> usize {
+        self.sum.len()
+    }
+
+    /// Whether the vectors summed are empty (a model without parameters).
+    pub fn is_empty(&self) -> bool {
+        self.sum.is_empty()
+    }
+
+    /// sum_k n_k u_k, or `None` when nothing was absorbed.
+    pub fn sum(&self) -> Option<Vec<f32>> {
+        (self.count > 0).then(|| self.sum.iter().map(|&s| s as f32).collect())
+    }
+
     /// sum_k n_k u_k / sum_k n_k, or `None` when nothing was absorbed. A mean beyond f32's range
     /// comes out infinite; [`check_model`] stops it before it is applied.
     pub fn mean(&self) -> Option<Vec<f32>> {

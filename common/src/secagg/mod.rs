@@ -19,6 +19,7 @@
 //! Everything here is sans-IO: [`ClientRound`] and [`ServerRound`] consume and produce the stage
 //! messages; the server and client crates only carry them.
 
+mod calibration;
 mod client;
 mod graph;
 mod keys;
@@ -30,6 +31,7 @@ mod ring;
 mod server;
 mod shamir;
 
+pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape};
 pub use client::ClientRound;
 pub use graph::{GraphKind, auto_degree, build as build_graph};
 pub use keys::{KeyError, KeyPair, SecretKind, check_public, pair_seed, share_commitment};

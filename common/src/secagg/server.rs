@@ -114,6 +114,11 @@ impl ServerRound {
         }
     }
 
+    /// The round this state runs.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
     /// The stage in progress.
     pub fn stage(&self) -> Stage {
         self.stage

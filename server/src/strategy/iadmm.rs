@@ -7,11 +7,12 @@
 //! their last state), and optionally rebalances rho.
 
 use super::{
-    AdmmRound, ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError, StrategyState,
+    AdmmRound, RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError,
+    StrategyState, Upload,
 };
 use crate::registry::ClientId;
 use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
-use fl_common::model::{LocalConfig, check_update};
+use fl_common::model::check_update;
 use std::collections::BTreeMap;
 
 /// Residual balancing's parameters (Boyd et al. 2011, Sec. 3.4.1).
@@ -27,9 +28,9 @@ pub struct ResidualBalancing {
 #[derive(Debug)]
 pub struct Iadmm {
     dim: usize,
-    local: LocalConfig,
     rho: f64,
     balancing: Option<ResidualBalancing>,
+    /// I: the examples of all clients, which every client's primal step needs.
     total_examples: u64,
     /// Every client's (z_p, lambda_p) by client id; ids survive restarts (see
     /// [`crate::registry`]), so a client that answers after a resume continues its own state.
@@ -39,19 +40,19 @@ pub struct Iadmm {
 }
 
 impl Iadmm {
-    /// IADMM over `dim` parameters with penalty `rho`, optionally rebalanced each round.
+    /// IADMM over `dim` parameters with penalty `rho`, optionally rebalanced each round, for
+    /// clients holding `total_examples` examples in all.
     pub fn new(
         dim: usize,
         rho: f64,
         balancing: Option<ResidualBalancing>,
-        local: LocalConfig,
+        total_examples: u64,
     ) -> Self {
         Self {
             dim,
-            local,
             rho,
             balancing,
-            total_examples: 0,
+            total_examples,
             states: BTreeMap::new(),
             received: Vec::new(),
         }
@@ -59,9 +60,13 @@ impl Iadmm {
 }
 
 impl Strategy for Iadmm {
-    fn configure_round(&mut self, _round: u64, plan: &RoundPlan) -> LocalConfig {
-        self.total_examples = plan.total_examples;
-        self.local
+    fn configure_round(&mut self, _ctx: &RoundContext) -> RoundInstructions {
+        RoundInstructions {
+            admm: Some(AdmmRound {
+                rho: self.rho,
+                total_examples: self.total_examples,
+            }),
+        }
     }
 
     fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
@@ -72,13 +77,6 @@ impl Strategy for Iadmm {
         };
         tensor.extend_from_slice(point);
         Some(tensor)
-    }
-
-    fn admm_round(&self) -> Option<AdmmRound> {
-        Some(AdmmRound {
-            rho: self.rho,
-            total_examples: self.total_examples,
-        })
     }
 
     fn state(&self) -> StrategyState {
@@ -123,13 +121,14 @@ impl Strategy for Iadmm {
         Ok(())
     }
 
-    fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {
+    fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        let update = upload.dense()?;
         check_update(&update.values, self.dim)?;
         self.received.push((update.client, update.values));
         Ok(())
     }
 
-    fn finish_round(&mut self, _round: u64, global: &[f32]) -> RoundOutcome {
+    fn finish_round(&mut self, _ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         if self.received.is_empty() {
             return RoundOutcome::default();
         }
@@ -173,31 +172,24 @@ impl Strategy for Iadmm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::ClientUpdate;
+    use crate::strategy::testing::{ctx, update};
     use fl_common::admm::primal_step;
 
-    fn plan() -> RoundPlan {
-        RoundPlan {
-            expected_clients: 2.0,
-            noise_multiplier: None,
-            total_examples: 40,
-        }
+    fn plan(round: u64) -> RoundContext {
+        ctx(round, 2.0, None)
     }
 
     /// The strategy, driven by clients that follow the protocol on f_i(w) = (w - c_p)^2 / 2,
     /// reaches the weighted optimum, as the sans-IO steps do.
     #[test]
     fn clients_following_the_protocol_reach_the_consensus_optimum() {
-        let local = LocalConfig {
-            epochs: 1,
-            batch_size: 1,
-            learning_rate: 0.1,
-        };
         let (c, n) = ([1.0f32, 5.0], [30u64, 10]);
-        let mut s = Iadmm::new(1, 2.0, None, local);
+        let mut s = Iadmm::new(1, 2.0, None, 40);
         let mut w = vec![0.0f32];
         for round in 1..=500 {
-            s.configure_round(round, &plan());
-            let step = s.admm_round().unwrap();
+            let cx = plan(round);
+            let step = s.configure_round(&cx).admm.unwrap();
             for p in 0..2 {
                 let sent = s.client_tensor(p as u64, &w).unwrap();
                 let (a, z) = sent.split_at(1);
@@ -208,9 +200,9 @@ mod tests {
                     num_examples: n[p],
                     values,
                 };
-                s.absorb(round, update).unwrap();
+                s.absorb(&cx, update.into()).unwrap();
             }
-            w = s.finish_round(round, &w).model.unwrap();
+            w = s.finish_round(&cx, &w).model.unwrap();
         }
         assert!((w[0] - 2.0).abs() < 1e-3, "{w:?}");
         let bad = ClientUpdate {
@@ -218,56 +210,40 @@ mod tests {
             num_examples: 1,
             values: vec![f32::NAN],
         };
-        assert!(s.absorb(501, bad).is_err());
+        assert!(s.absorb(&plan(501), bad.into()).is_err());
     }
 
     /// A restored strategy keeps every client's state, by id, and the same rho: with a new client
     /// and a known one answering, both give the same next model.
     #[test]
     fn state_survives_a_restart() {
-        let local = LocalConfig {
-            epochs: 1,
-            batch_size: 1,
-            learning_rate: 0.1,
-        };
         let balancing = Some(ResidualBalancing { mu: 1.5, tau: 2.0 });
-        let mut s = Iadmm::new(2, 0.5, balancing, local);
+        let mut s = Iadmm::new(2, 0.5, balancing, 40);
         let mut w = vec![0.0f32, 1.0];
         for round in 1..=3 {
-            s.configure_round(round, &plan());
+            let c = plan(round);
             for p in 0..3u64 {
                 let values = vec![p as f32 + round as f32, -(p as f32)];
-                s.absorb(
-                    round,
-                    ClientUpdate {
-                        client: p,
-                        num_examples: 1,
-                        values,
-                    },
-                )
-                .unwrap();
+                s.absorb(&c, update(p, 1, values).into()).unwrap();
             }
-            w = s.finish_round(round, &w).model.unwrap();
+            w = s.finish_round(&c, &w).model.unwrap();
         }
-        let mut restored = Iadmm::new(2, 1.0, balancing, local);
+        let mut restored = Iadmm::new(2, 1.0, balancing, 40);
         restored.restore(s.state()).unwrap();
+        let c = plan(4);
         assert_eq!(
-            restored.admm_round().unwrap().rho,
-            s.admm_round().unwrap().rho
+            restored.configure_round(&c).admm.unwrap().rho,
+            s.configure_round(&c).admm.unwrap().rho
         );
-        let update = |client| ClientUpdate {
-            client,
-            num_examples: 1,
-            values: vec![0.5, 0.5],
-        };
+        let answer = |client| update(client, 1, vec![0.5, 0.5]).into();
         for client in [9, 1] {
-            s.absorb(4, update(client)).unwrap();
-            restored.absorb(4, update(client)).unwrap();
+            s.absorb(&c, answer(client)).unwrap();
+            restored.absorb(&c, answer(client)).unwrap();
         }
-        assert_eq!(s.finish_round(4, &w), restored.finish_round(4, &w));
+        assert_eq!(s.finish_round(&c, &w), restored.finish_round(&c, &w));
         assert_eq!(restored.states.len(), 4);
         let mut bad = s.state();
         bad.tensors.pop();
-        assert!(Iadmm::new(2, 1.0, None, local).restore(bad).is_err());
+        assert!(Iadmm::new(2, 1.0, None, 40).restore(bad).is_err());
     }
 }

@@ -1,9 +1,14 @@
-//! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one client's
-//! result at a time (or, under secure aggregation, the round's sum), finish the round.
-//! [`FedAvg`], [`TrimmedMean`], [`DpFedAvg`], [`SecureSum`], [`SignDsAvg`] and [`Iadmm`]
-//! implement it; [`NormBound`] puts an update-norm bound in front of one.
+//! The aggregation interface (after Flower's `Strategy`): configure a round, absorb one upload at
+//! a time (a dense update, a SignDS upload, or under secure aggregation the round's sum), finish
+//! the round. Every call gets the round's [`RoundContext`]: a strategy keeps aggregation state
+//! between calls, never the round's plan.
+//!
+//! Aggregation rules: [`FedAvg`], [`TrimmedMean`], [`SecureSum`], [`SignDsAvg`], [`Iadmm`].
+//! Decorators around an inner rule: [`CentralDp`] (clip, Gaussian noise, divide by the expected
+//! count; wraps only a [`SumStrategy`]) and [`NormBound`] (an operator's bound on update norms).
+//! `crate::build` is the one place that stacks them for a run.
 
-mod dp_fedavg;
+mod central_dp;
 mod fedavg;
 mod iadmm;
 mod norm_bound;
@@ -11,39 +16,91 @@ mod secure_sum;
 mod signds_avg;
 mod trimmed_mean;
 
-pub use dp_fedavg::{ClipRule, DpFedAvg, QuantileClip};
+pub use central_dp::{CentralDp, ClipRule, QuantileClip};
 pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
 pub use norm_bound::NormBound;
-pub use secure_sum::{SecureSum, SumNoise};
+pub use secure_sum::{Divisor, SecureSum};
 pub use signds_avg::SignDsAvg;
 pub use trimmed_mean::TrimmedMean;
 
 use crate::registry::ClientId;
-use fl_common::model::{LocalConfig, UpdateError};
+use fl_common::model::UpdateError;
 use fl_common::signds::SignDsError;
 
-/// One client's validated-for-shape result.
-#[derive(Debug, Clone)]
-pub struct ClientUpdate {
-    /// Who sent it.
-    pub client: ClientId,
-    /// n_k: examples it trained on (its weight).
-    pub num_examples: u64,
-    /// u_k = w_k - w_t.
-    pub values: Vec<f32>,
-}
-
-/// What the round loop decided about a round before it starts.
+/// What every call of a round is told: the round and what the coordinator fixed before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RoundPlan {
+pub struct RoundContext {
+    /// t.
+    pub round: u64,
     /// Expected number of participants: m_t for fixed-size sampling, q_t K under Poisson
     /// sampling (public, so dividing by it leaks nothing).
     pub expected_clients: f64,
     /// z_t: noise multiplier of the round (private runs).
     pub noise_multiplier: Option<f64>,
-    /// I: examples the connected clients declared at Join.
-    pub total_examples: u64,
+}
+
+/// One client's dense result.
+#[derive(Debug, Clone)]
+pub struct ClientUpdate {
+    /// Who sent it.
+    pub client: ClientId,
+    /// n_k: examples it trained on (its weight; 1 for a local release).
+    pub num_examples: u64,
+    /// u_k = w_k - w_t (IADMM: the primal iterate z_k).
+    pub values: Vec<f32>,
+}
+
+/// One SignDS upload (s, J).
+#[derive(Debug, Clone)]
+pub struct SignUpload {
+    /// s in {-1, +1}.
+    pub sign: i64,
+    /// J: the selected coordinates.
+    pub indices: Vec<u64>,
+}
+
+/// The unmasked sum of a secure-aggregation round, decoded to floats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SumInput {
+    /// sum_{u in U3} x_u / gamma.
+    pub sum: Vec<f32>,
+    /// |U3|.
+    pub contributors: usize,
+    /// S: the clients' clip bound.
+    pub clip_bound: f64,
+    /// The decoded sum's L2 sensitivity, S + sqrt(d)/gamma.
+    pub sensitivity: f64,
+    /// Standard deviation of the distributed noise already in the sum, in model units.
+    pub noise_std: Option<f64>,
+}
+
+/// What a strategy is given to absorb.
+#[derive(Debug, Clone)]
+pub enum Upload {
+    /// A client's dense update.
+    Dense(ClientUpdate),
+    /// A client's SignDS upload.
+    Sign(SignUpload),
+    /// A secure-aggregation round's sum.
+    Sum(SumInput),
+}
+
+impl From<ClientUpdate> for Upload {
+    fn from(update: ClientUpdate) -> Self {
+        Upload::Dense(update)
+    }
+}
+
+impl Upload {
+    /// The dense update, or why a strategy of dense updates refuses this upload.
+    pub fn dense(self) -> Result<ClientUpdate, StrategyError> {
+        match self {
+            Upload::Dense(u) => Ok(u),
+            Upload::Sign(_) => Err(StrategyError::NotSign),
+            Upload::Sum(_) => Err(StrategyError::NeedsUpdates),
+        }
+    }
 }
 
 /// What a strategy carries from one round to the next, for checkpoints.
@@ -64,6 +121,13 @@ pub struct AdmmRound {
     pub total_examples: u64,
 }
 
+/// What the sampled clients are told beyond the training settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RoundInstructions {
+    /// The round's inexact-ADMM step, if the strategy runs one.
+    pub admm: Option<AdmmRound>,
+}
+
 /// What a round produced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoundOutcome {
@@ -77,22 +141,7 @@ pub struct RoundOutcome {
     pub rho: Option<f64>,
 }
 
-/// The unmasked sum of a secure-aggregation round, decoded to floats.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SumInput {
-    /// sum_{u in U3} x_u / gamma.
-    pub sum: Vec<f32>,
-    /// |U3|.
-    pub contributors: usize,
-    /// S: the clients' clip bound.
-    pub clip_bound: f64,
-    /// The decoded sum's L2 sensitivity, S + sqrt(d)/gamma.
-    pub sensitivity: f64,
-    /// Standard deviation of the distributed noise already in the sum, in model units.
-    pub noise_std: Option<f64>,
-}
-
-/// Why a strategy refused a client's update.
+/// Why a strategy refused an upload.
 #[derive(Debug, thiserror::Error)]
 pub enum StrategyError {
     /// The update itself is unusable.
@@ -125,30 +174,15 @@ pub enum StrategyError {
 
 /// A server-side aggregation rule.
 pub trait Strategy: Send {
-    /// Instructions for the clients sampled in `round`.
-    fn configure_round(&mut self, round: u64, plan: &RoundPlan) -> LocalConfig;
-    /// Takes one client's update into the round's aggregate; a refused update changes nothing.
-    fn absorb(&mut self, round: u64, update: ClientUpdate) -> Result<(), StrategyError>;
-    /// Takes a secure-aggregation round's sum; strategies that need each update refuse it.
-    fn absorb_sum(&mut self, _round: u64, _input: SumInput) -> Result<(), StrategyError> {
-        Err(StrategyError::NeedsUpdates)
+    /// What the clients sampled in the round are told beyond the training settings.
+    fn configure_round(&mut self, _ctx: &RoundContext) -> RoundInstructions {
+        RoundInstructions::default()
     }
-    /// Takes one SignDS upload (s, J); other strategies refuse it.
-    fn absorb_sign(
-        &mut self,
-        _round: u64,
-        _sign: i64,
-        _indices: &[u64],
-    ) -> Result<(), StrategyError> {
-        Err(StrategyError::NotSign)
-    }
+    /// Takes one upload into the round's aggregate; a refused upload changes nothing.
+    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError>;
     /// What `client` is sent at the start of a round instead of the global model, if anything
     /// (IADMM: its anchor and point).
     fn client_tensor(&self, _client: ClientId, _global: &[f32]) -> Option<Vec<f32>> {
-        None
-    }
-    /// The round's inexact-ADMM step, if the strategy runs one.
-    fn admm_round(&self) -> Option<AdmmRound> {
         None
     }
     /// What must survive a restart, taken between rounds.
@@ -160,5 +194,56 @@ pub trait Strategy: Send {
         Ok(())
     }
     /// Ends the round, starting from the global model `global`.
-    fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome;
+    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome;
+}
+
+/// The round's plain sum of what a [`SumStrategy`] absorbed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundSum {
+    /// sum_k u_k.
+    pub values: Vec<f32>,
+    /// The L2 sensitivity of the sum to one contributor, when the strategy knows one beyond
+    /// the clip bound (the decoded secure sum's S + sqrt(d)/gamma).
+    pub sensitivity: Option<f64>,
+}
+
+/// A strategy whose aggregate is the plain, unweighted sum of what it absorbed: the only kind
+/// [`CentralDp`] may wrap, since its noise is calibrated to one contribution to a sum.
+pub trait SumStrategy: Strategy {
+    /// Takes the round's sum (absorbed with weight 1 each) and starts the next round empty. An
+    /// empty round of individual updates sums to zero (central DP releases its noise whatever
+    /// the number of participants); `None` means the round has no sum (a secure round that
+    /// aborted).
+    fn take_sum(&mut self) -> Option<RoundSum>;
+}
+
+/// Moves `global` by `delta`: the next model of an aggregate.
+fn moved(global: &[f32], delta: &[f32]) -> Vec<f32> {
+    let mut next = global.to_vec();
+    fl_common::model::apply_update(&mut next, delta);
+    next
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Shared fixtures of the strategy tests.
+    use super::{ClientUpdate, RoundContext};
+
+    /// Round `round` expecting `expected` clients at noise multiplier `z`.
+    pub fn ctx(round: u64, expected: f64, z: Option<f64>) -> RoundContext {
+        RoundContext {
+            round,
+            expected_clients: expected,
+            noise_multiplier: z,
+        }
+    }
+
+    /// Client `client`'s update `values` over `n` examples.
+    pub fn update(client: u64, n: u64, values: Vec<f32>) -> ClientUpdate {
+        ClientUpdate {
+            client,
+            num_examples: n,
+            values,
+        }
+    }
 }

@@ -3,12 +3,10 @@
 //! clipping of its own).
 
 use super::{
-    AdmmRound, ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError, StrategyState,
-    SumInput,
+    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
 };
 use crate::config::NormAction;
 use crate::registry::ClientId;
-use fl_common::model::LocalConfig;
 
 /// Refuses, or scales down to `bound`, every update u with ||u||_2 > bound, then hands it on.
 #[derive(Debug)]
@@ -30,11 +28,14 @@ impl<S: Strategy> NormBound<S> {
 }
 
 impl<S: Strategy> Strategy for NormBound<S> {
-    fn configure_round(&mut self, round: u64, plan: &RoundPlan) -> LocalConfig {
-        self.inner.configure_round(round, plan)
+    fn configure_round(&mut self, ctx: &RoundContext) -> RoundInstructions {
+        self.inner.configure_round(ctx)
     }
 
-    fn absorb(&mut self, round: u64, mut update: ClientUpdate) -> Result<(), StrategyError> {
+    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        let Upload::Dense(mut update) = upload else {
+            return self.inner.absorb(ctx, upload);
+        };
         let norm = update
             .values
             .iter()
@@ -58,23 +59,11 @@ impl<S: Strategy> Strategy for NormBound<S> {
                 }
             }
         }
-        self.inner.absorb(round, update)
-    }
-
-    fn absorb_sum(&mut self, round: u64, input: SumInput) -> Result<(), StrategyError> {
-        self.inner.absorb_sum(round, input)
-    }
-
-    fn absorb_sign(&mut self, round: u64, sign: i64, indices: &[u64]) -> Result<(), StrategyError> {
-        self.inner.absorb_sign(round, sign, indices)
+        self.inner.absorb(ctx, update.into())
     }
 
     fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
         self.inner.client_tensor(client, global)
-    }
-
-    fn admm_round(&self) -> Option<AdmmRound> {
-        self.inner.admm_round()
     }
 
     fn state(&self) -> StrategyState {
@@ -85,8 +74,8 @@ impl<S: Strategy> Strategy for NormBound<S> {
         self.inner.restore(state)
     }
 
-    fn finish_round(&mut self, round: u64, global: &[f32]) -> RoundOutcome {
-        self.inner.finish_round(round, global)
+    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+        self.inner.finish_round(ctx, global)
     }
 }
 
@@ -94,42 +83,36 @@ impl<S: Strategy> Strategy for NormBound<S> {
 mod tests {
     use super::*;
     use crate::strategy::FedAvg;
+    use crate::strategy::testing::ctx;
 
     fn fedavg() -> FedAvg {
-        let local = LocalConfig {
-            epochs: 1,
-            batch_size: 1,
-            learning_rate: 0.1,
-        };
-        FedAvg::new(2, local)
+        FedAvg::new(2)
     }
 
-    fn update(client: ClientId, values: Vec<f32>) -> ClientUpdate {
-        ClientUpdate {
-            client,
-            num_examples: 1,
-            values,
-        }
+    fn update(client: ClientId, values: Vec<f32>) -> Upload {
+        crate::strategy::testing::update(client, 1, values).into()
     }
 
     #[test]
     fn refuses_updates_beyond_the_bound_and_keeps_the_others() {
         let mut s = NormBound::new(fedavg(), 5.0, NormAction::Refuse);
-        s.absorb(1, update(0, vec![3.0, 4.0])).unwrap();
-        let err = s.absorb(1, update(1, vec![3.0, 4.001])).unwrap_err();
+        let c = ctx(1, 2.0, None);
+        s.absorb(&c, update(0, vec![3.0, 4.0])).unwrap();
+        let err = s.absorb(&c, update(1, vec![3.0, 4.001])).unwrap_err();
         assert!(matches!(
             err,
             StrategyError::NormTooLarge { bound: 5.0, .. }
         ));
-        assert_eq!(s.finish_round(1, &[0.0, 0.0]).model, Some(vec![3.0, 4.0]));
+        assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![3.0, 4.0]));
     }
 
     #[test]
     fn clips_updates_beyond_the_bound_to_it() {
         let mut s = NormBound::new(fedavg(), 5.0, NormAction::Clip);
-        s.absorb(1, update(0, vec![30.0, 40.0])).unwrap();
-        s.absorb(1, update(1, vec![1e38, 0.0])).unwrap();
-        let model = s.finish_round(1, &[0.0, 0.0]).model.unwrap();
+        let c = ctx(1, 2.0, None);
+        s.absorb(&c, update(0, vec![30.0, 40.0])).unwrap();
+        s.absorb(&c, update(1, vec![1e38, 0.0])).unwrap();
+        let model = s.finish_round(&c, &[0.0, 0.0]).model.unwrap();
         // ((3, 4) + (5, 0)) / 2.
         assert!((model[0] - 4.0).abs() < 1e-5 && (model[1] - 2.0).abs() < 1e-5);
     }

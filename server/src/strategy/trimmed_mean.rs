@@ -3,13 +3,12 @@
 //! clients' values and average the rest. Unweighted: a client's example count is its own claim.
 //! It must hold the round's updates (m d values) until the round ends.
 
-use super::{ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError};
-use fl_common::model::{LocalConfig, apply_update, check_update};
+use super::{RoundContext, RoundOutcome, Strategy, StrategyError, Upload, moved};
+use fl_common::model::check_update;
 
 /// w_{t+1} = w_t + trmean_beta{u_1, ..., u_m}.
 #[derive(Debug)]
 pub struct TrimmedMean {
-    local: LocalConfig,
     num_params: usize,
     beta: f64,
     updates: Vec<Vec<f32>>,
@@ -17,9 +16,8 @@ pub struct TrimmedMean {
 
 impl TrimmedMean {
     /// Over models of `num_params` parameters, trimming a fraction `beta` in [0, 1/2) at each end.
-    pub fn new(num_params: usize, beta: f64, local: LocalConfig) -> Self {
+    pub fn new(num_params: usize, beta: f64) -> Self {
         Self {
-            local,
             num_params,
             beta,
             updates: Vec::new(),
@@ -47,22 +45,15 @@ impl TrimmedMean {
 }
 
 impl Strategy for TrimmedMean {
-    fn configure_round(&mut self, _round: u64, _plan: &RoundPlan) -> LocalConfig {
-        self.local
-    }
-
-    fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {
+    fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        let update = upload.dense()?;
         check_update(&update.values, self.num_params)?;
         self.updates.push(update.values);
         Ok(())
     }
 
-    fn finish_round(&mut self, _round: u64, global: &[f32]) -> RoundOutcome {
-        let model = self.trimmed_mean().map(|mean| {
-            let mut next = global.to_vec();
-            apply_update(&mut next, &mean);
-            next
-        });
+    fn finish_round(&mut self, _ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+        let model = self.trimmed_mean().map(|mean| moved(global, &mean));
         self.updates.clear();
         RoundOutcome {
             model,
@@ -74,14 +65,11 @@ impl Strategy for TrimmedMean {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::ClientUpdate;
+    use crate::strategy::testing::ctx;
 
     fn strategy(beta: f64) -> TrimmedMean {
-        let local = LocalConfig {
-            epochs: 1,
-            batch_size: 1,
-            learning_rate: 0.1,
-        };
-        TrimmedMean::new(2, beta, local)
+        TrimmedMean::new(2, beta)
     }
 
     fn absorb_all(s: &mut TrimmedMean, updates: &[[f32; 2]]) {
@@ -91,7 +79,7 @@ mod tests {
                 num_examples: 1 + client as u64 * 1000,
                 values: u.to_vec(),
             };
-            s.absorb(1, update).unwrap();
+            s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
     }
 
@@ -107,9 +95,12 @@ mod tests {
             [-7.0, 1e30],
         ];
         absorb_all(&mut s, &updates);
-        assert_eq!(s.finish_round(1, &[10.0, 0.0]).model, Some(vec![12.0, 5.0]));
+        assert_eq!(
+            s.finish_round(&ctx(1, 1.0, None), &[10.0, 0.0]).model,
+            Some(vec![12.0, 5.0])
+        );
         // The round's updates are gone.
-        assert_eq!(s.finish_round(2, &[10.0, 0.0]).model, None);
+        assert_eq!(s.finish_round(&ctx(2, 1.0, None), &[10.0, 0.0]).model, None);
     }
 
     /// m = 10, beta = 0.1: one client sending an honest update scaled by 1e6 leaves every
@@ -119,12 +110,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let d = 1000;
-        let local = LocalConfig {
-            epochs: 1,
-            batch_size: 1,
-            learning_rate: 0.1,
-        };
-        let mut s = TrimmedMean::new(d, 0.1, local);
+        let mut s = TrimmedMean::new(d, 0.1);
         let honest: Vec<Vec<f32>> = (0..9)
             .map(|_| (0..d).map(|_| rng.random_range(-1.0..1.0)).collect())
             .collect();
@@ -135,9 +121,12 @@ mod tests {
                 num_examples: 1,
                 values,
             };
-            s.absorb(1, update).unwrap();
+            s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
-        let model = s.finish_round(1, &vec![0.0; d]).model.unwrap();
+        let model = s
+            .finish_round(&ctx(1, 1.0, None), &vec![0.0; d])
+            .model
+            .unwrap();
         for (j, w) in model.iter().enumerate() {
             let column = honest.iter().map(|u| u[j]);
             let (lo, hi) = column.fold((f32::MAX, f32::MIN), |(l, h), v| (l.min(v), h.max(v)));
@@ -152,7 +141,10 @@ mod tests {
     fn with_no_trimming_it_is_the_plain_mean() {
         let mut s = strategy(0.0);
         absorb_all(&mut s, &[[1.0, 2.0], [3.0, 6.0]]);
-        assert_eq!(s.finish_round(1, &[0.0, 0.0]).model, Some(vec![2.0, 4.0]));
+        assert_eq!(
+            s.finish_round(&ctx(1, 1.0, None), &[0.0, 0.0]).model,
+            Some(vec![2.0, 4.0])
+        );
     }
 
     #[test]
@@ -163,7 +155,7 @@ mod tests {
             num_examples: 1,
             values: vec![f32::NAN, 0.0],
         };
-        assert!(s.absorb(1, bad).is_err());
-        assert_eq!(s.finish_round(1, &[0.0, 0.0]).model, None);
+        assert!(s.absorb(&ctx(1, 1.0, None), bad.into()).is_err());
+        assert_eq!(s.finish_round(&ctx(1, 1.0, None), &[0.0, 0.0]).model, None);
     }
 }

@@ -1,9 +1,11 @@
-//! Differentially private FedAvg at the client level (Geyer, Klein, Nabi 2017, Alg. 1, with the
-//! clipping done as the paper states it, not as its code did):
+//! Central differential privacy at the client level around an inner summing strategy (Geyer,
+//! Klein, Nabi 2017, Alg. 1, with the clipping done as the paper states it, not as its code did;
+//! the decorator shape is Flower's `DifferentialPrivacyServerSideFixedClipping`):
 //!
-//! 1. each update is clipped over the whole model: u_k <- u_k / max(1, ||u_k||_2 / S);
-//! 2. the clipped updates are summed (unweighted: weighting by example counts would change the
-//!    sensitivity) and N(0, z^2 S^2) is added to every coordinate of the sum;
+//! 1. each update is clipped over the whole model: u_k <- u_k / max(1, ||u_k||_2 / S) (under
+//!    secure aggregation the clients clip, and the inner sum says its own sensitivity);
+//! 2. the inner strategy sums the clipped updates, unweighted (weighting by example counts would
+//!    change the sensitivity), and N(0, z^2 S^2) is added to every coordinate of the sum;
 //! 3. the noised sum is divided by the expected number of participants (m_t, or q_t K under
 //!    Poisson sampling), never by the number that actually answered, which is private.
 //!
@@ -12,8 +14,11 @@
 //! privately noised count (Andrew et al. 2021), whose cost is folded into the round's noise
 //! multiplier.
 
-use super::{ClientUpdate, RoundOutcome, RoundPlan, Strategy, StrategyError, StrategyState};
-use fl_common::model::{LocalConfig, apply_update, check_update};
+use super::{
+    RoundContext, RoundOutcome, Strategy, StrategyError, StrategyState, SumStrategy, Upload, moved,
+};
+use crate::registry::ClientId;
+use fl_common::model::check_update;
 use fl_common::privacy::{add_gaussian_noise, clip_l2, l2_norm, median};
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
@@ -52,14 +57,12 @@ pub enum ClipRule {
     Quantile(QuantileClip),
 }
 
-/// DP-FedAvg; see the module documentation.
-pub struct DpFedAvg {
-    local: LocalConfig,
+/// Central DP around `S`; see the module documentation.
+pub struct CentralDp<S> {
+    inner: S,
+    num_params: usize,
     rule: ClipRule,
     rng: StdRng,
-    plan: RoundPlan,
-    /// Sum of clipped updates (fixed and quantile rules).
-    sum: Vec<f32>,
     /// Raw updates, kept until the median is known (median rule only).
     held: Vec<Vec<f32>>,
     /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
@@ -83,20 +86,15 @@ impl ClipCounts {
     }
 }
 
-impl DpFedAvg {
-    /// DP-FedAvg over `num_params` parameters; `rng` must be a CSPRNG seeded from the OS in
-    /// production.
-    pub fn new(num_params: usize, local: LocalConfig, rule: ClipRule, rng: StdRng) -> Self {
+impl<S: SumStrategy> CentralDp<S> {
+    /// Central DP around `inner` over `num_params` parameters; `rng` must be a CSPRNG seeded
+    /// from the OS in production.
+    pub fn new(inner: S, num_params: usize, rule: ClipRule, rng: StdRng) -> Self {
         Self {
-            local,
+            inner,
+            num_params,
             rule,
             rng,
-            plan: RoundPlan {
-                expected_clients: 1.0,
-                noise_multiplier: None,
-                total_examples: 0,
-            },
-            sum: vec![0.0; num_params],
             held: Vec::new(),
             counts: ClipCounts::default(),
         }
@@ -110,12 +108,53 @@ impl DpFedAvg {
             ClipRule::Median => None,
         }
     }
+
+    /// Clips `values` to `bound` and hands them to the inner sum with weight 1.
+    fn clip_into_inner(
+        &mut self,
+        ctx: &RoundContext,
+        client: ClientId,
+        mut values: Vec<f32>,
+        bound: f64,
+    ) -> Result<f64, StrategyError> {
+        let norm = clip_l2(&mut values, bound);
+        let update = super::ClientUpdate {
+            client,
+            num_examples: 1,
+            values,
+        };
+        self.inner.absorb(ctx, update.into())?;
+        Ok(norm)
+    }
+
+    /// The median rule's S: the median of the held updates' norms, which are then clipped to it
+    /// and summed.
+    fn clip_held_to_median(&mut self, ctx: &RoundContext) -> Option<f64> {
+        let norms: Vec<f64> = self.held.iter().map(|u| l2_norm(u)).collect();
+        let s = median(&norms)?;
+        for values in std::mem::take(&mut self.held) {
+            // Checked when held: the inner sum takes it.
+            let _ = self.clip_into_inner(ctx, 0, values, s);
+        }
+        Some(s)
+    }
+
+    /// S <- S exp(-eta (b~ - gamma)), b~ = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / expected
+    /// + 1/2 (Andrew et al. 2021, Alg. 1 with the centred count).
+    fn adapt_bound(&mut self, ctx: &RoundContext, counts: ClipCounts) {
+        if let ClipRule::Quantile(q) = &mut self.rule {
+            let noise = Normal::new(0.0, q.count_noise)
+                .expect("sigma_b validated positive")
+                .sample(&mut self.rng);
+            let fraction = (counts.centred() + noise) / ctx.expected_clients + 0.5;
+            q.bound *= (-q.learning_rate * (fraction - q.target)).exp();
+        }
+    }
 }
 
-impl Strategy for DpFedAvg {
-    fn configure_round(&mut self, _round: u64, plan: &RoundPlan) -> LocalConfig {
-        self.plan = *plan;
-        self.local
+impl<S: SumStrategy> Strategy for CentralDp<S> {
+    fn configure_round(&mut self, ctx: &RoundContext) -> super::RoundInstructions {
+        self.inner.configure_round(ctx)
     }
 
     fn state(&self) -> StrategyState {
@@ -139,70 +178,52 @@ impl Strategy for DpFedAvg {
         Ok(())
     }
 
-    fn absorb(&mut self, _round: u64, update: ClientUpdate) -> Result<(), StrategyError> {
-        let mut u = update.values;
-        check_update(&u, self.sum.len())?;
+    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        // A secure sum was clipped by the clients and says its own sensitivity.
+        let update = match upload {
+            Upload::Dense(update) => update,
+            other => return self.inner.absorb(ctx, other),
+        };
+        check_update(&update.values, self.num_params)?;
         match self.current_bound() {
-            None => self.held.push(u),
+            None => self.held.push(update.values),
             Some(bound) => {
-                let norm = clip_l2(&mut u, bound);
+                let norm = self.clip_into_inner(ctx, update.client, update.values, bound)?;
                 self.counts.absorbed += 1;
                 self.counts.unclipped += usize::from(norm <= bound);
-                for (s, v) in self.sum.iter_mut().zip(&u) {
-                    *s += v;
-                }
             }
         }
         Ok(())
     }
 
-    fn finish_round(&mut self, _round: u64, global: &[f32]) -> RoundOutcome {
-        let z = self.plan.noise_multiplier.unwrap_or(0.0);
+    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         let bound = match self.rule {
-            ClipRule::Median => {
-                let norms: Vec<f64> = self.held.iter().map(|u| l2_norm(u)).collect();
-                let s = median(&norms);
-                if let Some(s) = s {
-                    for mut u in self.held.drain(..) {
-                        clip_l2(&mut u, s);
-                        for (acc, v) in self.sum.iter_mut().zip(&u) {
-                            *acc += v;
-                        }
-                    }
-                }
-                s
-            }
+            ClipRule::Median => self.clip_held_to_median(ctx),
             _ => self.current_bound(),
         };
-        let mut sum = std::mem::replace(&mut self.sum, vec![0.0; global.len()]);
         let counts = std::mem::take(&mut self.counts);
+        let sum = self.inner.take_sum();
         // No update and no median: nothing to release this round.
-        let Some(bound) = bound else {
+        let (Some(bound), Some(sum)) = (bound, sum) else {
             return RoundOutcome::default();
         };
+        let z = ctx.noise_multiplier.unwrap_or(0.0);
         let z_sum = match self.rule {
             ClipRule::Quantile(q) => q.sum_multiplier(z),
             _ => z,
         };
-        // Gaussian mechanism on the sum: N(0, z^2 S^2) per coordinate.
-        let noise_std = z_sum * bound;
-        add_gaussian_noise(&mut sum, noise_std, &mut self.rng);
+        // The sum's sensitivity: S, or the inner sum's own when larger (quantisation).
+        let sensitivity = sum.sensitivity.map_or(bound, |s| s.max(bound));
+        // Gaussian mechanism on the sum: N(0, z^2 Delta^2) per coordinate.
+        let noise_std = z_sum * sensitivity;
+        let mut delta = sum.values;
+        add_gaussian_noise(&mut delta, noise_std, &mut self.rng);
         // Delta w_t = (sum + noise) / expected participants.
-        let scale = (1.0 / self.plan.expected_clients) as f32;
-        sum.iter_mut().for_each(|v| *v *= scale);
-        let mut model = global.to_vec();
-        apply_update(&mut model, &sum);
-        if let ClipRule::Quantile(q) = &mut self.rule {
-            // b~ = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / expected + 1/2 (Andrew et al. 2021,
-            // Alg. 1 with the centred count); S <- S exp(-eta (b~ - gamma)).
-            let noise = Normal::new(0.0, q.count_noise)
-                .expect("sigma_b validated positive")
-                .sample(&mut self.rng);
-            let fraction = (counts.centred() + noise) / self.plan.expected_clients + 0.5;
-            q.bound *= (-q.learning_rate * (fraction - q.target)).exp();
-        }
+        let scale = (1.0 / ctx.expected_clients) as f32;
+        delta.iter_mut().for_each(|v| *v *= scale);
+        self.adapt_bound(ctx, counts);
         RoundOutcome {
-            model: Some(model),
+            model: Some(moved(global, &delta)),
             clip_bound: Some(bound),
             noise_std: Some(noise_std),
             rho: None,
@@ -213,37 +234,31 @@ impl Strategy for DpFedAvg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::testing::ctx;
+    use crate::strategy::{Divisor, FedAvg, SecureSum, SumInput};
     use rand::SeedableRng;
 
-    const LOCAL: LocalConfig = LocalConfig {
-        epochs: 1,
-        batch_size: 1,
-        learning_rate: 0.1,
-    };
-
-    fn update(values: Vec<f32>) -> ClientUpdate {
-        ClientUpdate {
-            client: 0,
-            num_examples: 7,
-            values,
-        }
+    /// One client's update, claiming 7 examples (central DP must ignore the claim).
+    fn update(values: Vec<f32>) -> Upload {
+        crate::strategy::testing::update(0, 7, values).into()
     }
 
-    fn plan(expected: f64, z: f64) -> RoundPlan {
-        RoundPlan {
-            expected_clients: expected,
-            noise_multiplier: Some(z),
-            total_examples: 0,
-        }
+    fn plan(round: u64, expected: f64, z: f64) -> RoundContext {
+        ctx(round, expected, Some(z))
+    }
+
+    /// Central DP around FedAvg, over `d` parameters.
+    fn dp(d: usize, rule: ClipRule, seed: u64) -> CentralDp<FedAvg> {
+        CentralDp::new(FedAvg::new(d), d, rule, StdRng::seed_from_u64(seed))
     }
 
     #[test]
     fn without_noise_it_averages_clipped_updates_over_the_expected_count() {
-        let mut s = DpFedAvg::new(2, LOCAL, ClipRule::Fixed(1.0), StdRng::seed_from_u64(1));
-        s.configure_round(1, &plan(4.0, 0.0));
-        s.absorb(1, update(vec![3.0, 4.0])).unwrap(); // clipped to (0.6, 0.8)
-        s.absorb(1, update(vec![0.2, 0.0])).unwrap(); // inside the bound
-        let out = s.finish_round(1, &[1.0, 1.0]);
+        let mut s = dp(2, ClipRule::Fixed(1.0), 1);
+        let c = plan(1, 4.0, 0.0);
+        s.absorb(&c, update(vec![3.0, 4.0])).unwrap(); // clipped to (0.6, 0.8)
+        s.absorb(&c, update(vec![0.2, 0.0])).unwrap(); // inside the bound
+        let out = s.finish_round(&c, &[1.0, 1.0]);
         let m = out.model.unwrap();
         assert!((m[0] - (1.0 + 0.8 / 4.0)).abs() < 1e-6, "{m:?}");
         assert!((m[1] - (1.0 + 0.8 / 4.0)).abs() < 1e-6, "{m:?}");
@@ -253,12 +268,12 @@ mod tests {
 
     #[test]
     fn median_rule_clips_to_the_median_norm() {
-        let mut s = DpFedAvg::new(1, LOCAL, ClipRule::Median, StdRng::seed_from_u64(1));
-        s.configure_round(1, &plan(3.0, 0.0));
+        let mut s = dp(1, ClipRule::Median, 1);
+        let c = plan(1, 3.0, 0.0);
         for v in [1.0, 2.0, 10.0] {
-            s.absorb(1, update(vec![v])).unwrap();
+            s.absorb(&c, update(vec![v])).unwrap();
         }
-        let out = s.finish_round(1, &[0.0]);
+        let out = s.finish_round(&c, &[0.0]);
         assert_eq!(out.clip_bound, Some(2.0));
         let m = out.model.unwrap()[0];
         assert!((m - 5.0 / 3.0).abs() < 1e-6, "{m}");
@@ -274,14 +289,14 @@ mod tests {
         };
         // z must stay below 2 sigma_b (checked at start-up); both are tiny here so the
         // update is deterministic to 1e-6.
-        let mut s = DpFedAvg::new(1, LOCAL, ClipRule::Quantile(q), StdRng::seed_from_u64(1));
+        let mut s = dp(1, ClipRule::Quantile(q), 1);
         // All norms 5 > S: the unclipped fraction is 0 < 0.5, so S grows by e^{0.1} each round.
         for round in 1..=3 {
-            s.configure_round(round, &plan(4.0, 1e-10));
+            let c = plan(round, 4.0, 1e-10);
             for _ in 0..4 {
-                s.absorb(round, update(vec![5.0])).unwrap();
+                s.absorb(&c, update(vec![5.0])).unwrap();
             }
-            s.finish_round(round, &[0.0]);
+            s.finish_round(&c, &[0.0]);
         }
         let ClipRule::Quantile(q) = s.rule else {
             unreachable!()
@@ -304,12 +319,12 @@ mod tests {
         let expected = 4.0;
         let next_bound = |norms: &[f32]| {
             let rule = ClipRule::Quantile(q);
-            let mut s = DpFedAvg::new(1, LOCAL, rule, StdRng::seed_from_u64(7));
-            s.configure_round(1, &plan(expected, 1.0));
+            let mut s = dp(1, rule, 7);
+            let c = plan(1, expected, 1.0);
             for &n in norms {
-                s.absorb(1, update(vec![n])).unwrap();
+                s.absorb(&c, update(vec![n])).unwrap();
             }
-            s.finish_round(1, &[0.0]);
+            s.finish_round(&c, &[0.0]);
             s.state().scalars["clip_bound"].as_f64().unwrap()
         };
         let base = [0.5, 2.0, 0.1];
@@ -341,9 +356,32 @@ mod tests {
 
     #[test]
     fn refuses_bad_updates() {
-        let mut s = DpFedAvg::new(2, LOCAL, ClipRule::Fixed(1.0), StdRng::seed_from_u64(1));
-        s.configure_round(1, &plan(1.0, 1.0));
-        assert!(s.absorb(1, update(vec![f32::NAN, 0.0])).is_err());
-        assert!(s.absorb(1, update(vec![0.0])).is_err());
+        let mut s = dp(2, ClipRule::Fixed(1.0), 1);
+        let c = plan(1, 1.0, 1.0);
+        assert!(s.absorb(&c, update(vec![f32::NAN, 0.0])).is_err());
+        assert!(s.absorb(&c, update(vec![0.0])).is_err());
+    }
+
+    #[test]
+    fn around_a_secure_sum_it_noises_with_the_quantised_sensitivity_and_the_expected_count() {
+        let rule = ClipRule::Fixed(1.0);
+        let inner = SecureSum::new(Divisor::Survivors);
+        let mut s = CentralDp::new(inner, 1000, rule, StdRng::seed_from_u64(2));
+        let c = plan(1, 5.0, 2.0);
+        let input = SumInput {
+            sum: vec![0.0; 1000],
+            contributors: 3,
+            clip_bound: 1.0,
+            sensitivity: 1.001,
+            noise_std: None,
+        };
+        s.absorb(&c, Upload::Sum(input)).unwrap();
+        let out = s.finish_round(&c, &vec![0.0; 1000]);
+        assert_eq!(out.noise_std, Some(2.0 * 1.001));
+        let model = out.model.unwrap();
+        // Each coordinate is N(0, (2.002/5)^2); the sample std is within 10% for 1000 draws
+        // (its relative standard error is 1/sqrt(2000) = 2.2%).
+        let std = (model.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 1000.0).sqrt();
+        assert!((std / (2.002 / 5.0) - 1.0).abs() < 0.1, "{std}");
     }
 }

@@ -1,0 +1,211 @@
+//! Reaching the server: endpoints (TLS, keep-alive), connections shared between simulated
+//! clients, retries with jittered back-off, and opening a Session (Join, then Hello; Hello alone
+//! when the client holds an identity).
+
+use crate::upload::send;
+use crate::{ClientError, ClientOptions, MAX_MESSAGE_BYTES};
+use fl_proto::v1::federation_client::FederationClient;
+use fl_proto::v1::{
+    ClientMessage, Hello, JoinRequest, PartitionRequest, ServerMessage, client_message,
+};
+use rand::Rng;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Streaming};
+
+/// Interval of HTTP/2 pings while waiting to be sampled (keeps NAT mappings alive).
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// Simulated clients per shared connection: each holds one long-lived Session stream, and a
+/// server accepts 200 concurrent HTTP/2 streams per connection by default (hyper's limit).
+pub const CLIENTS_PER_CONNECTION: usize = 100;
+
+/// Lazily connected channels for `clients` clients of one process, [`CLIENTS_PER_CONNECTION`]
+/// to a connection (HTTP/2 streams multiplexed on it): 10,000 simulated clients then need 100
+/// sockets instead of 10,000, within the usual open-file limits. A channel reconnects by itself
+/// when its connection is lost.
+pub fn shared_connections(
+    opts: &ClientOptions,
+    clients: usize,
+) -> Result<Vec<Channel>, ClientError> {
+    let ep = endpoint(opts)?;
+    Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
+        .map(|_| ep.connect_lazy())
+        .collect())
+}
+
+/// The endpoint of `opts.endpoint` with keep-alive and TLS settings.
+fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
+    let connect_error = |source| ClientError::Connect {
+        endpoint: opts.endpoint.clone(),
+        source,
+    };
+    let mut ep = Endpoint::from_shared(opts.endpoint.clone())
+        .map_err(connect_error)?
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_while_idle(true);
+    if let Some(tls) = &opts.tls {
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &tls.domain {
+            config = config.domain_name(domain.clone());
+        }
+        ep = ep.tls_config(config).map_err(connect_error)?;
+    }
+    Ok(ep)
+}
+
+/// How a client checks the server and proves itself over TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// PEM certificate of the CA that signed the server's certificate.
+    pub ca: Vec<u8>,
+    /// PEM certificate and key of this client, for servers that require client certificates.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the server's certificate must carry, when not the endpoint's host.
+    pub domain: Option<String>,
+}
+
+/// The gRPC client of `opts.endpoint`, connected, retrying with jittered back-off until
+/// `opts.connect_timeout` passes: the server may still be starting (or restarting), or a burst of
+/// clients may overflow its accept queue (the kernel then resets connections it had half-opened,
+/// seen as transport errors or cancellations). `then` runs on the connected client and is retried
+/// with it on transient errors; a refusal (bad token, invalid request) is final.
+async fn with_server<T, F, Fut>(opts: &ClientOptions, mut then: F) -> Result<T, ClientError>
+where
+    F: FnMut(FederationClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let deadline = tokio::time::Instant::now() + opts.connect_timeout;
+    let connect_error = |source| ClientError::Connect {
+        endpoint: opts.endpoint.clone(),
+        source,
+    };
+    let ep = endpoint(opts)?;
+    let mut failures = 0u32;
+    loop {
+        let attempt = async {
+            let channel = match &opts.connection {
+                Some(shared) => shared.clone(),
+                None => ep.connect().await.map_err(connect_error)?,
+            };
+            let grpc = FederationClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            then(grpc).await
+        };
+        match attempt.await {
+            Ok(done) => return Ok(done),
+            Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
+                failures += 1;
+                tokio::time::sleep(retry_pause(failures)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What a client holds of its identity between sessions: the id and session key of its last
+/// Join, which reopen a Session without joining again.
+#[derive(Clone)]
+pub(crate) struct Held {
+    client_id: String,
+    session_key: Vec<u8>,
+}
+
+/// A session: this client's id, its outgoing queue, the server's stream, and what reopens it.
+pub(crate) type Opened = (
+    u64,
+    mpsc::Sender<ClientMessage>,
+    Streaming<ServerMessage>,
+    Held,
+);
+
+/// Opens the Session stream: first, when it holds an identity, with it (a reconnect keeps the
+/// client's id and its place in a running round); when the server no longer knows it (it
+/// restarted), by joining again. See [`with_server`] for the retries.
+pub(crate) async fn open_session(
+    opts: &ClientOptions,
+    held: Option<&Held>,
+) -> Result<Opened, ClientError> {
+    with_server(opts, |mut grpc| async move {
+        if let Some(held) = held {
+            match hello(&mut grpc, held.clone()).await {
+                Err(ClientError::Status(s)) if s.code() == Code::Unauthenticated => {
+                    tracing::info!("the server does not know this session any more: joining again");
+                }
+                other => return other,
+            }
+        }
+        let request = JoinRequest {
+            token: opts.token.clone(),
+            name: opts.name.clone(),
+        };
+        let joined = grpc.join(request).await?.into_inner();
+        let held = Held {
+            client_id: joined.client_id,
+            session_key: joined.session_key,
+        };
+        hello(&mut grpc, held).await
+    })
+    .await
+}
+
+/// Opens a Session with Hello for the identity `held`.
+async fn hello(grpc: &mut FederationClient<Channel>, held: Held) -> Result<Opened, ClientError> {
+    let id: u64 = held.client_id.parse().map_err(|_| {
+        ClientError::Protocol(format!(
+            "server issued a non-numeric id {:?}",
+            held.client_id
+        ))
+    })?;
+    let (outbox, rx) = mpsc::channel(8);
+    let body = client_message::Body::Hello(Hello {
+        client_id: held.client_id.clone(),
+        session_key: held.session_key.clone(),
+    });
+    send(&outbox, body).await?;
+    let inbound = grpc.session(ReceiverStream::new(rx)).await?.into_inner();
+    tracing::debug!(client = id, "session open");
+    Ok((id, outbox, inbound, held))
+}
+
+/// Asks the server for `count` demo partition indices (for `--partition SCHEME:K:auto`);
+/// returns the first.
+pub async fn assigned_partition(opts: &ClientOptions, count: u64) -> Result<u64, ClientError> {
+    with_server(opts, |mut grpc| async move {
+        let request = PartitionRequest {
+            token: opts.token.clone(),
+            count,
+        };
+        Ok(grpc.assign_partition(request).await?.into_inner().first)
+    })
+    .await
+}
+
+/// Whether a failed connect or Join may succeed if tried again (including a join refused for
+/// its rate).
+/// The pause before retry number `failures`: jittered exponential back-off, uniform in
+/// [c/4, c] with c = min(5 s, 100 ms x 2^failures), so that thousands of clients refused together by the
+/// server's join limiter or its accept queue spread their retries instead of returning in step.
+fn retry_pause(failures: u32) -> Duration {
+    let ceiling = (100u64 << failures.min(6)).min(5_000);
+    Duration::from_millis(rand::rng().random_range(ceiling / 4..=ceiling))
+}
+
+fn is_transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Connect { .. } => true,
+        ClientError::Status(s) => {
+            matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::ResourceExhausted
+            )
+        }
+        _ => false,
+    }
+}

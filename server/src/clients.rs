@@ -1,0 +1,130 @@
+//! The round side of the client connections: the coordinator and the collections read the
+//! handlers' [`Event`]s here and answer, refuse or dismiss clients through it.
+
+use crate::ServerError;
+use crate::registry::ClientId;
+use crate::service::{Event, Shared, send_all};
+use fl_proto::v1::{ServerMessage, Shutdown, server_message};
+use prost::Message;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+
+/// What waiting for the next event gave.
+#[derive(Debug)]
+pub enum Next {
+    /// An event from a handler.
+    Event(Event),
+    /// The deadline passed first.
+    Deadline,
+    /// The operator asked the server to stop.
+    Stopped,
+}
+
+/// The events from the handlers and the way back to the clients.
+pub struct Clients {
+    /// Shared with the gRPC handlers.
+    pub shared: Arc<Shared>,
+    events: mpsc::Receiver<Event>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Clients {
+    /// Reads `events` and watches `stop`.
+    pub fn new(
+        shared: Arc<Shared>,
+        events: mpsc::Receiver<Event>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            shared,
+            events,
+            stop,
+        }
+    }
+
+    /// Whether the operator asked the server to stop.
+    pub fn stop_requested(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// The next event, unless `deadline` passes or the operator stops the server first.
+    pub async fn next_before(&mut self, deadline: Instant) -> Result<Next, ServerError> {
+        tokio::select! {
+            e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => match e {
+                Err(_) => Ok(Next::Deadline),
+                Ok(None) => Err(ServerError::Internal("event channel closed".into())),
+                Ok(Some(event)) => Ok(Next::Event(event)),
+            },
+            _ = self.stop.changed() => Ok(Next::Stopped),
+        }
+    }
+
+    /// Waits until K = `expected` clients have live streams, for at most `patience`.
+    pub async fn wait_for(
+        &mut self,
+        expected: usize,
+        patience: Duration,
+    ) -> Result<(), ServerError> {
+        let deadline = Instant::now() + patience;
+        tracing::info!(expected, "waiting for clients");
+        loop {
+            let connected = self.shared.registry().connected().len();
+            if connected >= expected {
+                tracing::info!(connected, "all expected clients connected");
+                return Ok(());
+            }
+            match self.next_before(deadline).await? {
+                Next::Deadline => {
+                    return Err(ServerError::NotEnoughClients {
+                        connected,
+                        expected,
+                    });
+                }
+                Next::Stopped => return Err(ServerError::Interrupted),
+                // Only connections matter before the first round; stray uploads are refused
+                // when rounds start checking them, so drop them here.
+                Next::Event(Event::Update { client, .. } | Event::Sign { client, .. }) => {
+                    self.reject(client, Status::failed_precondition("no round is running"))
+                }
+                Next::Event(_) => {}
+            }
+        }
+    }
+
+    /// Sends `messages` on `client`'s live stream; returns the bytes sent (0 without a stream).
+    pub fn send(&self, client: ClientId, messages: Vec<ServerMessage>) -> u64 {
+        match self.shared.registry().outbox(client) {
+            Some(outbox) => {
+                let size = messages.iter().map(|m| m.encoded_len() as u64).sum();
+                send_all(outbox, messages);
+                size
+            }
+            None => 0,
+        }
+    }
+
+    /// Ends a misbehaving client's stream with `status`; the round goes on without it.
+    pub fn reject(&self, client: ClientId, status: Status) {
+        tracing::warn!(client, error = %status.message(), "update refused; client dropped");
+        if let Some(outbox) = self.shared.registry().disconnect(client) {
+            tokio::spawn(async move {
+                let _ = outbox.send(Err(status)).await;
+            });
+        }
+    }
+
+    /// Tells every connected client that training is over and releases their streams.
+    pub fn shutdown_all(&self, round: u64) {
+        let mut registry = self.shared.registry();
+        for id in registry.connected() {
+            if let Some(outbox) = registry.outbox(id) {
+                let reason = "training finished".to_string();
+                let body = server_message::Body::Shutdown(Shutdown { round, reason });
+                send_all(outbox, vec![ServerMessage { body: Some(body) }]);
+            }
+        }
+        registry.disconnect_all();
+    }
+}

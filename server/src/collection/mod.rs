@@ -1,0 +1,127 @@
+//! How a round's results come in: the [`PlainCollection`] of individual uploads (dense and
+//! SignDS) for the curator and the local modes, or the [`SecureCollection`] of a
+//! secure-aggregation round, which hands the strategy only the survivors' sum. `crate::build`
+//! picks one per run; the coordinator only calls [`Collection::prepare`] and
+//! [`Collection::collect`].
+
+mod plain;
+mod secure;
+mod tasks;
+
+pub use plain::PlainCollection;
+pub use secure::SecureCollection;
+pub use tasks::RoundTasks;
+
+use crate::ServerError;
+use crate::clients::Clients;
+use crate::local_accounts::LocalAccounts;
+use crate::output::{SecAggRoundMetrics, SecAggSummary};
+use crate::registry::ClientId;
+use crate::strategy::{RoundContext, Strategy};
+use fl_common::privacy::{PrivacyEvent, UpdateMoments};
+use fl_common::secagg::Calibration;
+use fl_proto::v1::SecAggTask;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// Counters of one round's collection.
+#[derive(Debug)]
+pub struct Tally {
+    /// Results the strategy absorbed.
+    pub completed: usize,
+    /// Plain updates that reported a training loss, and the sum of those losses.
+    pub losses: usize,
+    /// Sum of the reported training losses.
+    pub train_loss_sum: f64,
+    /// Bytes received.
+    pub bytes_up: u64,
+    /// Moments of the raw updates, for the paper's V_c and U_s.
+    pub moments: UpdateMoments,
+    /// The secure-aggregation figures of the round.
+    pub secagg: Option<SecAggRoundMetrics>,
+    /// Bytes sent beyond the tasks (tasks sent again, secure-aggregation stage messages).
+    pub stage_bytes_down: u64,
+}
+
+impl Tally {
+    /// An empty tally over updates of `num_params` values.
+    fn new(num_params: usize) -> Self {
+        Self {
+            completed: 0,
+            losses: 0,
+            train_loss_sum: 0.0,
+            bytes_up: 0,
+            moments: UpdateMoments::new(num_params),
+            secagg: None,
+            stage_bytes_down: 0,
+        }
+    }
+}
+
+/// What a collection works on during a round.
+pub struct RoundWork<'a> {
+    /// The round's context, as every strategy call gets it.
+    pub ctx: RoundContext,
+    /// Z_t: the sampled clients.
+    pub sampled: &'a BTreeSet<ClientId>,
+    /// When the round started (its deadline counts from here).
+    pub started: Instant,
+    /// The strategy stack that absorbs the results.
+    pub strategy: &'a mut dyn Strategy,
+    /// The clients' local ledgers, when they protect their uploads.
+    pub local: Option<&'a mut LocalAccounts>,
+    /// The round's tasks, for clients that come back.
+    pub tasks: &'a mut RoundTasks,
+    /// w_t.
+    pub global: &'a [f32],
+}
+
+/// What a collection fixes before the round's tasks go out.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// The secure-aggregation part of the task.
+    pub task: Option<SecAggTask>,
+    /// The collection's own privacy event (distributed noise), for the ledger.
+    pub event: Option<PrivacyEvent>,
+    /// The secure round's code and noise.
+    calibration: Option<Calibration>,
+}
+
+/// One of the two ways results come in.
+pub enum Collection {
+    /// Individual uploads.
+    Plain(PlainCollection),
+    /// The stages of secure aggregation, then the sum.
+    Secure(SecureCollection),
+}
+
+impl Collection {
+    /// Fixes what round `round` needs before its tasks go out: `planned` is m_t, `sampled` the
+    /// clients drawn, `z` the round's noise multiplier.
+    pub fn prepare(&self, planned: usize, sampled: usize, z: f64) -> Result<Prepared, ServerError> {
+        match self {
+            Collection::Plain(_) => Ok(Prepared::default()),
+            Collection::Secure(s) => s.prepare(planned, sampled, z),
+        }
+    }
+
+    /// Collects the round's results into `work.strategy`.
+    pub async fn collect(
+        &mut self,
+        clients: &mut Clients,
+        work: RoundWork<'_>,
+        prepared: Prepared,
+        rng: &mut StdRng,
+    ) -> Result<Tally, ServerError> {
+        match self {
+            Collection::Plain(p) => p.collect(clients, work).await,
+            Collection::Secure(s) => s.collect(clients, work, prepared, rng).await,
+        }
+    }
+
+    /// An empty run summary of secure rounds, for a secure collection.
+    pub fn secure_summary(&self) -> Option<SecAggSummary> {
+        matches!(self, Collection::Secure(_)).then(SecAggSummary::default)
+    }
+}

@@ -1,0 +1,330 @@
+//! The collection of individual uploads: every sampled client sends its dense update or SignDS
+//! upload; each is admitted (round, sampling, count, local release), absorbed by the strategy,
+//! and its release recorded in its client's local ledger. A sampled client that loses its stream
+//! has `reconnect_grace_secs` to come back (with the same identity) and get its task again.
+
+use super::{RoundWork, Tally};
+use crate::ServerError;
+use crate::clients::{Clients, Next};
+use crate::registry::ClientId;
+use crate::service::{Event, UploadHeader, for_log};
+use crate::strategy::{ClientUpdate, SignUpload, Upload};
+use fl_common::privacy::Release;
+use fl_proto::v1::{LocalRelease, SignDsUpload};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use tonic::Status;
+
+/// See the module documentation.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainCollection {
+    /// How long a round waits for its results.
+    pub round_timeout: Duration,
+    /// How long a sampled client that lost its stream may take to come back.
+    pub reconnect_grace: Duration,
+    /// Whether uploads are updates u_k = w_k - w_t (FedAvg), whose moments V_c and U_s are
+    /// recorded; IADMM's are primal iterates.
+    pub update_moments: bool,
+}
+
+/// What an upload says about itself.
+struct Claim<'a> {
+    /// The round it is for.
+    round: u64,
+    /// n_k, for plain updates only (the trusted curator's FedAvg weight).
+    num_examples: Option<u64>,
+    /// Its declared local protection.
+    release: Option<&'a LocalRelease>,
+}
+
+/// The sampled clients still expected, and those away until a time.
+struct Waiting {
+    /// Sampled clients that have not answered or dropped.
+    clients: BTreeSet<ClientId>,
+    /// Sampled clients without a stream, and until when they may come back.
+    away: BTreeMap<ClientId, Instant>,
+}
+
+impl Waiting {
+    /// Drops the clients whose grace ended; returns when the next one ends (or `deadline`).
+    fn expire(&mut self, round: u64, deadline: Instant) -> Instant {
+        let now = Instant::now();
+        let clients = &mut self.clients;
+        self.away.retain(|client, until| {
+            let back_in_time = *until > now;
+            if !back_in_time {
+                clients.remove(client);
+                tracing::warn!(round, client, "sampled client did not come back: dropped");
+            }
+            back_in_time
+        });
+        self.away.values().fold(deadline, |t, &u| t.min(u))
+    }
+}
+
+impl Waiting {
+    /// A sampled client lost its stream: it has `grace` to come back, or is dropped at once.
+    fn lost(&mut self, round: u64, client: ClientId, grace: Duration) {
+        if grace.is_zero() {
+            self.clients.remove(&client);
+            tracing::warn!(round, client, "sampled client disconnected");
+        } else {
+            self.away.insert(client, Instant::now() + grace);
+            tracing::warn!(round, client, "sampled client lost its stream");
+        }
+    }
+}
+
+impl PlainCollection {
+    /// Collects results until every sampled client answered or dropped, or the deadline.
+    pub async fn collect(
+        &self,
+        clients: &mut Clients,
+        mut work: RoundWork<'_>,
+    ) -> Result<Tally, ServerError> {
+        let round = work.ctx.round;
+        let deadline = work.started + self.round_timeout;
+        let mut waiting = Waiting {
+            clients: work.sampled.clone(),
+            away: BTreeMap::new(),
+        };
+        let mut tally = Tally::new(work.global.len());
+        loop {
+            let wake = waiting.expire(round, deadline);
+            if waiting.clients.is_empty() {
+                break;
+            }
+            let event = match clients.next_before(wake).await? {
+                Next::Deadline if Instant::now() >= deadline => {
+                    let missing = waiting.clients.len();
+                    tracing::warn!(round, missing, "round deadline passed");
+                    break;
+                }
+                // A grace period ended.
+                Next::Deadline => continue,
+                Next::Stopped => break,
+                Next::Event(e) => e,
+            };
+            self.on_event(clients, &mut work, &mut waiting, &mut tally, event);
+        }
+        Ok(tally)
+    }
+
+    /// Handles one event of the round.
+    fn on_event(
+        &self,
+        clients: &Clients,
+        work: &mut RoundWork<'_>,
+        waiting: &mut Waiting,
+        tally: &mut Tally,
+        event: Event,
+    ) {
+        let round = work.ctx.round;
+        match event {
+            Event::Update {
+                client,
+                header,
+                values,
+                bytes,
+            } => {
+                tally.bytes_up += bytes;
+                self.on_update(clients, work, (waiting, tally), client, header, values);
+            }
+            Event::Sign {
+                client,
+                upload,
+                bytes,
+            } => {
+                tally.bytes_up += bytes;
+                on_sign(clients, work, (waiting, tally), client, upload);
+            }
+            Event::Failed {
+                client,
+                round: r,
+                reason,
+            } => {
+                if r == round && waiting.clients.remove(&client) {
+                    tracing::warn!(round, client, reason = %for_log(&reason), "client failed its task");
+                }
+            }
+            Event::SecAgg { client, .. } => {
+                waiting.clients.remove(&client);
+                let status = Status::failed_precondition(
+                    "this round does not use secure aggregation: send a plain update",
+                );
+                clients.reject(client, status);
+            }
+            Event::Disconnected(client) if waiting.clients.contains(&client) => {
+                let admitted = clients.shared.registry().is_admitted(client);
+                let grace = if admitted {
+                    self.reconnect_grace
+                } else {
+                    Duration::ZERO
+                };
+                waiting.lost(round, client, grace);
+            }
+            Event::Connected(client) if waiting.clients.contains(&client) => {
+                // A stream opened after the task went out has not seen it: the task again.
+                // (The event of the stream that got the task, read late, sends nothing.)
+                waiting.away.remove(&client);
+                let sent = work
+                    .tasks
+                    .send(clients, &*work.strategy, client, work.global);
+                if sent > 0 {
+                    tally.stage_bytes_down += sent;
+                    tracing::info!(round, client, "sampled client is back: task sent again");
+                }
+            }
+            Event::Connected(_) | Event::Disconnected(_) => {}
+        }
+    }
+
+    /// Admits and absorbs one dense update.
+    fn on_update(
+        &self,
+        clients: &Clients,
+        work: &mut RoundWork<'_>,
+        (waiting, tally): (&mut Waiting, &mut Tally),
+        client: ClientId,
+        header: UploadHeader,
+        values: Vec<f32>,
+    ) {
+        // Under a local mechanism only the release travels: every upload weighs 1.
+        let (num_examples, loss, claimed) = match &header {
+            UploadHeader::Plain(h) => (Some(h.num_examples), Some(h.train_loss), None),
+            UploadHeader::Released(h) => (None, None, h.release.as_ref()),
+        };
+        let claim = Claim {
+            round: header.round(),
+            num_examples,
+            release: claimed,
+        };
+        let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
+            return;
+        };
+        let finite = values.iter().all(|v| v.is_finite());
+        if self.update_moments && finite && values.len() == work.global.len() {
+            tally.moments.add(&values);
+        }
+        let update = ClientUpdate {
+            client,
+            num_examples: num_examples.unwrap_or(1),
+            values,
+        };
+        if absorb(clients, work, client, update.into(), release) {
+            tally.completed += 1;
+            if let Some(loss) = loss {
+                tally.losses += 1;
+                tally.train_loss_sum += f64::from(loss);
+            }
+        }
+    }
+}
+
+/// Admits and absorbs one SignDS upload.
+fn on_sign(
+    clients: &Clients,
+    work: &mut RoundWork<'_>,
+    (waiting, tally): (&mut Waiting, &mut Tally),
+    client: ClientId,
+    upload: SignDsUpload,
+) {
+    let claim = Claim {
+        round: upload.round,
+        num_examples: None,
+        release: upload.release.as_ref(),
+    };
+    let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
+        return;
+    };
+    let sign = SignUpload {
+        sign: i64::from(upload.sign),
+        indices: upload.indices,
+    };
+    if absorb(clients, work, client, Upload::Sign(sign), release) {
+        tally.completed += 1;
+    }
+}
+
+/// Hands an admitted upload to the strategy and, once absorbed, records its release in its
+/// client's local ledger; a refused upload ends its client's stream. Returns whether it counted.
+fn absorb(
+    clients: &Clients,
+    work: &mut RoundWork<'_>,
+    client: ClientId,
+    upload: Upload,
+    release: Option<Release>,
+) -> bool {
+    match work.strategy.absorb(&work.ctx, upload) {
+        Ok(()) => {
+            if let (Some(accounts), Some(release)) = (work.local.as_deref_mut(), release) {
+                accounts.record(client, &release);
+            }
+            true
+        }
+        Err(e) => {
+            clients.reject(client, Status::invalid_argument(e.to_string()));
+            false
+        }
+    }
+}
+
+/// Checks what every upload must satisfy: its round, that its sender was sampled and has not
+/// answered yet, its example count, and its local protection. Returns the release to record
+/// once the upload is absorbed (`Some(None)` when the round has no local mechanism); on failure
+/// the client is refused and dropped and `None` returned.
+fn admit(
+    clients: &Clients,
+    work: &RoundWork<'_>,
+    waiting: &mut BTreeSet<ClientId>,
+    client: ClientId,
+    claim: Claim<'_>,
+) -> Option<Option<Release>> {
+    let round = work.ctx.round;
+    if !clients.shared.registry().is_admitted(client) {
+        tracing::warn!(round, client, "upload from a revoked client ignored");
+        waiting.remove(&client);
+        return None;
+    }
+    // Too late for its round (the client was slow or reconnected): not an attack.
+    if claim.round < round {
+        tracing::info!(round, client, late = claim.round, "late upload ignored");
+        return None;
+    }
+    // Sent twice, e.g. once before and once after a reconnect: the first one counts.
+    if claim.round == round && work.sampled.contains(&client) && !waiting.contains(&client) {
+        tracing::info!(round, client, "second upload for the round ignored");
+        return None;
+    }
+    let refusal = if claim.round != round {
+        waiting.remove(&client);
+        Some(Status::invalid_argument(format!(
+            "update for round {}, but the current round is {round}",
+            claim.round
+        )))
+    } else if !waiting.remove(&client) {
+        Some(Status::failed_precondition(format!(
+            "client {client} was not sampled in round {round} or already submitted"
+        )))
+    } else if claim.num_examples == Some(0) {
+        Some(Status::invalid_argument(
+            "update claims 0 examples: it must be at least 1",
+        ))
+    } else {
+        None
+    };
+    if let Some(status) = refusal {
+        clients.reject(client, status);
+        return None;
+    }
+    let release = match (work.local.as_deref(), claim.release) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            Err("this round uses no local mechanism: send the update without a release".into())
+        }
+        (Some(accounts), release) => accounts.admit(release).map(Some),
+    };
+    release
+        .map_err(|reason| clients.reject(client, Status::invalid_argument(reason)))
+        .ok()
+}

@@ -1,0 +1,537 @@
+//! The coordinator: waits for K clients, then each round samples m_t of the connected clients,
+//! passes the budget gate, sends the task, lets the run's [`Collection`] gather results into the
+//! strategy stack, releases the aggregate if the release rule and the model check allow, evaluates
+//! it, and records the round (checkpoint first, then metrics). It never branches on the privacy
+//! mode: `crate::build` decided the pipeline.
+
+use crate::build::Pipeline;
+use crate::checkpoint::{Checkpoint, Progress};
+use crate::clients::Clients;
+use crate::collection::{RoundTasks, RoundWork, Tally};
+use crate::config::RunConfig;
+use crate::ledger::{Ledger, LedgerEntry};
+use crate::local_accounts::LocalAccounts;
+use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
+use crate::registry::ClientId;
+use crate::strategy::{RoundContext, RoundOutcome};
+use crate::telemetry::Telemetry;
+use crate::{Observer, ServerError};
+use fl_common::data::Dataset;
+use fl_common::model::{Evaluation, ModelSpec, check_model, evaluate};
+use fl_common::privacy::{GaussianRound, PrivacyEvent, Sampling};
+use fl_proto::v1::{AdmmTask, LocalPrivacy, RoundTask, SecAggTask};
+use rand::Rng;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// Owns all round state; the gRPC handlers only feed it events through [`Clients`].
+pub struct Coordinator {
+    /// Events in, messages out.
+    pub clients: Clients,
+    /// The validated configuration.
+    pub config: RunConfig,
+    /// The model architecture.
+    pub spec: ModelSpec,
+    /// Test set for the per-round evaluation.
+    pub test: Arc<Dataset>,
+    /// What the privacy mode and algorithm decided.
+    pub pipeline: Pipeline,
+    /// CSPRNG for sampling and initialisation.
+    pub rng: StdRng,
+    /// Where outputs go.
+    pub folder: RunFolder,
+    /// Called after every round.
+    pub observer: Option<Observer>,
+    /// The checkpoint an interrupted run resumes from.
+    pub resume: Option<Checkpoint>,
+    /// The Prometheus metrics.
+    pub telemetry: Arc<Telemetry>,
+}
+
+/// The run's totals, carried across rounds and checkpoints.
+#[derive(Debug, Clone, Default)]
+pub struct RunTotals {
+    /// Rounds whose aggregate updated the model.
+    pub rounds_completed: u64,
+    /// Uploads absorbed.
+    pub client_updates: u64,
+    /// Bytes received.
+    pub bytes_up: u64,
+    /// Bytes sent.
+    pub bytes_down: u64,
+    /// Wall-clock seconds before this process took over (a resumed run).
+    pub earlier_seconds: f64,
+    /// The secure rounds' figures, for a secure collection.
+    pub secagg: Option<SecAggSummary>,
+}
+
+impl RunTotals {
+    /// Totals where `progress` left them.
+    fn resumed(progress: &Progress) -> Self {
+        Self {
+            rounds_completed: progress.rounds_completed,
+            client_updates: progress.client_updates,
+            bytes_up: progress.bytes_up,
+            bytes_down: progress.bytes_down,
+            earlier_seconds: progress.wall_seconds,
+            secagg: None,
+        }
+    }
+
+    /// Adds one round's figures.
+    fn add(&mut self, tally: &Tally, bytes_down: u64, applied: bool) {
+        self.rounds_completed += u64::from(applied);
+        self.client_updates += tally.completed as u64;
+        self.bytes_up += tally.bytes_up;
+        self.bytes_down += bytes_down;
+        if let (Some(totals), Some(m)) = (&mut self.secagg, &tally.secagg) {
+            totals.add(m);
+        }
+    }
+}
+
+/// How a round ended.
+enum RoundEnd {
+    /// It ran; the evaluation of the model after it.
+    Ran(Evaluation),
+    /// Training stops before it.
+    Stop(StoppedBy),
+}
+
+/// A round as fixed before its tasks go out.
+struct Planned {
+    ctx: RoundContext,
+    sampled: BTreeSet<ClientId>,
+    secagg: Option<SecAggTask>,
+    prepared: crate::collection::Prepared,
+}
+
+impl Coordinator {
+    /// Runs the whole training; writes the model and summary at the end, whatever ended it.
+    pub async fn run(mut self) -> Result<Summary, ServerError> {
+        let (mut global, first_round, mut totals) = self.start()?;
+        self.await_clients(first_round).await?;
+        let started = Instant::now();
+        let (mut stopped_by, mut last_eval) = (StoppedBy::Rounds, None);
+        for round in first_round..=self.config.server.rounds {
+            match self.round(round, &mut global, &mut totals, started).await? {
+                RoundEnd::Ran(eval) => last_eval = Some(eval),
+                RoundEnd::Stop(reason) => {
+                    stopped_by = reason;
+                    break;
+                }
+            }
+        }
+        self.clients.shutdown_all(self.config.server.rounds);
+        let eval = last_eval.unwrap_or_else(|| evaluate(&self.spec, &global, &self.test));
+        self.folder.write_model(&self.spec, &global)?;
+        let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
+        let summary = self.summary(&totals, &eval, stopped_by, seconds)?;
+        if let Some(accounts) = &self.pipeline.local {
+            self.folder.write_local_privacy(&accounts.per_client())?;
+        }
+        self.folder.write_summary(&summary)?;
+        Ok(summary)
+    }
+
+    /// The model, first round and totals to start from: the checkpoint's, or a fresh model
+    /// (checkpointed as round 0, so that a crash before the first round ends can resume).
+    fn start(&mut self) -> Result<(Vec<f32>, u64, RunTotals), ServerError> {
+        let secagg = self.pipeline.collection.secure_summary();
+        let Some(checkpoint) = self.resume.take() else {
+            let init = self.spec.init(&mut self.rng);
+            let totals = RunTotals {
+                secagg,
+                ..RunTotals::default()
+            };
+            self.checkpoint(0, &totals, &init, None)?;
+            return Ok((init, 1, totals));
+        };
+        let strategy = &mut self.pipeline.strategy;
+        strategy
+            .restore(checkpoint.strategy_state())
+            .map_err(ServerError::Internal)?;
+        if let Some(accounts) = &mut self.pipeline.local {
+            accounts.restore(checkpoint.progress.local_ledgers.clone());
+        }
+        let next = checkpoint.progress.round + 1;
+        tracing::info!(checkpoint = next - 1, next, "resuming from the checkpoint");
+        let totals = RunTotals {
+            secagg,
+            ..RunTotals::resumed(&checkpoint.progress)
+        };
+        Ok((checkpoint.model, next, totals))
+    }
+
+    /// Waits for K clients before the first round. A run killed during or after its last round
+    /// has only its summary left, but clients that come back get their Shutdown instead of
+    /// retrying until their timeout.
+    async fn await_clients(&mut self, first_round: u64) -> Result<(), ServerError> {
+        let expected = self.config.server.clients;
+        let join_timeout = Duration::from_secs_f64(self.config.server.join_timeout_secs);
+        if first_round <= self.config.server.rounds {
+            return self.clients.wait_for(expected, join_timeout).await;
+        }
+        let grace = join_timeout.min(Duration::from_secs(10));
+        if let Err(e) = self.clients.wait_for(expected, grace).await {
+            tracing::info!(error = %e, "no more clients came back");
+        }
+        Ok(())
+    }
+
+    /// Runs round `round` from `global`.
+    async fn round(
+        &mut self,
+        round: u64,
+        global: &mut Vec<f32>,
+        totals: &mut RunTotals,
+        started: Instant,
+    ) -> Result<RoundEnd, ServerError> {
+        let t0 = Instant::now();
+        let planned = match self.plan(round)? {
+            Ok(planned) => planned,
+            Err(stop) => return Ok(RoundEnd::Stop(stop)),
+        };
+        let ctx = planned.ctx;
+        let (down, mut tasks) = self.start_round(&ctx, global, &planned);
+        let work = RoundWork {
+            ctx,
+            sampled: &planned.sampled,
+            started: t0,
+            strategy: &mut *self.pipeline.strategy,
+            local: self.pipeline.local.as_mut(),
+            tasks: &mut tasks,
+            global,
+        };
+        // A span per round's collection: what is logged while collecting names the round.
+        let tally = (self.pipeline.collection)
+            .collect(&mut self.clients, work, planned.prepared, &mut self.rng)
+            .instrument(tracing::info_span!("round", round))
+            .await?;
+        let outcome = self.pipeline.strategy.finish_round(&ctx, global);
+        let skipped = self.release(outcome.model.clone(), tally.completed, global);
+        let eval = {
+            let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
+            tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test))
+                .await
+                .map_err(|e| ServerError::Internal(e.to_string()))?
+        };
+        let down = down + tally.stage_bytes_down;
+        totals.add(&tally, down, skipped.is_none());
+        let sampled = planned.sampled.len();
+        let metrics = self.metrics(round, sampled, &tally, &outcome, skipped, &eval, down, t0);
+        self.record(&metrics, totals, global, started)?;
+        Ok(RoundEnd::Ran(eval))
+    }
+
+    /// Samples the round, lets the collection prepare it and passes the budget gate; or says
+    /// why training stops.
+    fn plan(&mut self, round: u64) -> Result<Result<Planned, StoppedBy>, ServerError> {
+        if self.clients.stop_requested() {
+            return Ok(Err(StoppedBy::Error));
+        }
+        // A client revoked since the last check is neither sampled nor sent the model.
+        self.clients.shared.enforce_enrollment();
+        let connected = self.clients.shared.registry().connected();
+        if connected.is_empty() {
+            tracing::error!(round, "no client is connected: training ends");
+            return Ok(Err(StoppedBy::Error));
+        }
+        let m = self.config.clients_at(round);
+        let central = self.round_event(round, m, connected.len());
+        let sampled = self.sample(&connected, m, central.as_ref());
+        let z = (self.config.privacy.noise_multiplier).at(round, self.config.server.rounds);
+        let prepared = self.pipeline.collection.prepare(m, sampled.len(), z)?;
+        let event = central.map(PrivacyEvent::from).or(prepared.event);
+        if !self.spend(round, event.as_ref())? {
+            tracing::info!(round, "privacy budget reached: training stops");
+            return Ok(Err(StoppedBy::Budget));
+        }
+        // Under Poisson sampling the divisor is the public expectation q K = m_t, never the
+        // private number of participants.
+        let expected_clients = match central.map(|e| e.sampling) {
+            Some(Sampling::Poisson) => m as f64,
+            _ => sampled.len().max(1) as f64,
+        };
+        let ctx = RoundContext {
+            round,
+            expected_clients,
+            noise_multiplier: event.is_some().then_some(z),
+        };
+        Ok(Ok(Planned {
+            ctx,
+            sampled,
+            secagg: prepared.task,
+            prepared,
+        }))
+    }
+
+    /// Records the round's privacy event in the ledger before anything of the round leaves the
+    /// server; false when the budget does not allow it. A round re-run after a crash reuses its
+    /// entry.
+    fn spend(&mut self, round: u64, event: Option<&PrivacyEvent>) -> Result<bool, ServerError> {
+        let (Some(ledger), Some(event)) = (&mut self.pipeline.ledger, event) else {
+            return Ok(true);
+        };
+        if ledger.take_unreleased(round, event) {
+            return Ok(true);
+        }
+        if !ledger.allows(event) {
+            return Ok(false);
+        }
+        ledger.spend(&LedgerEntry {
+            round,
+            event: *event,
+            clip_mode: self.config.privacy.clip,
+            clip_bound_leaks: self.config.clip_bound_leaks(),
+            sampling_seeded: self.config.server.seed.is_some(),
+            accountant: ledger.accountant_name().into(),
+        })?;
+        Ok(true)
+    }
+
+    /// Whether the round's aggregate replaces `global`; otherwise why not.
+    fn release(
+        &self,
+        model: Option<Vec<f32>>,
+        results: usize,
+        global: &mut Vec<f32>,
+    ) -> Option<String> {
+        let max_abs = self.config.robust.max_parameter_abs as f32;
+        let reason = match model {
+            Some(next) if self.pipeline.release.allows(results) => {
+                match check_model(&next, max_abs) {
+                    Ok(()) => {
+                        *global = next;
+                        return None;
+                    }
+                    Err(fault) => format!("{fault}: the aggregate is not released"),
+                }
+            }
+            _ => format!(
+                "too few results: {results} of at least {}",
+                self.config.server.min_clients
+            ),
+        };
+        tracing::warn!(%reason, "round skipped, model unchanged");
+        Some(reason)
+    }
+
+    /// The accountant's view of the round, or `None` in a non-private run. Fixed-size sampling
+    /// draws m of the connected clients, so its rate is taken as m / min(K, connected): when
+    /// fewer than K are connected the real rate is higher than m/K, and this errs towards a
+    /// larger epsilon.
+    fn round_event(&self, round: u64, m: usize, connected: usize) -> Option<GaussianRound> {
+        let mut event = self.config.round_event(round)?;
+        if event.sampling == Sampling::Fixed {
+            let population = self.config.server.clients.min(connected).max(m).max(1);
+            event.q = m as f64 / population as f64;
+        }
+        Some(event)
+    }
+
+    /// Z_t: Poisson sampling includes each connected client independently with probability q_t;
+    /// otherwise m_t clients are drawn uniformly without replacement. Both from the CSPRNG.
+    fn sample(
+        &mut self,
+        connected: &[ClientId],
+        m: usize,
+        event: Option<&GaussianRound>,
+    ) -> BTreeSet<ClientId> {
+        if let Some(GaussianRound {
+            q,
+            sampling: Sampling::Poisson,
+            ..
+        }) = event
+        {
+            let rng = &mut self.rng;
+            return connected
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(*q))
+                .collect();
+        }
+        if m > connected.len() {
+            let connected = connected.len();
+            tracing::warn!(connected, m, "fewer clients connected than m");
+        }
+        let m = m.min(connected.len());
+        rand::seq::index::sample(&mut self.rng, connected.len(), m)
+            .into_iter()
+            .map(|i| connected[i])
+            .collect()
+    }
+
+    /// Sends each sampled client its task and the global model (or what the strategy sends it
+    /// instead); returns the bytes sent and the round's tasks, for clients that come back.
+    fn start_round(
+        &mut self,
+        ctx: &RoundContext,
+        global: &[f32],
+        planned: &Planned,
+    ) -> (u64, RoundTasks) {
+        let instructions = self.pipeline.strategy.configure_round(ctx);
+        let template = RoundTask {
+            round: ctx.round,
+            model: Some((&self.spec).into()),
+            config: Some(self.config.train.local_config().into()),
+            num_values: 0,
+            num_chunks: 0,
+            secagg: planned.secagg,
+            local_privacy: (self.pipeline.local.as_ref())
+                .map(|a| LocalPrivacy::from(a.mechanism())),
+            admm: instructions.admm.map(|a| AdmmTask {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
+        };
+        let mut tasks = RoundTasks::new(template, global);
+        let strategy = &*self.pipeline.strategy;
+        let sent = (planned.sampled.iter())
+            .map(|&id| tasks.send(&self.clients, strategy, id, global))
+            .sum();
+        tracing::debug!(
+            round = ctx.round,
+            sampled = planned.sampled.len(),
+            "tasks sent"
+        );
+        (sent, tasks)
+    }
+
+    /// The round's metrics line.
+    #[allow(clippy::too_many_arguments)]
+    fn metrics(
+        &self,
+        round: u64,
+        sampled: usize,
+        tally: &Tally,
+        outcome: &RoundOutcome,
+        skipped: Option<String>,
+        eval: &Evaluation,
+        bytes_down: u64,
+        t0: Instant,
+    ) -> RoundMetrics {
+        let (epsilon, delta) = self.pipeline.ledger.as_ref().map(Ledger::spent).unzip();
+        let (v_c, u_s) = tally.moments.v_c_and_u_s().unzip();
+        RoundMetrics {
+            secagg: tally.secagg.clone(),
+            round,
+            sampled,
+            completed: tally.completed,
+            dropped: sampled - tally.completed,
+            applied: skipped.is_none(),
+            skipped,
+            clip_bound: outcome.clip_bound,
+            noise_std: outcome.noise_std,
+            rho: outcome.rho,
+            local_epsilon: self.pipeline.local.as_ref().map(LocalAccounts::max_epsilon),
+            epsilon,
+            delta,
+            test_accuracy: eval.accuracy,
+            test_loss: eval.loss,
+            train_loss: (tally.losses > 0).then(|| tally.train_loss_sum / tally.losses as f64),
+            v_c,
+            u_s,
+            bytes_up: tally.bytes_up,
+            bytes_down,
+            seconds: t0.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Publishes a round: nothing derived from the round's noise leaves the server before its
+    /// checkpoint is durable, so a crash before it re-runs the round under its ledger entry,
+    /// unseen.
+    fn record(
+        &mut self,
+        metrics: &RoundMetrics,
+        totals: &RunTotals,
+        global: &[f32],
+        started: Instant,
+    ) -> Result<(), ServerError> {
+        let mut totals = totals.clone();
+        totals.earlier_seconds += started.elapsed().as_secs_f64();
+        self.checkpoint(metrics.round, &totals, global, Some(metrics))?;
+        self.folder.append_round(metrics)?;
+        self.telemetry.observe(metrics);
+        tracing::info!(
+            round = metrics.round,
+            accuracy = format_args!("{:.4}", metrics.test_accuracy),
+            loss = format_args!("{:.4}", metrics.test_loss),
+            completed = metrics.completed,
+            dropped = metrics.dropped,
+            "round done"
+        );
+        if let Some(observer) = &self.observer {
+            observer(metrics);
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoint of the end of `round` with its metrics line.
+    fn checkpoint(
+        &self,
+        round: u64,
+        totals: &RunTotals,
+        global: &[f32],
+        metrics: Option<&RoundMetrics>,
+    ) -> std::io::Result<()> {
+        let local = self.pipeline.local.as_ref();
+        let progress = Progress {
+            round,
+            rounds_completed: totals.rounds_completed,
+            client_updates: totals.client_updates,
+            bytes_up: totals.bytes_up,
+            bytes_down: totals.bytes_down,
+            wall_seconds: totals.earlier_seconds,
+            config: self.config.clone(),
+            strategy: serde_json::Value::Null,
+            clients: self.clients.shared.registry().identities(),
+            local_ledgers: local.map(|a| a.ledgers().clone()).unwrap_or_default(),
+            last_round: metrics.cloned(),
+        };
+        let state = self.pipeline.strategy.state();
+        Checkpoint::new(progress, global, state).write(self.folder.dir())
+    }
+
+    /// The run's summary.
+    fn summary(
+        &self,
+        totals: &RunTotals,
+        eval: &Evaluation,
+        stopped_by: StoppedBy,
+        wall_seconds: f64,
+    ) -> Result<Summary, ServerError> {
+        let privacy = &self.config.privacy;
+        let ledger = self.pipeline.ledger.as_ref();
+        let (epsilon, delta) = ledger.map(Ledger::spent).unzip();
+        let accounted_sampling = ledger.is_some() && self.config.round_event(1).is_some();
+        Ok(Summary {
+            rounds_completed: totals.rounds_completed,
+            test_accuracy: eval.accuracy,
+            test_loss: eval.loss,
+            epsilon,
+            delta,
+            accountant: ledger.map(|l| l.accountant_name().to_string()),
+            sampling: match accounted_sampling {
+                true => privacy.sampling.to_string(),
+                false => Sampling::Fixed.to_string(),
+            },
+            clip_mode: ledger.map(|_| privacy.clip.to_string()),
+            clip_bound_leaks: ledger.is_some() && self.config.clip_bound_leaks(),
+            sampling_seeded: ledger.is_some() && self.config.server.seed.is_some(),
+            stopped_by,
+            client_updates: totals.client_updates,
+            bytes_up: totals.bytes_up,
+            bytes_down: totals.bytes_down,
+            wall_seconds,
+            model: self.spec.to_string(),
+            config: serde_json::to_value(&self.config)
+                .map_err(|e| ServerError::Internal(e.to_string()))?,
+            secagg: totals.secagg.clone(),
+            local_privacy: self.pipeline.local.as_ref().map(LocalAccounts::summary),
+        })
+    }
+}

@@ -1,0 +1,112 @@
+//! The transport at the edge: the gRPC server (TLS, keep-alive, a tracing span per RPC, the
+//! guarded accept loop), the Prometheus endpoint, and their bounded drain at the end of a run.
+
+use crate::accept;
+use crate::config::{ConfigError, ServerSection};
+use crate::service::{FederationService, Shared};
+use crate::telemetry::{self, Telemetry};
+use crate::{MAX_MESSAGE_BYTES, ServerError};
+use fl_proto::v1::federation_server::FederationServer;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+/// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep
+/// a live stream through NATs and proxies, and dead peers are noticed.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+/// How long a keep-alive ping may go unanswered before the connection is closed.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long connections get to close after training ends.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Resolves once `done` becomes true (or its sender is gone).
+pub async fn signalled(mut done: watch::Receiver<bool>) {
+    let _ = done.wait_for(|d| *d).await;
+}
+
+/// Serves the federation on `listener` until `done`.
+pub fn spawn_grpc(
+    s: &ServerSection,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    done: impl Future<Output = ()> + Send + 'static,
+) -> Result<JoinHandle<Result<(), tonic::transport::Error>>, ServerError> {
+    let service = FederationServer::new(FederationService::new(shared))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
+    Ok(tokio::spawn(
+        server_builder(s)?
+            .http2_keepalive_interval(Some(KEEPALIVE))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            // A span per RPC: every line logged while handling it names the method.
+            .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+            .add_service(service)
+            .serve_with_incoming_shutdown(accept::guarded(listener, handshake), done),
+    ))
+}
+
+/// Waits at most the drain period for the transport to close its connections.
+pub async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error>>) {
+    match tokio::time::timeout(DRAIN, serving).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "transport ended with an error"),
+        Err(_) => tracing::warn!("connections still open after the drain period; closing"),
+        _ => {}
+    }
+}
+
+/// Serves Prometheus metrics at `addr` until `done`.
+pub async fn spawn_metrics(
+    addr: &str,
+    telemetry: Arc<Telemetry>,
+    shared: Arc<Shared>,
+    done: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(address = %bound, "Prometheus metrics at /metrics");
+    if !bound.ip().is_loopback() {
+        tracing::warn!(
+            address = %bound,
+            "the metrics endpoint is reachable beyond this host: its counts (clients connected, \
+             dropped, updates) are curator-side figures the privacy guarantee does not cover"
+        );
+    }
+    tokio::spawn(async move {
+        if let Err(e) = telemetry::serve_metrics(listener, telemetry, shared, done).await {
+            tracing::warn!(error = %e, "metrics endpoint failed");
+        }
+    });
+    Ok(())
+}
+
+/// A transport builder with TLS (and client certificates) when the configuration asks for it.
+fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
+    let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
+        let loopback = s
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback {
+            tracing::warn!("TLS is off: updates and models travel in clear text");
+        }
+        return Ok(Server::builder());
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| {
+            ServerError::Config(ConfigError::Invalid(format!(
+                "reading {}: {e}",
+                p.display()
+            )))
+        })
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+    if let Some(ca) = &s.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(Server::builder().tls_config(tls)?)
+}
