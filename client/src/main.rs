@@ -170,66 +170,8 @@ async fn main() -> anyhow::Result<()> {
             .await?
             .with_context(|| format!("loading {}", args.data))?,
     );
-    let shares: Vec<(usize, Vec<usize>)> = match &args.partition {
-        None if args.simulate > 1 => {
-            bail!("--simulate needs --partition to give each client its share")
-        }
-        None => vec![(0, (0..data.len()).collect())],
-        Some(spec) => {
-            let indices: Vec<usize>;
-            let partition = match spec.strip_suffix(":auto") {
-                // The server hands out the indices: replicas started alike get their own shares.
-                Some(scheme_k) => {
-                    let (partition, _) =
-                        Partition::parse_with_index(&format!("{scheme_k}:0"), args.partition_seed)?;
-                    let opts = options(&args, "partition".into(), None, privacy, tls.clone());
-                    let first = assigned_partition(&opts, args.simulate as u64).await?;
-                    let k = partition.clients as u64;
-                    indices = (0..args.simulate as u64)
-                        .map(|i| ((first + i) % k) as usize)
-                        .collect();
-                    tracing::info!(first = first % k, k, "partition assigned by the server");
-                    partition
-                }
-                None => {
-                    let (partition, first) =
-                        Partition::parse_with_index(spec, args.partition_seed)?;
-                    if first + args.simulate > partition.clients {
-                        bail!(
-                            "--simulate {} from index {first} runs past K = {}",
-                            args.simulate,
-                            partition.clients
-                        );
-                    }
-                    indices = (first..first + args.simulate).collect();
-                    partition
-                }
-            };
-            let mut all = partition.assign(data.labels())?;
-            indices
-                .into_iter()
-                .map(|i| (i, std::mem::take(&mut all[i])))
-                .collect()
-        }
-    };
-    // Simulated clients share connections, CLIENTS_PER_CONNECTION to each.
-    let connections = match shares.len() {
-        1 => Vec::new(),
-        n => {
-            let first = options(&args, String::new(), None, privacy, tls.clone());
-            fl_client::shared_connections(&first, n)?
-        }
-    };
-    let wanted = 2 * connections.len().max(1) as u64 + 256;
-    if let Ok(got) = rlimit::increase_nofile_limit(wanted)
-        && got < wanted
-    {
-        tracing::warn!(
-            got,
-            wanted,
-            "open-file limit too low for --simulate; raise `ulimit -n`"
-        );
-    }
+    let shares = shares(&args, &data, privacy, &tls).await?;
+    let connections = connections(&args, shares.len(), privacy, &tls)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(
         std::thread::available_parallelism().map_or(1, usize::from),
     ));
@@ -271,4 +213,85 @@ async fn main() -> anyhow::Result<()> {
         bail!("{failures} client(s) failed");
     }
     Ok(())
+}
+
+/// Each client's (partition index, example indices): the whole data for one client, or the
+/// shares of `--partition` (given from an index, or assigned by the server with `:auto`).
+async fn shares(
+    args: &Args,
+    data: &fl_common::data::Dataset,
+    privacy: ClientPrivacy,
+    tls: &Option<ClientTls>,
+) -> anyhow::Result<Vec<(usize, Vec<usize>)>> {
+    let shares = match &args.partition {
+        None if args.simulate > 1 => {
+            bail!("--simulate needs --partition to give each client its share")
+        }
+        None => vec![(0, (0..data.len()).collect())],
+        Some(spec) => {
+            let indices: Vec<usize>;
+            let partition = match spec.strip_suffix(":auto") {
+                // The server hands out the indices: replicas started alike get their own shares.
+                Some(scheme_k) => {
+                    let (partition, _) =
+                        Partition::parse_with_index(&format!("{scheme_k}:0"), args.partition_seed)?;
+                    let opts = options(args, "partition".into(), None, privacy, tls.clone());
+                    let first = assigned_partition(&opts, args.simulate as u64).await?;
+                    let k = partition.clients as u64;
+                    indices = (0..args.simulate as u64)
+                        .map(|i| ((first + i) % k) as usize)
+                        .collect();
+                    tracing::info!(first = first % k, k, "partition assigned by the server");
+                    partition
+                }
+                None => {
+                    let (partition, first) =
+                        Partition::parse_with_index(spec, args.partition_seed)?;
+                    if first + args.simulate > partition.clients {
+                        bail!(
+                            "--simulate {} from index {first} runs past K = {}",
+                            args.simulate,
+                            partition.clients
+                        );
+                    }
+                    indices = (first..first + args.simulate).collect();
+                    partition
+                }
+            };
+            let mut all = partition.assign(data.labels())?;
+            indices
+                .into_iter()
+                .map(|i| (i, std::mem::take(&mut all[i])))
+                .collect()
+        }
+    };
+    Ok(shares)
+}
+
+/// The connections simulated clients share, CLIENTS_PER_CONNECTION to each (none for one
+/// client), with the open-file limit raised to hold them.
+fn connections(
+    args: &Args,
+    clients: usize,
+    privacy: ClientPrivacy,
+    tls: &Option<ClientTls>,
+) -> anyhow::Result<Vec<tonic::transport::Channel>> {
+    let connections = match clients {
+        1 => Vec::new(),
+        n => {
+            let first = options(args, String::new(), None, privacy, tls.clone());
+            fl_client::shared_connections(&first, n)?
+        }
+    };
+    let wanted = 2 * connections.len().max(1) as u64 + 256;
+    if let Ok(got) = rlimit::increase_nofile_limit(wanted)
+        && got < wanted
+    {
+        tracing::warn!(
+            got,
+            wanted,
+            "open-file limit too low for --simulate; raise `ulimit -n`"
+        );
+    }
+    Ok(connections)
 }

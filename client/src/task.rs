@@ -38,13 +38,9 @@ fn check_model(
             spec.classes()
         ));
     }
-    if config.epochs == 0
-        || config.batch_size == 0
-        || !config.learning_rate.is_finite()
-        || config.learning_rate <= 0.0
-    {
-        return Err(format!("unusable local config {config:?}"));
-    }
+    config
+        .check()
+        .map_err(|e| format!("unusable local config {config:?}: {e}"))?;
     Ok((spec, config))
 }
 

@@ -207,6 +207,87 @@ pub enum Algorithm {
     Iadmm,
 }
 
+impl ServerSection {
+    /// Checks the server's ranges and consistency.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let s = self;
+        let m = &s.clients_per_round;
+        let checks = [
+            (
+                s.clients >= 1,
+                "server.clients (K) must be at least 1".to_string(),
+            ),
+            (s.rounds >= 1, "server.rounds must be at least 1".into()),
+            (
+                s.min_clients >= 1
+                    && m.values()
+                        .iter()
+                        .all(|&v| s.min_clients as f64 <= v.round()),
+                format!(
+                    "server.min_clients ({}) must be between 1 and clients_per_round ({m})",
+                    s.min_clients
+                ),
+            ),
+            (
+                s.round_timeout_secs > 0.0 && s.round_timeout_secs.is_finite(),
+                "server.round_timeout_secs must be positive".into(),
+            ),
+            (
+                s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
+                "server.join_timeout_secs must be positive".into(),
+            ),
+            (
+                s.reconnect_grace_secs >= 0.0 && s.reconnect_grace_secs.is_finite(),
+                "server.reconnect_grace_secs must be 0 or more".into(),
+            ),
+            (
+                s.upload_stall_secs > 0.0 && s.upload_stall_secs.is_finite(),
+                "server.upload_stall_secs must be positive".into(),
+            ),
+            (
+                s.handshake_timeout_secs > 0.0 && s.handshake_timeout_secs.is_finite(),
+                "server.handshake_timeout_secs must be positive".into(),
+            ),
+            (
+                s.forget_after_secs.is_finite()
+                    && s.forget_after_secs >= s.reconnect_grace_secs
+                    && s.forget_after_secs > 0.0,
+                "server.forget_after_secs must be positive and at least reconnect_grace_secs"
+                    .into(),
+            ),
+            (
+                s.max_idle_clients >= 1,
+                "server.max_idle_clients must be at least 1".into(),
+            ),
+            (
+                s.token.is_none() || s.enrollment.is_none(),
+                "server.token and server.enrollment exclude each other: enrolled clients each \
+                 have their own token"
+                    .into(),
+            ),
+            (
+                s.join_rate > 0.0 && s.join_rate.is_finite() && s.join_burst >= 1,
+                "server.join_rate must be positive and server.join_burst at least 1".into(),
+            ),
+            (
+                s.tls_cert.is_some() == s.tls_key.is_some()
+                    && (s.tls_client_ca.is_none() || s.tls_cert.is_some()),
+                "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
+                    .into(),
+            ),
+        ];
+        if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
+            return Err(ConfigError::Invalid(message));
+        }
+        m.check(
+            "server.clients_per_round",
+            |v| v.round() >= 1.0 && v.round() <= s.clients as f64,
+            &format!("between 1 and clients (K = {})", s.clients),
+        )
+        .map_err(ConfigError::Invalid)
+    }
+}
+
 /// `[train]`: local training each round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -294,96 +375,14 @@ impl RunConfig {
 
     /// Checks ranges and consistency; every run calls this before it starts.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let s = &self.server;
-        let t = &self.train;
-        let k = s.clients as f64;
-        let m = &s.clients_per_round;
-        let checks = [
-            (
-                s.clients >= 1,
-                "server.clients (K) must be at least 1".to_string(),
-            ),
-            (s.rounds >= 1, "server.rounds must be at least 1".into()),
-            (
-                s.min_clients >= 1
-                    && m.values()
-                        .iter()
-                        .all(|&v| s.min_clients as f64 <= v.round()),
-                format!(
-                    "server.min_clients ({}) must be between 1 and clients_per_round ({m})",
-                    s.min_clients
-                ),
-            ),
-            (
-                s.round_timeout_secs > 0.0 && s.round_timeout_secs.is_finite(),
-                "server.round_timeout_secs must be positive".into(),
-            ),
-            (
-                s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
-                "server.join_timeout_secs must be positive".into(),
-            ),
-            (
-                s.reconnect_grace_secs >= 0.0 && s.reconnect_grace_secs.is_finite(),
-                "server.reconnect_grace_secs must be 0 or more".into(),
-            ),
-            (
-                s.upload_stall_secs > 0.0 && s.upload_stall_secs.is_finite(),
-                "server.upload_stall_secs must be positive".into(),
-            ),
-            (
-                s.handshake_timeout_secs > 0.0 && s.handshake_timeout_secs.is_finite(),
-                "server.handshake_timeout_secs must be positive".into(),
-            ),
-            (
-                s.forget_after_secs.is_finite()
-                    && s.forget_after_secs >= s.reconnect_grace_secs
-                    && s.forget_after_secs > 0.0,
-                "server.forget_after_secs must be positive and at least reconnect_grace_secs"
-                    .into(),
-            ),
-            (
-                s.max_idle_clients >= 1,
-                "server.max_idle_clients must be at least 1".into(),
-            ),
-            (
-                s.token.is_none() || s.enrollment.is_none(),
-                "server.token and server.enrollment exclude each other: enrolled clients each \
-                 have their own token"
-                    .into(),
-            ),
-            (
-                s.join_rate > 0.0 && s.join_rate.is_finite() && s.join_burst >= 1,
-                "server.join_rate must be positive and server.join_burst at least 1".into(),
-            ),
-            (
-                s.tls_cert.is_some() == s.tls_key.is_some()
-                    && (s.tls_client_ca.is_none() || s.tls_cert.is_some()),
-                "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
-                    .into(),
-            ),
-            (t.epochs >= 1, "train.epochs must be at least 1".into()),
-            (
-                t.batch_size >= 1,
-                "train.batch_size must be at least 1".into(),
-            ),
-            (
-                t.learning_rate > 0.0 && t.learning_rate.is_finite(),
-                "train.learning_rate must be a positive number".into(),
-            ),
-            (
-                self.model.kind == ModelKind::Logistic || !self.model.hidden.is_empty(),
+        self.server.validate()?;
+        (self.train.local_config().check())
+            .map_err(|e| ConfigError::Invalid(format!("train.{e}")))?;
+        if self.model.kind == ModelKind::Mlp && self.model.hidden.is_empty() {
+            return Err(ConfigError::Invalid(
                 "model.hidden must list at least one width for an mlp".into(),
-            ),
-        ];
-        if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
-            return Err(ConfigError::Invalid(message));
+            ));
         }
-        m.check(
-            "server.clients_per_round",
-            |v| v.round() >= 1.0 && v.round() <= k,
-            &format!("between 1 and clients (K = {})", s.clients),
-        )
-        .map_err(ConfigError::Invalid)?;
         self.robust.validate(self)?;
         self.privacy.validate(self)
     }
@@ -700,6 +699,13 @@ impl PrivacySection {
         if !run.is_private() {
             return Ok(());
         }
+        self.validate_noise(run)
+    }
+
+    /// The checks of a run with a central ledger: noise, clip bound, budget, the quantile
+    /// rule's parameters, and a first round the budget allows.
+    fn validate_noise(&self, run: &RunConfig) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         self.noise_multiplier
             .check(
                 "privacy.noise_multiplier",
@@ -717,32 +723,45 @@ impl PrivacySection {
             .check()
             .map_err(|e| ConfigError::Invalid(format!("privacy budget: {e}")))?;
         if self.clip == ClipMode::Quantile {
-            let m_min = run
-                .server
-                .clients_per_round
-                .values()
-                .into_iter()
-                .fold(f64::INFINITY, f64::min);
-            let sigma_b = self.count_noise(m_min);
-            let z_max = self
-                .noise_multiplier
-                .values()
-                .into_iter()
-                .fold(0.0, f64::max);
-            if !(self.target_quantile > 0.0 && self.target_quantile < 1.0) {
-                return bad("privacy.target_quantile must be in (0, 1)".into());
-            }
-            if !(self.clip_learning_rate > 0.0 && self.clip_learning_rate.is_finite()) {
-                return bad("privacy.clip_learning_rate must be positive".into());
-            }
-            if !(sigma_b > 0.0 && z_max < 2.0 * sigma_b) {
-                return bad(format!(
-                    "privacy.clip_count_noise sigma_b = {sigma_b} must exceed z/2 = {} so that \
-                     the sum keeps finite noise (Andrew et al. 2021)",
-                    z_max / 2.0
-                ));
-            }
+            self.validate_quantile(run)?;
         }
+        self.validate_first_round(run)
+    }
+
+    /// The adaptive clip rule's parameters (Andrew et al. 2021).
+    fn validate_quantile(&self, run: &RunConfig) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let m_min = run
+            .server
+            .clients_per_round
+            .values()
+            .into_iter()
+            .fold(f64::INFINITY, f64::min);
+        let sigma_b = self.count_noise(m_min);
+        let z_max = self
+            .noise_multiplier
+            .values()
+            .into_iter()
+            .fold(0.0, f64::max);
+        if !(self.target_quantile > 0.0 && self.target_quantile < 1.0) {
+            return bad("privacy.target_quantile must be in (0, 1)".into());
+        }
+        if !(self.clip_learning_rate > 0.0 && self.clip_learning_rate.is_finite()) {
+            return bad("privacy.clip_learning_rate must be positive".into());
+        }
+        if !(sigma_b > 0.0 && z_max < 2.0 * sigma_b) {
+            return bad(format!(
+                "privacy.clip_count_noise sigma_b = {sigma_b} must exceed z/2 = {} so that \
+                     the sum keeps finite noise (Andrew et al. 2021)",
+                z_max / 2.0
+            ));
+        }
+        Ok(())
+    }
+
+    /// A budget already spent by the first round is refused now, not discovered later.
+    fn validate_first_round(&self, run: &RunConfig) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         // A budget already spent by the first round is refused now, not discovered later. The
         // distributed discrete Gaussian is checked as a Gaussian round without sampling (q = 1)
         // at z/2 (replace-one), which its RDP approaches for wide noise; the ledger enforces its

@@ -101,6 +101,16 @@ enum RoundEnd {
     Stop(StoppedBy),
 }
 
+/// A round's own figures beyond its tally.
+struct RoundCounts {
+    /// |Z_t|.
+    sampled: usize,
+    /// Bytes sent in the round.
+    bytes_down: u64,
+    /// When the round started.
+    started: Instant,
+}
+
 /// A round as fixed before its tasks go out.
 struct Planned {
     ctx: RoundContext,
@@ -221,8 +231,12 @@ impl Coordinator {
         };
         let down = down + tally.stage_bytes_down;
         totals.add(&tally, down, skipped.is_none());
-        let sampled = planned.sampled.len();
-        let metrics = self.metrics(round, sampled, &tally, &outcome, skipped, &eval, down, t0);
+        let counts = RoundCounts {
+            sampled: planned.sampled.len(),
+            bytes_down: down,
+            started: t0,
+        };
+        let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped), &eval);
         self.record(&metrics, totals, global, started)?;
         Ok(RoundEnd::Ran(eval))
     }
@@ -402,18 +416,16 @@ impl Coordinator {
     }
 
     /// The round's metrics line.
-    #[allow(clippy::too_many_arguments)]
     fn metrics(
         &self,
-        round: u64,
-        sampled: usize,
+        ctx: &RoundContext,
+        counts: RoundCounts,
         tally: &Tally,
-        outcome: &RoundOutcome,
-        skipped: Option<String>,
+        (outcome, skipped): (&RoundOutcome, Option<String>),
         eval: &Evaluation,
-        bytes_down: u64,
-        t0: Instant,
     ) -> RoundMetrics {
+        let (round, sampled, bytes_down) = (ctx.round, counts.sampled, counts.bytes_down);
+        let t0 = counts.started;
         let (epsilon, delta) = self.pipeline.ledger.as_ref().map(Ledger::spent).unzip();
         let (v_c, u_s) = tally.moments.v_c_and_u_s().unzip();
         RoundMetrics {

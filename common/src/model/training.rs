@@ -17,6 +17,23 @@ pub struct LocalConfig {
     pub learning_rate: f32,
 }
 
+impl LocalConfig {
+    /// The rule the server checks at start-up and every client checks on each task: E >= 1,
+    /// B >= 1, eta a positive number.
+    pub fn check(&self) -> Result<(), String> {
+        if self.epochs == 0 {
+            return Err("epochs must be at least 1".into());
+        }
+        if self.batch_size == 0 {
+            return Err("batch_size must be at least 1".into());
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err("learning_rate must be a positive number".into());
+        }
+        Ok(())
+    }
+}
+
 /// Test-set quality of a model.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Evaluation {
