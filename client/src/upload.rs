@@ -2,6 +2,7 @@
 
 use crate::ClientError;
 use crate::local_round::Upload;
+use fl_common::privacy::Protected;
 use fl_proto::chunk_count;
 use fl_proto::encode_chunks;
 use fl_proto::v1::{
@@ -39,7 +40,7 @@ pub(crate) async fn send_upload(
             });
             (header, values)
         }
-        Upload::Released { values, release } => {
+        Upload::Protected(Protected::Dense { values, release }) => {
             let header = client_message::Body::ReleaseHeader(ReleaseHeader {
                 round,
                 num_values: values.len() as u64,
@@ -48,11 +49,11 @@ pub(crate) async fn send_upload(
             });
             (header, values)
         }
-        Upload::Sign {
+        Upload::Protected(Protected::Sign {
             sign,
             indices,
             release,
-        } => {
+        }) => {
             let upload = SignDsUpload {
                 round,
                 sign: i32::from(sign),

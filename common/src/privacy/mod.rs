@@ -10,6 +10,7 @@ mod gaussian;
 mod local;
 mod planning;
 mod pld;
+mod protect;
 mod rdp;
 mod release;
 
@@ -29,6 +30,7 @@ pub use gaussian::add_gaussian_noise;
 pub use local::{add_laplace_noise, clip_l1, l1_norm, sgd_l1_sensitivity};
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
+pub use protect::{LocalSgd, Protected};
 pub use rdp::{default_orders, rdp_poisson, rdp_without_replacement};
 pub use release::{
     ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,

@@ -1,0 +1,180 @@
+//! The release boundary of the local modes: under a client-side mechanism the server is the
+//! adversary, and what a client may send is a [`Protected`] value, built here from the
+//! mechanism's output alone (no loss, no example count). The mechanisms:
+//!
+//! - Gaussian: u clipped to L2 norm C, plus N(0, sigma^2) with sigma the analytic Gaussian
+//!   calibration for (eps, delta) at sensitivity 2C (Balle and Wang 2018).
+//! - Laplace: SGD on per-example gradients clipped in L1 to C, plus Laplace(Delta / eps) with
+//!   Delta = 2 C eta (1/B_min + steps - 1) ([`sgd_l1_sensitivity`]; B_min is the smallest batch).
+//! - SignDS: the update's sign s and h dimensions J (EM-MDS) instead of the update.
+//! - Inexact ADMM's primal step: Laplace only, at Delta = 2C/(rho I) (seed 004, Example 2).
+
+use super::{
+    LocalMechanism, Release, add_gaussian_noise, add_laplace_noise, clip_l2, sgd_l1_sensitivity,
+};
+use crate::model::{GradientRule, LocalConfig};
+use crate::signds::SignDs;
+use rand::{CryptoRng, Rng};
+
+/// What a local mechanism released: the only thing a client under a local mode sends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Protected {
+    /// A dense release.
+    Dense {
+        /// The protected values.
+        values: Vec<f32>,
+        /// The mechanism and its parameters.
+        release: Release,
+    },
+    /// A SignDS release.
+    Sign {
+        /// s.
+        sign: i8,
+        /// J, sorted.
+        indices: Vec<u32>,
+        /// Its epsilon.
+        release: Release,
+    },
+}
+
+impl Protected {
+    /// The privacy loss of the release.
+    pub fn release(&self) -> &Release {
+        match self {
+            Protected::Dense { release, .. } | Protected::Sign { release, .. } => release,
+        }
+    }
+}
+
+/// The local SGD a FedAvg update came from: what the Laplace mechanism's sensitivity depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalSgd {
+    /// n: the client's examples.
+    pub examples: usize,
+    /// E, B, eta.
+    pub config: LocalConfig,
+}
+
+impl LocalMechanism {
+    /// The gradient rule local training must use under this mechanism.
+    pub fn gradient_rule(&self) -> GradientRule {
+        match *self {
+            LocalMechanism::Laplace { clip, .. } => GradientRule::ClippedL1(clip),
+            LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => GradientRule::Mean,
+        }
+    }
+
+    /// Protects the FedAvg update `u`, trained by `sgd`, with noise from `rng`.
+    pub fn protect_update<R: Rng + CryptoRng>(
+        &self,
+        mut u: Vec<f32>,
+        sgd: &LocalSgd,
+        rng: &mut R,
+    ) -> Result<Protected, String> {
+        let release = match *self {
+            LocalMechanism::Gaussian {
+                epsilon,
+                delta,
+                clip,
+            } => {
+                clip_l2(&mut u, clip);
+                let release = Release::gaussian(epsilon, delta, clip).map_err(|e| e.to_string())?;
+                add_gaussian_noise(&mut u, release.noise, rng);
+                release
+            }
+            LocalMechanism::Laplace { epsilon, clip } => {
+                let release = Release::laplace(epsilon, sgd.l1_sensitivity(clip));
+                add_laplace_noise(&mut u, release.noise, rng);
+                release
+            }
+            LocalMechanism::SignDs { epsilon, k, h } => {
+                let mechanism = SignDs::new(u.len(), k, h, epsilon).map_err(|e| e.to_string())?;
+                let (sign, indices) = mechanism.release(&u, rng);
+                let release = Release::signds(epsilon);
+                return Ok(Protected::Sign {
+                    sign,
+                    indices,
+                    release,
+                });
+            }
+        };
+        Ok(Protected::Dense { values: u, release })
+    }
+
+    /// The L1 clip bound C and epsilon of an inexact-ADMM primal step under this mechanism;
+    /// only the Laplace mechanism protects one.
+    pub fn admm_laplace(&self) -> Result<(f64, f64), String> {
+        match *self {
+            LocalMechanism::Laplace { epsilon, clip } => Ok((clip, epsilon)),
+            LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => Err(format!(
+                "IADMM rounds support ldp-laplace only, not {}",
+                self.name()
+            )),
+        }
+    }
+}
+
+impl LocalSgd {
+    /// Delta of the released update at per-example L1 clip C ([`sgd_l1_sensitivity`]), from the
+    /// smallest batch B_min and the number of steps.
+    fn l1_sensitivity(&self, clip: f64) -> f64 {
+        let n = self.examples;
+        let batch = (self.config.batch_size as usize).clamp(1, n.max(1));
+        let smallest = match n % batch {
+            0 => batch,
+            rest => rest,
+        };
+        let steps = u64::from(self.config.epochs) * n.div_ceil(batch) as u64;
+        sgd_l1_sensitivity(clip, f64::from(self.config.learning_rate), smallest, steps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    const SGD: LocalSgd = LocalSgd {
+        examples: 50,
+        config: LocalConfig {
+            epochs: 2,
+            batch_size: 20,
+            learning_rate: 0.1,
+        },
+    };
+
+    /// 50 examples in batches of 20: B_min = 10, 3 steps per epoch, 6 steps.
+    #[test]
+    fn the_laplace_sensitivity_uses_the_smallest_batch_and_every_step() {
+        let expected = sgd_l1_sensitivity(1.5, f64::from(0.1f32), 10, 6);
+        assert_eq!(SGD.l1_sensitivity(1.5), expected);
+    }
+
+    #[test]
+    fn each_mechanism_releases_only_its_output() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let u = vec![3.0f32, -4.0, 0.0, 1.0];
+        let gaussian = LocalMechanism::Gaussian {
+            epsilon: 1.0,
+            delta: 1e-5,
+            clip: 1.0,
+        };
+        let Protected::Dense { values, release } =
+            gaussian.protect_update(u.clone(), &SGD, &mut rng).unwrap()
+        else {
+            panic!("the Gaussian mechanism releases a dense update");
+        };
+        assert_eq!((values.len(), release.epsilon), (4, 1.0));
+        let signds = LocalMechanism::SignDs {
+            epsilon: 2.0,
+            k: 1,
+            h: 2,
+        };
+        let out = signds.protect_update(u, &SGD, &mut rng).unwrap();
+        assert!(matches!(&out, Protected::Sign { indices, .. } if indices.len() == 2));
+        assert_eq!(out.release().epsilon, 2.0);
+        assert!(gaussian.admm_laplace().is_err());
+        assert_eq!(gaussian.gradient_rule(), GradientRule::Mean);
+    }
+}
