@@ -15,9 +15,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Streaming};
 
-/// Interval of HTTP/2 pings while waiting to be sampled (keeps NAT mappings alive).
-const KEEPALIVE: Duration = Duration::from_secs(30);
-
 /// Simulated clients per shared connection: each holds one long-lived Session stream, and a
 /// server accepts 200 concurrent HTTP/2 streams per connection by default (hyper's limit).
 pub const CLIENTS_PER_CONNECTION: usize = 100;
@@ -44,7 +41,7 @@ fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
     };
     let mut ep = Endpoint::from_shared(opts.endpoint.clone())
         .map_err(connect_error)?
-        .http2_keep_alive_interval(KEEPALIVE)
+        .http2_keep_alive_interval(fl_proto::KEEPALIVE_INTERVAL)
         .keep_alive_while_idle(true);
     if let Some(tls) = &opts.tls {
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));

@@ -26,16 +26,10 @@ pub async fn run_client(
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
-    let rng = match opts.seed {
-        Some(seed) => {
-            tracing::warn!(
-                seed,
-                "seeded client: reproducible experiments only, not for privacy"
-            );
-            StdRng::seed_from_u64(seed)
-        }
-        None => StdRng::from_os_rng(),
-    };
+    if let Some(seed) = opts.seed {
+        tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
+    }
+    let rng = fl_common::rng::reproducible(opts.seed);
     let mut life = Life {
         rng,
         secret_rng: StdRng::from_os_rng(),

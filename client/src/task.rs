@@ -4,6 +4,7 @@ use crate::local_round::{AdmmStep, Work};
 use crate::{ClientPrivacy, LocalData};
 use fl_common::model::{LocalConfig, ModelSpec};
 use fl_common::privacy::LocalMechanism;
+use fl_common::secagg::check_combination;
 use fl_proto::v1::{RoundTask, SecAggTask};
 
 /// Checks that a task fits this client's data; returns the model and training settings.
@@ -74,8 +75,8 @@ pub(crate) fn plan_round(
             required.name()
         ));
     }
-    if task.secagg.is_some() && (mechanism.is_some() || task.admm.is_some()) {
-        return Err("secure aggregation with local privacy or IADMM is not supported".into());
+    if task.secagg.is_some() {
+        check_combination(mechanism.is_some(), task.admm.is_some())?;
     }
     let mechanism = mechanism.map(|m| m.tightened(&own.limits));
     if let Some(m) = &mechanism {

@@ -11,6 +11,7 @@ pub mod admm;
 pub mod data;
 pub mod model;
 pub mod privacy;
+pub mod rng;
 pub mod schedule;
 pub mod secagg;
 pub mod signds;

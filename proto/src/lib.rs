@@ -16,6 +16,10 @@ pub use chunk::{
 };
 pub use convert::{WireError, ring_elements, ring_words};
 
+/// Interval of HTTP/2 pings on both ends of an idle connection: clients that are not sampled for
+/// many rounds keep a live stream through NATs and proxies, and dead peers are noticed.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Generated protobuf messages and gRPC stubs of package `flp.v1`.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {

@@ -3,13 +3,13 @@
 
 use crate::ServerError;
 use crate::registry::ClientId;
+use crate::rejection::Rejection;
 use crate::service::{Event, Shared, send_all};
 use fl_proto::v1::{ServerMessage, Shutdown, server_message};
 use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-use tonic::Status;
 
 /// What waiting for the next event gave.
 #[derive(Debug)]
@@ -86,7 +86,7 @@ impl Clients {
                 // Only connections matter before the first round; stray uploads are refused
                 // when rounds start checking them, so drop them here.
                 Next::Event(Event::Update { client, .. } | Event::Sign { client, .. }) => {
-                    self.reject(client, Status::failed_precondition("no round is running"))
+                    self.reject(client, Rejection::NoRound)
                 }
                 Next::Event(_) => {}
             }
@@ -105,12 +105,13 @@ impl Clients {
         }
     }
 
-    /// Ends a misbehaving client's stream with `status`; the round goes on without it.
-    pub fn reject(&self, client: ClientId, status: Status) {
-        tracing::warn!(client, error = %status.message(), "update refused; client dropped");
+    /// Ends a misbehaving client's stream with the status of `rejection`; the round goes on
+    /// without it.
+    pub fn reject(&self, client: ClientId, rejection: Rejection) {
+        tracing::warn!(client, error = %rejection, "update refused; client dropped");
         if let Some(outbox) = self.shared.registry().disconnect(client) {
             tokio::spawn(async move {
-                let _ = outbox.send(Err(status)).await;
+                let _ = outbox.send(Err(rejection.into())).await;
             });
         }
     }

@@ -9,7 +9,7 @@ use fl_common::privacy::{
     AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds,
 };
 use fl_common::schedule::Schedule;
-use fl_common::secagg::{GraphKind, Stage, auto_degree};
+use fl_common::secagg::{GraphKind, Stage, auto_degree, check_combination};
 use fl_common::signds::{SignDs, SignDsError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -678,6 +678,8 @@ impl PrivacySection {
         }
         if self.mode == PrivacyMode::SecAgg {
             run.secagg.validate()?;
+            let admm = run.train.algorithm == Algorithm::Iadmm;
+            check_combination(local, admm).map_err(|e| ConfigError::Invalid(e.into()))?;
             if self.clip != ClipMode::Fixed {
                 return bad(
                     "secure aggregation needs privacy.clip = \"fixed\": the server never \

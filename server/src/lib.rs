@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod local_accounts;
 pub mod output;
 pub mod registry;
+pub mod rejection;
 pub mod service;
 pub mod strategy;
 pub mod telemetry;
@@ -32,8 +33,6 @@ use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
 use ledger::Ledger;
 use output::{RoundMetrics, RunFolder, Summary};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use registry::Registry;
 use service::Shared;
 use std::sync::{Arc, Mutex};
@@ -124,6 +123,9 @@ async fn run_server(
     checkpoint: Option<Checkpoint>,
 ) -> Result<Summary, ServerError> {
     let seed = config.server.seed;
+    if let Some(seed) = seed {
+        tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
+    }
     config.validate()?;
     config.validate_for_server()?;
     warn_on_short_token(&config);
@@ -167,7 +169,7 @@ async fn run_server(
         spec,
         test,
         pipeline,
-        rng: run_rng(seed),
+        rng: fl_common::rng::reproducible(seed),
         folder,
         observer,
         resume: checkpoint,
@@ -194,21 +196,6 @@ fn warn_on_short_token(config: &RunConfig) {
              run folder can guess it from its digest; use a random one (`openssl rand -hex 32`) \
              or `fl enroll`"
         );
-    }
-}
-
-/// The CSPRNG for sampling and initialisation: from the OS, or from `seed` for reproducible
-/// experiments (with a warning).
-fn run_rng(seed: Option<u64>) -> StdRng {
-    match seed {
-        Some(seed) => {
-            tracing::warn!(
-                seed,
-                "seeded run: sampling and initialisation are reproducible; NOT for production privacy"
-            );
-            StdRng::seed_from_u64(seed)
-        }
-        None => StdRng::from_os_rng(),
     }
 }
 

@@ -8,6 +8,7 @@
 
 use crate::credentials::{Admission, Credentials, Refusal};
 use crate::registry::{AttachError, ClientId, Outbox, Registry};
+use crate::rejection::Rejection;
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
@@ -678,6 +679,17 @@ pub fn send_all(outbox: Outbox, messages: Vec<ServerMessage>) {
             }
         }
     });
+}
+
+/// The one map from the coordinator's rejections to gRPC statuses: out-of-turn messages are
+/// FAILED_PRECONDITION, malformed ones INVALID_ARGUMENT.
+impl From<Rejection> for Status {
+    fn from(rejection: Rejection) -> Self {
+        match rejection.is_out_of_turn() {
+            true => Status::failed_precondition(rejection.to_string()),
+            false => Status::invalid_argument(rejection.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

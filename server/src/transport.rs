@@ -15,9 +15,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-/// Interval of HTTP/2 pings on idle connections: clients that are not sampled for many rounds keep
-/// a live stream through NATs and proxies, and dead peers are noticed.
-const KEEPALIVE: Duration = Duration::from_secs(30);
 /// How long a keep-alive ping may go unanswered before the connection is closed.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long connections get to close after training ends.
@@ -41,7 +38,7 @@ pub fn spawn_grpc(
     let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
     Ok(tokio::spawn(
         server_builder(s)?
-            .http2_keepalive_interval(Some(KEEPALIVE))
+            .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             // A span per RPC: every line logged while handling it names the method.
             .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))

@@ -43,6 +43,15 @@ pub use ring::Ring;
 pub use server::{RoundResult, ServerRound, Stage};
 pub use shamir::{SHARE_BYTES, ShamirError, Share};
 
+/// Secure aggregation sums plain FedAvg updates: it takes no local mechanism and no inexact-ADMM
+/// step. The server's configuration and every client's task check apply this one rule.
+pub fn check_combination(local_mechanism: bool, admm: bool) -> Result<(), &'static str> {
+    match local_mechanism || admm {
+        true => Err("secure aggregation with local privacy or IADMM is not supported"),
+        false => Ok(()),
+    }
+}
+
 /// Why a stage message is refused or a round cannot go on.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SecAggError {

@@ -7,13 +7,13 @@ use super::{RoundWork, Tally};
 use crate::ServerError;
 use crate::clients::{Clients, Next};
 use crate::registry::ClientId;
+use crate::rejection::Rejection;
 use crate::service::{Event, UploadHeader, for_log};
 use crate::strategy::{ClientUpdate, SignUpload, Upload};
 use fl_common::privacy::Release;
 use fl_proto::v1::{LocalRelease, SignDsUpload};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 /// See the module documentation.
 #[derive(Debug, Clone, Copy)]
@@ -149,10 +149,7 @@ impl PlainCollection {
             }
             Event::SecAgg { client, .. } => {
                 waiting.clients.remove(&client);
-                let status = Status::failed_precondition(
-                    "this round does not use secure aggregation: send a plain update",
-                );
-                clients.reject(client, status);
+                clients.reject(client, Rejection::NotSecure);
             }
             Event::Disconnected(client) if waiting.clients.contains(&client) => {
                 let admitted = clients.shared.registry().is_admitted(client);
@@ -263,7 +260,7 @@ fn absorb(
             true
         }
         Err(e) => {
-            clients.reject(client, Status::invalid_argument(e.to_string()));
+            clients.reject(client, Rejection::Strategy(e));
             false
         }
     }
@@ -296,25 +293,22 @@ fn admit(
         tracing::info!(round, client, "second upload for the round ignored");
         return None;
     }
-    let refusal = if claim.round != round {
+    let rejection = if claim.round != round {
         waiting.remove(&client);
-        Some(Status::invalid_argument(format!(
-            "update for round {}, but the current round is {round}",
-            claim.round
-        )))
+        Some(Rejection::WrongRound {
+            what: "update",
+            claimed: claim.round,
+            current: round,
+        })
     } else if !waiting.remove(&client) {
-        Some(Status::failed_precondition(format!(
-            "client {client} was not sampled in round {round} or already submitted"
-        )))
+        Some(Rejection::NotExpected { client, round })
     } else if claim.num_examples == Some(0) {
-        Some(Status::invalid_argument(
-            "update claims 0 examples: it must be at least 1",
-        ))
+        Some(Rejection::NoExamples)
     } else {
         None
     };
-    if let Some(status) = refusal {
-        clients.reject(client, status);
+    if let Some(rejection) = rejection {
+        clients.reject(client, rejection);
         return None;
     }
     let release = match (work.local.as_deref(), claim.release) {
@@ -325,6 +319,6 @@ fn admit(
         (Some(accounts), release) => accounts.admit(release).map(Some),
     };
     release
-        .map_err(|reason| clients.reject(client, Status::invalid_argument(reason)))
+        .map_err(|reason| clients.reject(client, Rejection::Release(reason)))
         .ok()
 }

@@ -9,6 +9,7 @@ use crate::clients::{Clients, Next};
 use crate::config::{ConfigError, SecAggSection};
 use crate::output::SecAggRoundMetrics;
 use crate::registry::ClientId;
+use crate::rejection::Rejection;
 use crate::service::{Event, SecAggMessage, for_log};
 use crate::strategy::{SumInput, Upload};
 use fl_common::privacy::PrivacyEvent;
@@ -25,7 +26,6 @@ use rand::seq::IteratorRandom;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 /// See the module documentation.
 pub struct SecureCollection {
@@ -249,10 +249,7 @@ fn close_stage(
         Stage::CheckShares => server.close_checks().map(|proceed| {
             for &v in server.excluded() {
                 gone.insert(v);
-                let status = Status::failed_precondition(format!(
-                    "excluded from round {round}: too few neighbours could open your shares"
-                ));
-                clients.reject(v, status);
+                clients.reject(v, Rejection::Excluded(round));
             }
             let to = |(u, p): (ClientId, fl_common::secagg::Proceed)| {
                 let body = server_message::Body::SecaggProceed(SecAggProceed {
@@ -274,16 +271,6 @@ fn close_stage(
         Stage::Unmasking | Stage::Done => return Closed::Finished(server.finish()),
     };
     Closed::Next(next)
-}
-
-/// The status a refused stage message ends its sender's stream with.
-fn status_of(e: &SecAggError) -> Status {
-    match e {
-        SecAggError::WrongStage { .. }
-        | SecAggError::NotParticipant(_)
-        | SecAggError::Duplicate(_) => Status::failed_precondition(e.to_string()),
-        _ => Status::invalid_argument(e.to_string()),
-    }
 }
 
 /// Feeds one stage's messages to `server` until every expected client answered or left, or the
@@ -318,11 +305,7 @@ async fn wait_stage(
             }
             Event::Update { client, .. } | Event::Sign { client, .. } => {
                 gone.insert(client);
-                let status = Status::failed_precondition(
-                    "this round uses secure aggregation: send the stage messages, not a plain \
-                     update",
-                );
-                clients.reject(client, status);
+                clients.reject(client, Rejection::SecureOnly);
             }
             Event::Failed {
                 client,
@@ -361,10 +344,16 @@ fn on_stage_message(
     }
     if claimed != round {
         gone.insert(client);
-        let status = Status::invalid_argument(format!(
-            "stage message for round {claimed}, but the current round is {round}"
-        ));
-        clients.reject(client, status);
+        let current = round;
+        let what = "stage message";
+        clients.reject(
+            client,
+            Rejection::WrongRound {
+                what,
+                claimed,
+                current,
+            },
+        );
         return;
     }
     let result = match message {
@@ -382,6 +371,6 @@ fn on_stage_message(
     };
     if let Err(e) = result {
         gone.insert(client);
-        clients.reject(client, status_of(&e));
+        clients.reject(client, Rejection::SecAgg(e));
     }
 }
