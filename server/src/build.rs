@@ -1,6 +1,6 @@
 //! The one place that reads the privacy mode and the algorithm: it turns a validated
 //! configuration into the run's [`Pipeline`], i.e. the strategy stack, the collection, the
-//! privacy ledger, the clients' local accounts and the release rule. ARCHITECTURE.md lists every
+//! privacy ledger and the release rule. ARCHITECTURE.md lists every
 //! mode as its stack. The coordinator and the collections never branch on the mode.
 
 use crate::ServerError;
@@ -11,8 +11,8 @@ use crate::config::{
 use crate::ledger::Ledger;
 use crate::local_accounts::LocalAccounts;
 use crate::strategy::{
-    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, NormBound, QuantileClip, ResidualBalancing,
-    SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, LocalDp, NormBound, QuantileClip,
+    ResidualBalancing, SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
 use fl_common::privacy::{Budget, LocalMechanism};
 use fl_common::secagg::PlainInputs;
@@ -50,8 +50,6 @@ pub struct Pipeline {
     pub collection: Collection,
     /// The central privacy ledger, when the run keeps one.
     pub ledger: Option<Ledger>,
-    /// The clients' mechanism and local ledgers, when they protect their uploads.
-    pub local: Option<LocalAccounts>,
     /// When an aggregate is released.
     pub release: ReleaseRule,
 }
@@ -80,7 +78,11 @@ pub fn pipeline(
         PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => {
             (plain_fedavg(&config.robust, dim), plain, min_results)
         }
-        PrivacyMode::SignDs => (signds(config, dim, local_mechanism)?, plain, min_results),
+        PrivacyMode::SignDs => (
+            signds(config, dim, local_mechanism.as_ref())?,
+            plain,
+            min_results,
+        ),
         PrivacyMode::Central => {
             let dp = central_dp(config, FedAvg::new(dim), dim);
             (dp, plain, ReleaseRule::Always)
@@ -102,12 +104,18 @@ pub fn pipeline(
             (strategy, secure, min_results)
         }
     };
-    let local = local_mechanism.map(|m| LocalAccounts::new(m, config.local.delta));
+    // Under a client-side mechanism every upload is a release the stack checks and accounts.
+    let strategy = match local_mechanism {
+        Some(m) => Box::new(LocalDp::new(
+            strategy,
+            LocalAccounts::new(m, config.local.delta),
+        )),
+        None => strategy,
+    };
     Ok(Pipeline {
         strategy,
         collection,
         ledger,
-        local,
         release,
     })
 }
@@ -127,9 +135,9 @@ fn iadmm(config: &RunConfig, dim: usize) -> Box<dyn Strategy> {
 fn signds(
     config: &RunConfig,
     dim: usize,
-    mechanism: Option<LocalMechanism>,
+    mechanism: Option<&LocalMechanism>,
 ) -> Result<Box<dyn Strategy>, ServerError> {
-    let Some(LocalMechanism::SignDs { k, h, epsilon }) = mechanism else {
+    let Some(&LocalMechanism::SignDs { k, h, epsilon }) = mechanism else {
         return Err(ServerError::Internal(
             "a signds run without its SignDS mechanism".into(),
         ));

@@ -80,6 +80,7 @@ impl Checkpoint {
         Self {
             progress: Progress {
                 strategy: strategy.scalars,
+                local_ledgers: strategy.local_ledgers,
                 ..progress
             },
             model: model.to_vec(),
@@ -92,6 +93,7 @@ impl Checkpoint {
         StrategyState {
             scalars: self.progress.strategy.clone(),
             tensors: self.tensors.clone(),
+            local_ledgers: self.progress.local_ledgers.clone(),
         }
     }
 
@@ -189,6 +191,7 @@ mod tests {
         let state = StrategyState {
             scalars: serde_json::json!({"rho": 0.5}),
             tensors: vec![("a".into(), vec![1.0, -2.0]), ("b".into(), vec![3.5])],
+            local_ledgers: [(4, LocalLedger::default())].into(),
         };
         let written = Checkpoint::new(progress, &[0.25, f32::MIN_POSITIVE, -0.0], state.clone());
         written.write(&dir).unwrap();

@@ -140,7 +140,7 @@ impl Coordinator {
         self.folder.write_model(&self.spec, &global)?;
         let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
         let summary = self.summary(&totals, &eval, stopped_by, seconds)?;
-        if let Some(accounts) = &self.pipeline.local {
+        if let Some(accounts) = self.pipeline.strategy.local_accounts() {
             self.folder.write_local_privacy(&accounts.per_client())?;
         }
         self.folder.write_summary(&summary)?;
@@ -164,9 +164,6 @@ impl Coordinator {
         strategy
             .restore(checkpoint.strategy_state())
             .map_err(ServerError::Internal)?;
-        if let Some(accounts) = &mut self.pipeline.local {
-            accounts.restore(checkpoint.progress.local_ledgers.clone());
-        }
         let next = checkpoint.progress.round + 1;
         tracing::info!(checkpoint = next - 1, next, "resuming from the checkpoint");
         let totals = RunTotals {
@@ -212,7 +209,6 @@ impl Coordinator {
             sampled: &planned.sampled,
             started: t0,
             strategy: &mut *self.pipeline.strategy,
-            local: self.pipeline.local.as_mut(),
             tasks: &mut tasks,
             global,
         };
@@ -395,8 +391,7 @@ impl Coordinator {
             num_values: 0,
             num_chunks: 0,
             secagg: planned.secagg,
-            local_privacy: (self.pipeline.local.as_ref())
-                .map(|a| LocalPrivacy::from(a.mechanism())),
+            local_privacy: instructions.local.map(LocalPrivacy::from),
             admm: instructions.admm.map(|a| AdmmTask {
                 rho: a.rho,
                 total_examples: a.total_examples,
@@ -439,7 +434,8 @@ impl Coordinator {
             clip_bound: outcome.clip_bound,
             noise_std: outcome.noise_std,
             rho: outcome.rho,
-            local_epsilon: self.pipeline.local.as_ref().map(LocalAccounts::max_epsilon),
+            local_epsilon: (self.pipeline.strategy.local_accounts())
+                .map(LocalAccounts::max_epsilon),
             epsilon,
             delta,
             test_accuracy: eval.accuracy,
@@ -490,7 +486,6 @@ impl Coordinator {
         global: &[f32],
         metrics: Option<&RoundMetrics>,
     ) -> std::io::Result<()> {
-        let local = self.pipeline.local.as_ref();
         let progress = Progress {
             round,
             rounds_completed: totals.rounds_completed,
@@ -501,7 +496,7 @@ impl Coordinator {
             config: self.config.clone(),
             strategy: serde_json::Value::Null,
             clients: self.clients.shared.registry().identities(),
-            local_ledgers: local.map(|a| a.ledgers().clone()).unwrap_or_default(),
+            local_ledgers: Default::default(),
             last_round: metrics.cloned(),
         };
         let state = self.pipeline.strategy.state();
@@ -543,7 +538,7 @@ impl Coordinator {
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
             secagg: totals.secagg.clone(),
-            local_privacy: self.pipeline.local.as_ref().map(LocalAccounts::summary),
+            local_privacy: (self.pipeline.strategy.local_accounts()).map(LocalAccounts::summary),
         })
     }
 }

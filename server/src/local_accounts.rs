@@ -5,7 +5,6 @@
 
 use crate::registry::ClientId;
 use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
-use fl_proto::v1::LocalRelease;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -64,16 +63,15 @@ impl LocalAccounts {
     }
 
     /// Checks an upload's declared protection against the round's mechanism.
-    pub fn admit(&self, release: Option<&LocalRelease>) -> Result<Release, String> {
+    pub fn admit(&self, release: Option<&Release>) -> Result<Release, String> {
         let Some(release) = release else {
             return Err(format!(
                 "this round's uploads must be protected with {}: the upload declares no release",
                 self.mechanism.name()
             ));
         };
-        let release = Release::try_from(release).map_err(|e| e.to_string())?;
-        self.mechanism.admits(&release).map_err(|e| e.to_string())?;
-        Ok(release)
+        self.mechanism.admits(release).map_err(|e| e.to_string())?;
+        Ok(*release)
     }
 
     /// Records an absorbed upload.
@@ -147,10 +145,8 @@ mod tests {
         );
         assert!(a.admit(None).unwrap_err().contains("signds"));
         let gaussian = Release::gaussian(0.5, 1e-5, 1.0).unwrap();
-        assert!(a.admit(Some(&LocalRelease::from(&gaussian))).is_err());
-        let ok = a
-            .admit(Some(&LocalRelease::from(&Release::signds(0.5))))
-            .unwrap();
+        assert!(a.admit(Some(&gaussian)).is_err());
+        let ok = a.admit(Some(&Release::signds(0.5))).unwrap();
         for _ in 0..3 {
             a.record(7, &ok);
         }

@@ -14,7 +14,6 @@ pub use tasks::RoundTasks;
 
 use crate::ServerError;
 use crate::clients::Clients;
-use crate::local_accounts::LocalAccounts;
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
 use crate::strategy::{RoundContext, Strategy};
@@ -69,8 +68,6 @@ pub struct RoundWork<'a> {
     pub started: Instant,
     /// The strategy stack that absorbs the results.
     pub strategy: &'a mut dyn Strategy,
-    /// The clients' local ledgers, when they protect their uploads.
-    pub local: Option<&'a mut LocalAccounts>,
     /// The round's tasks, for clients that come back.
     pub tasks: &'a mut RoundTasks,
     /// w_t.

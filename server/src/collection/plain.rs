@@ -1,6 +1,6 @@
 //! The collection of individual uploads: every sampled client sends its dense update or SignDS
-//! upload; each is admitted (round, sampling, count, local release), absorbed by the strategy,
-//! and its release recorded in its client's local ledger. A sampled client that loses its stream
+//! upload; each is admitted (round, sampling, count) and handed, with its declared local
+//! release, to the strategy stack. A sampled client that loses its stream
 //! has `reconnect_grace_secs` to come back (with the same identity) and get its task again.
 
 use super::{RoundWork, Tally};
@@ -207,8 +207,9 @@ impl PlainCollection {
             client,
             num_examples: num_examples.unwrap_or(1),
             values,
+            release,
         };
-        if absorb(clients, work, client, update.into(), release) {
+        if absorb(clients, work, client, update.into()) {
             tally.completed += 1;
             if let Some(loss) = loss {
                 tally.losses += 1;
@@ -235,30 +236,21 @@ fn on_sign(
         return;
     };
     let sign = SignUpload {
+        client,
+        release,
         sign: i64::from(upload.sign),
         indices: upload.indices,
     };
-    if absorb(clients, work, client, Upload::Sign(sign), release) {
+    if absorb(clients, work, client, Upload::Sign(sign)) {
         tally.completed += 1;
     }
 }
 
-/// Hands an admitted upload to the strategy and, once absorbed, records its release in its
-/// client's local ledger; a refused upload ends its client's stream. Returns whether it counted.
-fn absorb(
-    clients: &Clients,
-    work: &mut RoundWork<'_>,
-    client: ClientId,
-    upload: Upload,
-    release: Option<Release>,
-) -> bool {
+/// Hands an admitted upload to the strategy stack; a refused upload ends its client's stream.
+/// Returns whether it counted.
+fn absorb(clients: &Clients, work: &mut RoundWork<'_>, client: ClientId, upload: Upload) -> bool {
     match work.strategy.absorb(&work.ctx, upload) {
-        Ok(()) => {
-            if let (Some(accounts), Some(release)) = (work.local.as_deref_mut(), release) {
-                accounts.record(client, &release);
-            }
-            true
-        }
+        Ok(()) => true,
         Err(e) => {
             clients.reject(client, Rejection::Strategy(e));
             false
@@ -267,9 +259,8 @@ fn absorb(
 }
 
 /// Checks what every upload must satisfy: its round, that its sender was sampled and has not
-/// answered yet, its example count, and its local protection. Returns the release to record
-/// once the upload is absorbed (`Some(None)` when the round has no local mechanism); on failure
-/// the client is refused and dropped and `None` returned.
+/// answered yet, its example count; and reads its declared local release (which the strategy
+/// stack checks). On failure the client is refused and dropped and `None` returned.
 fn admit(
     clients: &Clients,
     work: &RoundWork<'_>,
@@ -311,14 +302,8 @@ fn admit(
         clients.reject(client, rejection);
         return None;
     }
-    let release = match (work.local.as_deref(), claim.release) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => {
-            Err("this round uses no local mechanism: send the update without a release".into())
-        }
-        (Some(accounts), release) => accounts.admit(release).map(Some),
-    };
+    let release = claim.release.map(Release::try_from).transpose();
     release
-        .map_err(|reason| clients.reject(client, Rejection::Release(reason)))
+        .map_err(|e| clients.reject(client, Rejection::Release(e.to_string())))
         .ok()
 }

@@ -122,6 +122,7 @@ impl<S: SumStrategy> CentralDp<S> {
             client,
             num_examples: 1,
             values,
+            release: None,
         };
         self.inner.absorb(ctx, update.into())?;
         Ok(norm)
@@ -163,7 +164,7 @@ impl<S: SumStrategy> Strategy for CentralDp<S> {
                 ClipRule::Quantile(q) => serde_json::json!({ "clip_bound": q.bound }),
                 _ => serde_json::Value::Null,
             },
-            tensors: Vec::new(),
+            ..StrategyState::default()
         }
     }
 

@@ -66,6 +66,7 @@ impl Strategy for Iadmm {
                 rho: self.rho,
                 total_examples: self.total_examples,
             }),
+            local: None,
         }
     }
 
@@ -89,6 +90,7 @@ impl Strategy for Iadmm {
         StrategyState {
             scalars: serde_json::json!({ "rho": self.rho }),
             tensors,
+            ..StrategyState::default()
         }
     }
 
@@ -199,6 +201,7 @@ mod tests {
                     client: p as u64,
                     num_examples: n[p],
                     values,
+                    release: None,
                 };
                 s.absorb(&cx, update.into()).unwrap();
             }
@@ -209,6 +212,7 @@ mod tests {
             client: 0,
             num_examples: 1,
             values: vec![f32::NAN],
+            release: None,
         };
         assert!(s.absorb(&plan(501), bad.into()).is_err());
     }

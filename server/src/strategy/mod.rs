@@ -5,12 +5,14 @@
 //!
 //! Aggregation rules: [`FedAvg`], [`TrimmedMean`], [`SecureSum`], [`SignDsAvg`], [`Iadmm`].
 //! Decorators around an inner rule: [`CentralDp`] (clip, Gaussian noise, divide by the expected
-//! count; wraps only a [`SumStrategy`]) and [`NormBound`] (an operator's bound on update norms).
+//! count; wraps only a [`SumStrategy`]), [`LocalDp`] (checks each upload's local release and
+//! keeps the clients' local ledgers) and [`NormBound`] (an operator's bound on update norms).
 //! `crate::build` is the one place that stacks them for a run.
 
 mod central_dp;
 mod fedavg;
 mod iadmm;
+mod local_dp;
 mod norm_bound;
 mod secure_sum;
 mod signds_avg;
@@ -19,14 +21,18 @@ mod trimmed_mean;
 pub use central_dp::{CentralDp, ClipRule, QuantileClip};
 pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
+pub use local_dp::LocalDp;
 pub use norm_bound::NormBound;
 pub use secure_sum::{Divisor, SecureSum};
 pub use signds_avg::SignDsAvg;
 pub use trimmed_mean::TrimmedMean;
 
+use crate::local_accounts::LocalAccounts;
 use crate::registry::ClientId;
 use fl_common::model::UpdateError;
+use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
 use fl_common::signds::SignDsError;
+use std::collections::BTreeMap;
 
 /// What every call of a round is told: the round and what the coordinator fixed before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,11 +55,17 @@ pub struct ClientUpdate {
     pub num_examples: u64,
     /// u_k = w_k - w_t (IADMM: the primal iterate z_k).
     pub values: Vec<f32>,
+    /// The local release the client declares it applied, if any.
+    pub release: Option<Release>,
 }
 
 /// One SignDS upload (s, J).
 #[derive(Debug, Clone)]
 pub struct SignUpload {
+    /// Who sent it.
+    pub client: ClientId,
+    /// The local release it declares.
+    pub release: Option<Release>,
     /// s in {-1, +1}.
     pub sign: i64,
     /// J: the selected coordinates.
@@ -96,9 +108,19 @@ impl Upload {
     /// The dense update, or why a strategy of dense updates refuses this upload.
     pub fn dense(self) -> Result<ClientUpdate, StrategyError> {
         match self {
+            Upload::Dense(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Dense(u) => Ok(u),
             Upload::Sign(_) => Err(StrategyError::NotSign),
             Upload::Sum(_) => Err(StrategyError::NeedsUpdates),
+        }
+    }
+
+    /// Takes the declared release and the sender out of an individual upload.
+    fn take_release(&mut self) -> Option<(ClientId, Option<Release>)> {
+        match self {
+            Upload::Dense(u) => Some((u.client, u.release.take())),
+            Upload::Sign(u) => Some((u.client, u.release.take())),
+            Upload::Sum(_) => None,
         }
     }
 }
@@ -110,6 +132,8 @@ pub struct StrategyState {
     pub scalars: serde_json::Value,
     /// Named tensors (IADMM's per-client primals and duals).
     pub tensors: Vec<(String, Vec<f32>)>,
+    /// Each client's composed local privacy loss (local modes).
+    pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
 }
 
 /// The inexact-ADMM step of a round.
@@ -126,6 +150,8 @@ pub struct AdmmRound {
 pub struct RoundInstructions {
     /// The round's inexact-ADMM step, if the strategy runs one.
     pub admm: Option<AdmmRound>,
+    /// The local mechanism every upload must be protected with, under a local mode.
+    pub local: Option<LocalMechanism>,
 }
 
 /// What a round produced.
@@ -162,6 +188,12 @@ pub enum StrategyError {
     /// A SignDS upload is malformed.
     #[error(transparent)]
     Sign(#[from] SignDsError),
+    /// The upload's local protection is not the round's mechanism.
+    #[error("{0}")]
+    Release(String),
+    /// A local release in a round without a local mechanism.
+    #[error("this round uses no local mechanism: send the update without a release")]
+    UnexpectedRelease,
     /// The update's L2 norm is beyond the operator's bound.
     #[error("update norm {norm:e} exceeds robust.max_update_norm = {bound}")]
     NormTooLarge {
@@ -193,8 +225,36 @@ pub trait Strategy: Send {
     fn restore(&mut self, _state: StrategyState) -> Result<(), String> {
         Ok(())
     }
+    /// The clients' local ledgers, under a local mode (for metrics and the summary).
+    fn local_accounts(&self) -> Option<&LocalAccounts> {
+        None
+    }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome;
+}
+
+impl Strategy for Box<dyn Strategy> {
+    fn configure_round(&mut self, ctx: &RoundContext) -> RoundInstructions {
+        (**self).configure_round(ctx)
+    }
+    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        (**self).absorb(ctx, upload)
+    }
+    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
+        (**self).client_tensor(client, global)
+    }
+    fn state(&self) -> StrategyState {
+        (**self).state()
+    }
+    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+        (**self).restore(state)
+    }
+    fn local_accounts(&self) -> Option<&LocalAccounts> {
+        (**self).local_accounts()
+    }
+    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+        (**self).finish_round(ctx, global)
+    }
 }
 
 /// The round's plain sum of what a [`SumStrategy`] absorbed.
@@ -244,6 +304,7 @@ pub(crate) mod testing {
             client,
             num_examples: n,
             values,
+            release: None,
         }
     }
 }

@@ -26,6 +26,7 @@ impl SignDsAvg {
 impl Strategy for SignDsAvg {
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
         match upload {
+            Upload::Sign(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Sign(u) => Ok(self.aggregate.add(u.sign, &u.indices)?),
             Upload::Dense(_) => Err(StrategyError::NeedsSign),
             Upload::Sum(_) => Err(StrategyError::NeedsUpdates),
@@ -56,6 +57,8 @@ mod tests {
         assert!(matches!(s.absorb(&c, dense), Err(StrategyError::NeedsSign)));
         let sign = |sign, indices: &[u64]| {
             Upload::Sign(SignUpload {
+                client: 0,
+                release: None,
                 sign,
                 indices: indices.to_vec(),
             })

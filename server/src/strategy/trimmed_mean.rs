@@ -78,6 +78,7 @@ mod tests {
                 client: client as u64,
                 num_examples: 1 + client as u64 * 1000,
                 values: u.to_vec(),
+                release: None,
             };
             s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
@@ -120,6 +121,7 @@ mod tests {
                 client: client as u64,
                 num_examples: 1,
                 values,
+                release: None,
             };
             s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
@@ -154,6 +156,7 @@ mod tests {
             client: 0,
             num_examples: 1,
             values: vec![f32::NAN, 0.0],
+            release: None,
         };
         assert!(s.absorb(&ctx(1, 1.0, None), bad.into()).is_err());
         assert_eq!(s.finish_round(&ctx(1, 1.0, None), &[0.0, 0.0]).model, None);
