@@ -113,10 +113,7 @@ impl LocalAccounts {
     pub fn summary(&self) -> LocalPrivacySummary {
         let spends = self.per_client();
         let n = spends.len();
-        let delta = match self.mechanism {
-            LocalMechanism::Gaussian { .. } => self.delta,
-            _ => 0.0,
-        };
+        let delta = self.mechanism.composed_delta(self.delta);
         LocalPrivacySummary {
             mechanism: self.mechanism.name().into(),
             epsilon_per_round: self.mechanism.epsilon(),

@@ -170,6 +170,15 @@ impl LocalMechanism {
         }
     }
 
+    /// The delta at which this mechanism's releases compose: `composition_delta` for the
+    /// Gaussian mechanism, 0 for the pure (Laplace, SignDS) ones.
+    pub fn composed_delta(&self, composition_delta: f64) -> f64 {
+        match self {
+            Self::Gaussian { .. } => composition_delta,
+            Self::Laplace { .. } | Self::SignDs { .. } => 0.0,
+        }
+    }
+
     /// Checks the parameters for a model of `dim` parameters.
     pub fn check(&self, dim: usize) -> Result<(), LocalPrivacyError> {
         check_epsilon(self.epsilon())?;
