@@ -5,7 +5,7 @@ use crate::ServerError;
 use crate::registry::ClientId;
 use crate::rejection::Rejection;
 use crate::service::{Event, Shared, send_all};
-use fl_proto::v1::{ServerMessage, Shutdown, server_message};
+use crate::wire::{self, Outgoing};
 use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +94,7 @@ impl Clients {
     }
 
     /// Sends `messages` on `client`'s live stream; returns the bytes sent (0 without a stream).
-    pub fn send(&self, client: ClientId, messages: Vec<ServerMessage>) -> u64 {
+    pub fn send(&self, client: ClientId, messages: Vec<Outgoing>) -> u64 {
         match self.shared.registry().outbox(client) {
             Some(outbox) => {
                 let size = messages.iter().map(|m| m.encoded_len() as u64).sum();
@@ -121,9 +121,7 @@ impl Clients {
         let mut registry = self.shared.registry();
         for id in registry.connected() {
             if let Some(outbox) = registry.outbox(id) {
-                let reason = "training finished".to_string();
-                let body = server_message::Body::Shutdown(Shutdown { round, reason });
-                send_all(outbox, vec![ServerMessage { body: Some(body) }]);
+                send_all(outbox, vec![wire::shutdown(round, "training finished")]);
             }
         }
         registry.disconnect_all();

@@ -7,7 +7,7 @@
 use crate::build::Pipeline;
 use crate::checkpoint::{Checkpoint, Progress};
 use crate::clients::Clients;
-use crate::collection::{RoundTasks, RoundWork, Tally};
+use crate::collection::{RoundWork, Tally};
 use crate::config::RunConfig;
 use crate::ledger::{Ledger, LedgerEntry};
 use crate::local_accounts::LocalAccounts;
@@ -15,11 +15,11 @@ use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
 use crate::registry::ClientId;
 use crate::strategy::{RoundContext, RoundOutcome};
 use crate::telemetry::Telemetry;
+use crate::wire::{RoundTasks, TaskSpec};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{Evaluation, ModelSpec, check_model, evaluate};
 use fl_common::privacy::{GaussianRound, PrivacyEvent, Sampling};
-use fl_proto::v1::{AdmmTask, LocalPrivacy, RoundTask, SecAggTask};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
@@ -115,7 +115,6 @@ struct RoundCounts {
 struct Planned {
     ctx: RoundContext,
     sampled: BTreeSet<ClientId>,
-    secagg: Option<SecAggTask>,
     prepared: crate::collection::Prepared,
 }
 
@@ -274,7 +273,6 @@ impl Coordinator {
         Ok(Ok(Planned {
             ctx,
             sampled,
-            secagg: prepared.task,
             prepared,
         }))
     }
@@ -384,20 +382,14 @@ impl Coordinator {
         planned: &Planned,
     ) -> (u64, RoundTasks) {
         let instructions = self.pipeline.strategy.configure_round(ctx);
-        let template = RoundTask {
+        let spec = TaskSpec {
             round: ctx.round,
-            model: Some((&self.spec).into()),
-            config: Some(self.config.train.local_config().into()),
-            num_values: 0,
-            num_chunks: 0,
-            secagg: planned.secagg,
-            local_privacy: instructions.local.map(LocalPrivacy::from),
-            admm: instructions.admm.map(|a| AdmmTask {
-                rho: a.rho,
-                total_examples: a.total_examples,
-            }),
+            model: &self.spec,
+            local: self.config.train.local_config(),
+            calibration: planned.prepared.calibration.as_ref(),
+            instructions,
         };
-        let mut tasks = RoundTasks::new(template, global);
+        let mut tasks = RoundTasks::new(&spec, global);
         let strategy = &*self.pipeline.strategy;
         let sent = (planned.sampled.iter())
             .map(|&id| tasks.send(&self.clients, strategy, id, global))

@@ -25,6 +25,7 @@ pub mod service;
 pub mod strategy;
 pub mod telemetry;
 mod transport;
+pub mod wire;
 
 use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};

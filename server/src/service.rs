@@ -9,11 +9,12 @@
 use crate::credentials::{Admission, Credentials, Refusal};
 use crate::registry::{AttachError, ClientId, Outbox, Registry};
 use crate::rejection::Rejection;
+use fl_common::privacy::Release;
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
-    ClientMessage, JoinReply, JoinRequest, PartitionReply, PartitionRequest, ReleaseHeader,
-    ServerMessage, SignDsUpload, UpdateHeader, client_message,
+    ClientMessage, JoinReply, JoinRequest, LocalRelease, MaskedInputHeader, PartitionReply,
+    PartitionRequest, ServerMessage, client_message,
 };
 use fl_proto::v1::{PeerKeys, TensorChunk};
 use fl_proto::{ChunkError, TensorAssembler, WireError};
@@ -69,8 +70,14 @@ pub enum Event {
     Sign {
         /// Sender.
         client: ClientId,
-        /// The upload.
-        upload: SignDsUpload,
+        /// The round it is for.
+        round: u64,
+        /// s.
+        sign: i64,
+        /// J.
+        indices: Vec<u64>,
+        /// Its declared release.
+        release: Declared,
         /// Encoded size.
         bytes: u64,
     },
@@ -377,28 +384,43 @@ impl Federation for FederationService {
     }
 }
 
+/// A local release as an upload declares it: absent, read, or why it does not read (which the
+/// round refuses).
+pub type Declared = Option<Result<Release, String>>;
+
 /// The header of a dense upload: what may travel with the values depends on who sees them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UploadHeader {
     /// No client-side mechanism: the trusted curator gets the example count and the loss.
-    Plain(UpdateHeader),
+    Plain {
+        /// The round it is for.
+        round: u64,
+        /// n_k.
+        num_examples: u64,
+        /// The mean training loss.
+        train_loss: f32,
+    },
     /// A local mechanism's output: the release's public parameters and nothing else.
-    Released(ReleaseHeader),
+    Released {
+        /// The round it is for.
+        round: u64,
+        /// The declared release.
+        release: Declared,
+    },
 }
 
 impl UploadHeader {
-    /// (round, number of values, number of chunks).
-    fn framing(&self) -> (u64, u64, u32) {
-        match self {
-            Self::Plain(h) => (h.round, h.num_values, h.num_chunks),
-            Self::Released(h) => (h.round, h.num_values, h.num_chunks),
-        }
-    }
-
     /// The round it is for.
     pub fn round(&self) -> u64 {
-        self.framing().0
+        match self {
+            Self::Plain { round, .. } | Self::Released { round, .. } => *round,
+        }
     }
+}
+
+/// Reads a declared release off the wire.
+fn declared(release: Option<&LocalRelease>) -> Declared {
+    release.map(|r| Release::try_from(r).map_err(|e| e.to_string()))
 }
 
 /// What the chunks being received will make.
@@ -574,9 +596,14 @@ impl Framer {
         self.pending.is_some()
     }
 
-    /// Starts receiving a dense upload's chunks.
-    fn start_upload(&mut self, header: UploadHeader, size: u64) -> Result<(), Status> {
-        let (round, values, chunks) = header.framing();
+    /// Starts receiving a dense upload's chunks: `values` in `chunks`.
+    fn start_upload(
+        &mut self,
+        header: UploadHeader,
+        (values, chunks): (u64, u32),
+        size: u64,
+    ) -> Result<(), Status> {
+        let round = header.round();
         if values != self.num_params as u64 {
             return Err(Status::invalid_argument(format!(
                 "update has {values} values, the model has {} parameters",
@@ -592,12 +619,33 @@ impl Framer {
         Ok(())
     }
 
+    /// Starts receiving a masked input's chunks: one or two words per parameter (32- or 64-bit
+    /// ring; the round checks which).
+    fn start_masked(&mut self, header: &MaskedInputHeader, size: u64) -> Result<(), Status> {
+        let n = self.num_params as u64;
+        if header.num_words != n && header.num_words != 2 * n {
+            return Err(Status::invalid_argument(format!(
+                "masked input has {} words, the model has {n} parameters",
+                header.num_words
+            )));
+        }
+        let assembler = TensorAssembler::new(header.round, header.num_words, header.num_chunks)
+            .map_err(chunk_status)?;
+        self.pending = Some(Pending {
+            expecting: Expecting::Masked {
+                round: header.round,
+            },
+            assembler,
+            bytes: size,
+        });
+        Ok(())
+    }
+
     /// Takes the next message: `Ok(Some(event))` when it completes one, `Ok(None)` when more
     /// must follow, `Err` when it breaks the framing (the stream then ends).
     pub fn accept(&mut self, message: ClientMessage) -> Result<Option<Event>, Status> {
         let size = message.encoded_len() as u64;
         let id = self.id;
-        let n = self.num_params as u64;
         let body = message
             .body
             .ok_or_else(|| Status::invalid_argument("empty ClientMessage"))?;
@@ -607,32 +655,25 @@ impl Framer {
             ));
         }
         let event = match body {
-            client_message::Body::UpdateHeader(header) => {
-                self.start_upload(UploadHeader::Plain(header), size)?;
+            client_message::Body::UpdateHeader(h) => {
+                let header = UploadHeader::Plain {
+                    round: h.round,
+                    num_examples: h.num_examples,
+                    train_loss: h.train_loss,
+                };
+                self.start_upload(header, (h.num_values, h.num_chunks), size)?;
                 None
             }
-            client_message::Body::ReleaseHeader(header) => {
-                self.start_upload(UploadHeader::Released(header), size)?;
+            client_message::Body::ReleaseHeader(h) => {
+                let header = UploadHeader::Released {
+                    round: h.round,
+                    release: declared(h.release.as_ref()),
+                };
+                self.start_upload(header, (h.num_values, h.num_chunks), size)?;
                 None
             }
             client_message::Body::MaskedInputHeader(header) => {
-                // One or two words per parameter (32- or 64-bit ring); the round loop checks which.
-                if header.num_words != n && header.num_words != 2 * n {
-                    return Err(Status::invalid_argument(format!(
-                        "masked input has {} words, the model has {n} parameters",
-                        header.num_words
-                    )));
-                }
-                let assembler =
-                    TensorAssembler::new(header.round, header.num_words, header.num_chunks)
-                        .map_err(chunk_status)?;
-                self.pending = Some(Pending {
-                    expecting: Expecting::Masked {
-                        round: header.round,
-                    },
-                    assembler,
-                    bytes: size,
-                });
+                self.start_masked(&header, size)?;
                 None
             }
             client_message::Body::UpdateChunk(chunk) => {
@@ -644,7 +685,10 @@ impl Framer {
             | client_message::Body::SecaggReveal(_)) => Some(secagg_event(id, body, size)?),
             client_message::Body::SigndsUpload(upload) => Some(Event::Sign {
                 client: id,
-                upload,
+                round: upload.round,
+                sign: i64::from(upload.sign),
+                release: declared(upload.release.as_ref()),
+                indices: upload.indices,
                 bytes: size,
             }),
             client_message::Body::TaskFailed(f) if f.reason.len() > MAX_REASON_BYTES => {

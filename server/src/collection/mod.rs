@@ -6,20 +6,18 @@
 
 mod plain;
 mod secure;
-mod tasks;
 
 pub use plain::PlainCollection;
 pub use secure::SecureCollection;
-pub use tasks::RoundTasks;
 
 use crate::ServerError;
 use crate::clients::Clients;
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::registry::ClientId;
 use crate::strategy::{RoundContext, Strategy};
+use crate::wire::RoundTasks;
 use fl_common::privacy::{PrivacyEvent, UpdateMoments};
 use fl_common::secagg::Calibration;
-use fl_proto::v1::SecAggTask;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -77,12 +75,10 @@ pub struct RoundWork<'a> {
 /// What a collection fixes before the round's tasks go out.
 #[derive(Debug, Default)]
 pub struct Prepared {
-    /// The secure-aggregation part of the task.
-    pub task: Option<SecAggTask>,
     /// The collection's own privacy event (distributed noise), for the ledger.
     pub event: Option<PrivacyEvent>,
-    /// The secure round's code and noise.
-    calibration: Option<Calibration>,
+    /// The secure round's code and noise, which its task carries.
+    pub calibration: Option<Calibration>,
 }
 
 /// One of the two ways results come in.

@@ -8,10 +8,9 @@ use crate::ServerError;
 use crate::clients::{Clients, Next};
 use crate::registry::ClientId;
 use crate::rejection::Rejection;
-use crate::service::{Event, UploadHeader, for_log};
+use crate::service::{Declared, Event, UploadHeader, for_log};
 use crate::strategy::{ClientUpdate, SignUpload, Upload};
 use fl_common::privacy::Release;
-use fl_proto::v1::{LocalRelease, SignDsUpload};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -28,13 +27,13 @@ pub struct PlainCollection {
 }
 
 /// What an upload says about itself.
-struct Claim<'a> {
+struct Claim {
     /// The round it is for.
     round: u64,
     /// n_k, for plain updates only (the trusted curator's FedAvg weight).
     num_examples: Option<u64>,
     /// Its declared local protection.
-    release: Option<&'a LocalRelease>,
+    release: Declared,
 }
 
 /// The sampled clients still expected, and those away until a time.
@@ -132,11 +131,25 @@ impl PlainCollection {
             }
             Event::Sign {
                 client,
-                upload,
+                round: claimed,
+                sign,
+                indices,
+                release,
                 bytes,
             } => {
                 tally.bytes_up += bytes;
-                on_sign(clients, work, (waiting, tally), client, upload);
+                let claim = Claim {
+                    round: claimed,
+                    num_examples: None,
+                    release,
+                };
+                on_sign(
+                    clients,
+                    work,
+                    (waiting, tally),
+                    (client, claim),
+                    (sign, indices),
+                );
             }
             Event::Failed {
                 client,
@@ -187,15 +200,32 @@ impl PlainCollection {
         values: Vec<f32>,
     ) {
         // Under a local mechanism only the release travels: every upload weighs 1.
-        let (num_examples, loss, claimed) = match &header {
-            UploadHeader::Plain(h) => (Some(h.num_examples), Some(h.train_loss), None),
-            UploadHeader::Released(h) => (None, None, h.release.as_ref()),
+        let (claim, loss) = match header {
+            UploadHeader::Plain {
+                round,
+                num_examples,
+                train_loss,
+            } => {
+                let release = None;
+                let num_examples = Some(num_examples);
+                let claim = Claim {
+                    round,
+                    num_examples,
+                    release,
+                };
+                (claim, Some(train_loss))
+            }
+            UploadHeader::Released { round, release } => {
+                let num_examples = None;
+                let claim = Claim {
+                    round,
+                    num_examples,
+                    release,
+                };
+                (claim, None)
+            }
         };
-        let claim = Claim {
-            round: header.round(),
-            num_examples,
-            release: claimed,
-        };
+        let num_examples = claim.num_examples;
         let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
             return;
         };
@@ -219,29 +249,24 @@ impl PlainCollection {
     }
 }
 
-/// Admits and absorbs one SignDS upload.
+/// Admits and absorbs one SignDS upload (s, J).
 fn on_sign(
     clients: &Clients,
     work: &mut RoundWork<'_>,
     (waiting, tally): (&mut Waiting, &mut Tally),
-    client: ClientId,
-    upload: SignDsUpload,
+    (client, claim): (ClientId, Claim),
+    (sign, indices): (i64, Vec<u64>),
 ) {
-    let claim = Claim {
-        round: upload.round,
-        num_examples: None,
-        release: upload.release.as_ref(),
-    };
     let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
         return;
     };
-    let sign = SignUpload {
+    let upload = SignUpload {
         client,
         release,
-        sign: i64::from(upload.sign),
-        indices: upload.indices,
+        sign,
+        indices,
     };
-    if absorb(clients, work, client, Upload::Sign(sign)) {
+    if absorb(clients, work, client, Upload::Sign(upload)) {
         tally.completed += 1;
     }
 }
@@ -266,7 +291,7 @@ fn admit(
     work: &RoundWork<'_>,
     waiting: &mut BTreeSet<ClientId>,
     client: ClientId,
-    claim: Claim<'_>,
+    claim: Claim,
 ) -> Option<Option<Release>> {
     let round = work.ctx.round;
     if !clients.shared.registry().is_admitted(client) {
@@ -302,8 +327,7 @@ fn admit(
         clients.reject(client, rejection);
         return None;
     }
-    let release = claim.release.map(Release::try_from).transpose();
-    release
-        .map_err(|e| clients.reject(client, Rejection::Release(e.to_string())))
+    (claim.release.transpose())
+        .map_err(|reason| clients.reject(client, Rejection::Release(reason)))
         .ok()
 }

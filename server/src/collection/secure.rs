@@ -12,15 +12,12 @@ use crate::registry::ClientId;
 use crate::rejection::Rejection;
 use crate::service::{Event, SecAggMessage, for_log};
 use crate::strategy::{SumInput, Upload};
+use crate::wire::{self, Outgoing};
 use fl_common::privacy::PrivacyEvent;
 use fl_common::secagg::{
     Calibration, PlainInputs, RoundResult, RoundShape, SecAggError, ServerRound, Stage,
 };
 use fl_proto::ring_elements;
-use fl_proto::v1::{
-    PeerKeys, SealedShare, SecAggNeighbours, SecAggProceed, SecAggShareInbox, SecAggSurvivors,
-    SecAggTask, ServerMessage, server_message,
-};
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
 use std::collections::BTreeSet;
@@ -69,14 +66,7 @@ impl SecureCollection {
             distributed_noise: self.distributed_noise.then_some(z),
         })
         .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
-        let q = calibration.quantizer;
         Ok(Prepared {
-            task: Some(SecAggTask {
-                ring_bits: self.settings.bits,
-                clip_bound: q.clip,
-                scale: q.scale,
-                noise_variance: calibration.ddg.map_or(0, |d| d.client_variance),
-            }),
             event: calibration.ddg.map(PrivacyEvent::from),
             calibration: Some(calibration),
         })
@@ -197,7 +187,7 @@ impl SecureCollection {
                 gone.extend(dropped);
             }
             for (u, body) in messages.into_iter().filter(|(u, _)| !gone.contains(u)) {
-                bytes_down += clients.send(u, vec![ServerMessage { body: Some(body) }]);
+                bytes_down += clients.send(u, vec![body]);
             }
         };
         Ok(Stages {
@@ -211,7 +201,7 @@ impl SecureCollection {
 /// What closing a stage gave.
 enum Closed {
     /// The next stage's message to each participant.
-    Next(Result<Vec<(ClientId, server_message::Body)>, SecAggError>),
+    Next(Result<Vec<(ClientId, Outgoing)>, SecAggError>),
     /// The round's unmasked sum (or why it aborted).
     Finished(Result<RoundResult, SecAggError>),
 }
@@ -227,23 +217,11 @@ fn close_stage(
     let round = server.round();
     let next = match stage {
         Stage::AdvertiseKeys => server.close_keys(rng).map(|hoods| {
-            let to = |(u, hood): (ClientId, fl_common::secagg::Neighbourhood)| {
-                let body = server_message::Body::SecaggNeighbours(SecAggNeighbours {
-                    round,
-                    threshold: hood.threshold as u32,
-                    neighbours: hood.neighbours.iter().map(PeerKeys::from).collect(),
-                });
-                (u, body)
-            };
+            let to = |(u, hood)| (u, wire::neighbours(round, &hood));
             hoods.into_iter().map(to).collect()
         }),
         Stage::ShareKeys => server.close_shares().map(|inboxes| {
-            let to = |(u, inbox): (ClientId, Vec<_>)| {
-                let shares = inbox.iter().map(SealedShare::from).collect();
-                let body =
-                    server_message::Body::SecaggShareInbox(SecAggShareInbox { round, shares });
-                (u, body)
-            };
+            let to = |(u, inbox): (ClientId, Vec<_>)| (u, wire::share_inbox(round, &inbox));
             inboxes.into_iter().map(to).collect()
         }),
         Stage::CheckShares => server.close_checks().map(|proceed| {
@@ -251,22 +229,15 @@ fn close_stage(
                 gone.insert(v);
                 clients.reject(v, Rejection::Excluded(round));
             }
-            let to = |(u, p): (ClientId, fl_common::secagg::Proceed)| {
-                let body = server_message::Body::SecaggProceed(SecAggProceed {
-                    round,
-                    excluded: p.excluded,
-                    unpaired: p.unpaired,
-                });
-                (u, body)
-            };
+            let to = |(u, p)| (u, wire::proceed(round, p));
             proceed.into_iter().map(to).collect()
         }),
         Stage::MaskedInput => server.close_masked().map(|survivors| {
-            let body = server_message::Body::SecaggSurvivors(SecAggSurvivors {
-                round,
-                survivors: survivors.clone(),
-            });
-            survivors.into_iter().map(|u| (u, body.clone())).collect()
+            let message = wire::survivors(round, &survivors);
+            survivors
+                .into_iter()
+                .map(|u| (u, message.clone()))
+                .collect()
         }),
         Stage::Unmasking | Stage::Done => return Closed::Finished(server.finish()),
     };
