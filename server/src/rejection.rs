@@ -1,5 +1,5 @@
 //! Why the coordinator ends a client's part in a round. The collections say it in these terms;
-//! `service` maps them to gRPC statuses in one place (`impl From<Rejection> for tonic::Status`).
+//! `service` maps them to gRPC statuses in one place.
 
 use crate::registry::ClientId;
 use crate::strategy::StrategyError;

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the quickstart job on two revisions of this repository, alternately, and prints each run's
+# median round time, final test accuracy and first round at >= 0.92 accuracy: the check that a
+# refactoring left the figures unchanged.
+#
+#   scripts/compare-revisions.sh REV_A REV_B [RUNS] [ROUNDS]
+#
+# Each revision is built (release) in its own worktree and target folder under
+# ${COMPARE_DIR:-target/compare}; RUNS runs of each (default 2), ROUNDS rounds each (default 100).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+a=${1:?usage: $0 REV_A REV_B [RUNS] [ROUNDS]}
+b=${2:?usage: $0 REV_A REV_B [RUNS] [ROUNDS]}
+runs=${3:-2}
+rounds=${4:-100}
+root=$(pwd)
+dir=${COMPARE_DIR:-$root/target/compare}
+mkdir -p "$dir"
+
+build() {
+  local rev=$1 tree="$dir/tree-$1"
+  if [ ! -d "$tree" ]; then
+    git worktree add --force --detach "$tree" "$rev" > /dev/null
+  fi
+  CARGO_TARGET_DIR="$dir/target-$rev" cargo build --release --quiet -p fl-cli --manifest-path "$tree/Cargo.toml"
+}
+
+summarise() {
+  python3 - "$1" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+secs = [r["seconds"] for r in rows]
+first = next((r["round"] for r in rows if r["test_accuracy"] >= 0.92), None)
+print(f"median round {statistics.median(secs):.3f} s, final accuracy {rows[-1]['test_accuracy']:.4f}, "
+      f"first >= 0.92 at round {first}")
+PY
+}
+
+for rev in "$a" "$b"; do
+  echo "building $rev"
+  build "$rev"
+done
+for i in $(seq 1 "$runs"); do
+  for rev in "$a" "$b"; do
+    out="$dir/run-$rev-$i"
+    rm -rf "$out"
+    # Run from the revision's own tree, with its own configs and data.
+    (cd "$dir/tree-$rev" && "$dir/target-$rev/release/fl" sim --config configs/quickstart.toml \
+      --rounds "$rounds" --out "$out" > /dev/null 2>&1)
+    echo "$rev run $i: $(summarise "$out")"
+  done
+done
