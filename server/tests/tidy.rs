@@ -94,3 +94,35 @@ fn the_round_logic_knows_nothing_of_the_wire_or_the_transport() {
         "wire or transport types in: {offenders:?}"
     );
 }
+
+#[test]
+fn no_function_is_longer_than_80_lines() {
+    let mut long = Vec::new();
+    for (path, code) in sources() {
+        let lines: Vec<&str> = code.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            let signature = [
+                "fn ",
+                "pub fn ",
+                "pub(crate) fn ",
+                "async fn ",
+                "pub async fn ",
+            ]
+            .iter()
+            .any(|s| trimmed.starts_with(s));
+            if !signature {
+                continue;
+            }
+            // A function ends at the first line that is its indentation and a closing brace.
+            let indent = &line[..line.len() - trimmed.len()];
+            let end = format!("{indent}}}");
+            if let Some(n) = lines[i..].iter().position(|l| *l == end)
+                && n + 1 > 80
+            {
+                long.push(format!("{}:{} ({} lines)", path.display(), i + 1, n + 1));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 80 lines: {long:?}");
+}
