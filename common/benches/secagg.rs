@@ -11,8 +11,8 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::secagg::{
-    AdvertisedKeys, ClientRound, GraphKind, Neighbourhood, Proceed, Ring, SealedShares,
-    ServerRound, Sign, apply_mask, auto_degree,
+    AdvertiseKeys, AdvertisedKeys, ClientRound, GraphKind, Neighbourhood, Proceed, Ring,
+    SealedShares, Sign, Unmasking, apply_mask, auto_degree,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -95,50 +95,53 @@ fn client_round(c: &mut Criterion) {
 
 /// A server round over `n` clients, advanced to the unmasking stage: every client's keys, shares
 /// and (content-free but well-formed) masked input received; `dropped` of them sent no masked
-/// input. Returns the server and each survivor's reveal. Clients mask a 1-element input here: the
+/// input. Returns the server's unmasking phase and each survivor's reveal. Clients mask a 1-element input here: the
 /// server's cost does not depend on what the masks are.
 fn staged_server(
     n: usize,
     graph: GraphKind,
     dropped: usize,
 ) -> (
-    ServerRound,
+    Unmasking,
     BTreeMap<u64, Vec<fl_common::secagg::RevealedShare>>,
 ) {
     let mut rng = StdRng::seed_from_u64(3);
     let ids: Vec<u64> = (0..n as u64).collect();
-    let mut server = ServerRound::new(1, ring(), DIM, graph, 0.6, 3, ids.iter().copied());
+    let mut keys = AdvertiseKeys::new(1, ring(), DIM, graph, 0.6, 3, ids.iter().copied());
     let mut clients: BTreeMap<u64, ClientRound> = ids
         .iter()
         .map(|&u| (u, ClientRound::new(1, u, ring(), &mut rng)))
         .collect();
     for (&u, c) in &clients {
-        server.receive_keys(u, c.advertise()).unwrap();
+        keys.receive_keys(u, c.advertise()).unwrap();
     }
-    for (u, hood) in server.close_keys(&mut rng).unwrap() {
+    let (mut shares, hoods) = keys.close(&mut rng).unwrap();
+    for (u, hood) in hoods {
         let sealed = clients
             .get_mut(&u)
             .unwrap()
             .share_keys(hood, &mut rng)
             .unwrap();
-        server.receive_shares(u, sealed).unwrap();
+        shares.receive_shares(u, sealed).unwrap();
     }
     let y = vec![5u64; DIM];
-    for (u, inbox) in server.close_shares().unwrap() {
+    let (mut check, inboxes) = shares.close().unwrap();
+    for (u, inbox) in inboxes {
         let refused = clients.get_mut(&u).unwrap().check_shares(&inbox).unwrap();
-        server.receive_check(u, refused).unwrap();
+        check.receive_check(u, refused).unwrap();
     }
-    for (u, proceed) in server.close_checks().unwrap() {
+    let (mut masked, checked) = check.close().unwrap();
+    for (u, proceed) in checked.proceed {
         clients
             .get_mut(&u)
             .unwrap()
             .masked_input(&proceed, &[0])
             .unwrap();
         if u >= dropped as u64 {
-            server.receive_masked(u, &y).unwrap();
+            masked.receive_masked(u, &y).unwrap();
         }
     }
-    let survivors = server.close_masked().unwrap();
+    let (server, survivors) = masked.close().unwrap();
     let reveals = survivors
         .iter()
         .map(|&u| (u, clients.get_mut(&u).unwrap().unmask(&survivors).unwrap()))

@@ -58,3 +58,32 @@ pub struct Proceed {
     /// Neighbours that could not open this client's shares: the pair is not masked.
     pub unpaired: Vec<u64>,
 }
+
+/// A client's stage message, as every phase of the server takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StageMessage {
+    /// Stage 0: its public keys.
+    Keys(AdvertisedKeys),
+    /// Stage 1: its sealed shares.
+    Shares(Vec<SealedShares>),
+    /// The check: the neighbours whose shares it could not open.
+    Check(Vec<u64>),
+    /// Stage 2: its masked input y_u.
+    Masked(Vec<u64>),
+    /// Stage 3: its revealed shares.
+    Reveal(Vec<RevealedShare>),
+}
+
+impl StageMessage {
+    /// The stage the message belongs to.
+    pub fn stage(&self) -> super::Stage {
+        use super::Stage;
+        match self {
+            StageMessage::Keys(_) => Stage::AdvertiseKeys,
+            StageMessage::Shares(_) => Stage::ShareKeys,
+            StageMessage::Check(_) => Stage::CheckShares,
+            StageMessage::Masked(_) => Stage::MaskedInput,
+            StageMessage::Reveal(_) => Stage::Unmasking,
+        }
+    }
+}

@@ -16,7 +16,7 @@
 //!    share against its commitment, recovers the secrets and removes every mask: the exact sum of
 //!    the survivors' x_u.
 //!
-//! Everything here is sans-IO: [`ClientRound`] and [`ServerRound`] consume and produce the stage
+//! Everything here is sans-IO: [`ClientRound`] and the server's phases ([`AdvertiseKeys`] onwards) consume and produce the stage
 //! messages; the server and client crates only carry them.
 
 mod calibration;
@@ -35,12 +35,17 @@ pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundSh
 pub use client::ClientRound;
 pub use graph::{GraphKind, auto_degree, build as build_graph};
 pub use keys::{KeyError, KeyPair, SecretKind, check_public, pair_seed, share_commitment};
-pub use messages::{AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares};
+pub use messages::{
+    AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares, StageMessage,
+};
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};
 pub use quantize::{QuantizeError, Quantizer};
 pub use ring::Ring;
-pub use server::{RoundResult, ServerRound, Stage};
+pub use server::{
+    AdvertiseKeys, CheckShares, Checked, MaskedInput, Phase, RoundResult, ShareKeys, Stage,
+    Unmasking,
+};
 pub use shamir::{SHARE_BYTES, ShamirError, Share};
 
 /// Secure aggregation sums plain FedAvg updates: it takes no local mechanism and no inexact-ADMM

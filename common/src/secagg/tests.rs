@@ -45,7 +45,6 @@ fn run(
             )
         })
         .collect();
-    let mut server = ServerRound::new(1, ring, dim, graph, 0.6, 3, ids.iter().copied());
     let mut clients: BTreeMap<u64, ClientRound> = ids
         .iter()
         .map(|&u| (u, ClientRound::new(1, u, ring, &mut rng)))
@@ -59,40 +58,43 @@ fn run(
         Outcome { result, expected }
     };
     let mut go = || -> Result<RoundResult, SecAggError> {
+        let mut keys = AdvertiseKeys::new(1, ring, dim, graph, 0.6, 3, ids.iter().copied());
         for (u, c) in &clients {
-            server.receive_keys(*u, c.advertise())?;
+            keys.receive_keys(*u, c.advertise())?;
         }
-        let hoods = server.close_keys(&mut rng)?;
+        let (mut shares, hoods) = keys.close(&mut rng)?;
         for (u, hood) in hoods {
             if plan[&u] == DropAt::BeforeShares {
                 continue;
             }
             let sealed = clients.get_mut(&u).unwrap().share_keys(hood, &mut rng)?;
-            server.receive_shares(u, sealed)?;
+            shares.receive_shares(u, sealed)?;
         }
-        for (u, inbox) in server.close_shares()? {
+        let (mut check, inboxes) = shares.close()?;
+        for (u, inbox) in inboxes {
             if plan[&u] == DropAt::AfterShares {
                 continue;
             }
             let refused = clients.get_mut(&u).unwrap().check_shares(&inbox)?;
-            server.receive_check(u, refused)?;
+            check.receive_check(u, refused)?;
         }
-        for (u, proceed) in server.close_checks()? {
+        let (mut masked, checked) = check.close()?;
+        for (u, proceed) in checked.proceed {
             let y = clients
                 .get_mut(&u)
                 .unwrap()
                 .masked_input(&proceed, &inputs[&u])?;
-            server.receive_masked(u, &y)?;
+            masked.receive_masked(u, &y)?;
         }
-        let survivors = server.close_masked()?;
+        let (mut unmasking, survivors) = masked.close()?;
         for &u in &survivors {
             if plan[&u] == DropAt::AfterMasked {
                 continue;
             }
             let reveals = clients.get_mut(&u).unwrap().unmask(&survivors)?;
-            server.receive_reveal(u, reveals)?;
+            unmasking.receive_reveal(u, reveals)?;
         }
-        server.finish()
+        unmasking.finish()
     };
     let result = go();
     let survivors = result
@@ -215,20 +217,20 @@ fn a_masked_upload_looks_uniform() {
     let ring = Ring::new(32).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let ids = [1u64, 2, 3, 4];
-    let mut server = ServerRound::new(1, ring, 64_000, GraphKind::Complete, 0.6, 3, ids);
+    let mut keys = AdvertiseKeys::new(1, ring, 64_000, GraphKind::Complete, 0.6, 3, ids);
     let mut clients: Vec<ClientRound> = ids
         .iter()
         .map(|&u| ClientRound::new(1, u, ring, &mut rng))
         .collect();
     for (c, &u) in clients.iter().zip(&ids) {
-        server.receive_keys(u, c.advertise()).unwrap();
+        keys.receive_keys(u, c.advertise()).unwrap();
     }
-    let hoods = server.close_keys(&mut rng).unwrap();
+    let (mut shares, hoods) = keys.close(&mut rng).unwrap();
     for (c, &u) in clients.iter_mut().zip(&ids) {
         let sealed = c.share_keys(hoods[&u].clone(), &mut rng).unwrap();
-        server.receive_shares(u, sealed).unwrap();
+        shares.receive_shares(u, sealed).unwrap();
     }
-    let inbox = server.close_shares().unwrap();
+    let (_, inbox) = shares.close().unwrap();
     assert_eq!(
         clients[0].check_shares(&inbox[&1]).unwrap(),
         Vec::<u64>::new()
@@ -248,9 +250,10 @@ fn a_masked_upload_looks_uniform() {
     assert!(chi2 < 103.4, "chi-square {chi2}");
 }
 
-/// Drives a 5-client round to the stage named and returns everything needed to tamper with it.
-struct Staged {
-    server: ServerRound,
+/// A 5-client round driven to one of the server's phases, with everything needed to tamper
+/// with it.
+struct Staged<P> {
+    server: P,
     clients: BTreeMap<u64, ClientRound>,
     inbox: BTreeMap<u64, Vec<SealedShares>>,
     sealed: BTreeMap<u64, Vec<SealedShares>>,
@@ -258,56 +261,95 @@ struct Staged {
     rng: StdRng,
 }
 
-fn staged(upto: Stage) -> Staged {
+impl<P> Staged<P> {
+    /// The server's phase, and the rest of the round.
+    fn take(self) -> (P, Staged<()>) {
+        let rest = Staged {
+            server: (),
+            clients: self.clients,
+            inbox: self.inbox,
+            sealed: self.sealed,
+            proceed: self.proceed,
+            rng: self.rng,
+        };
+        (self.server, rest)
+    }
+
+    /// The same round, at the server's next phase `server`.
+    fn at<Q>(self, server: Q) -> Staged<Q> {
+        Staged {
+            server,
+            clients: self.clients,
+            inbox: self.inbox,
+            sealed: self.sealed,
+            proceed: self.proceed,
+            rng: self.rng,
+        }
+    }
+}
+
+/// The round in ShareKeys: every client has sealed its shares, none is sent yet.
+fn staged_shares() -> Staged<ShareKeys> {
     let ring = Ring::new(32).unwrap();
     let mut rng = StdRng::seed_from_u64(21);
     let ids = [1u64, 2, 3, 4, 5];
-    let mut server = ServerRound::new(4, ring, 8, GraphKind::Complete, 0.6, 3, ids);
+    let mut keys = AdvertiseKeys::new(4, ring, 8, GraphKind::Complete, 0.6, 3, ids);
     let mut clients: BTreeMap<u64, ClientRound> = ids
         .iter()
         .map(|&u| (u, ClientRound::new(4, u, ring, &mut rng)))
         .collect();
     for (&u, c) in &clients {
-        server.receive_keys(u, c.advertise()).unwrap();
+        keys.receive_keys(u, c.advertise()).unwrap();
     }
-    let hoods = server.close_keys(&mut rng).unwrap();
+    let (server, hoods) = keys.close(&mut rng).unwrap();
     let mut sealed = BTreeMap::new();
     for (&u, c) in clients.iter_mut() {
         sealed.insert(u, c.share_keys(hoods[&u].clone(), &mut rng).unwrap());
     }
-    let mut st = Staged {
+    Staged {
         server,
         clients,
         inbox: BTreeMap::new(),
         sealed,
         proceed: BTreeMap::new(),
         rng,
-    };
-    if upto == Stage::ShareKeys {
-        return st;
     }
+}
+
+/// The round in CheckShares: every inbox delivered, no check sent yet.
+fn staged_check() -> Staged<CheckShares> {
+    let mut st = staged_shares();
     for (&u, s) in &st.sealed {
         st.server.receive_shares(u, s.clone()).unwrap();
     }
-    st.inbox = st.server.close_shares().unwrap();
-    if upto == Stage::CheckShares {
-        return st;
-    }
+    let (shares, rest) = st.take();
+    let (server, inbox) = shares.close().unwrap();
+    Staged { inbox, ..rest }.at(server)
+}
+
+/// The round in MaskedInput: every check answered, no masked input sent yet.
+fn staged_masked() -> Staged<MaskedInput> {
+    let mut st = staged_check();
     for (&u, c) in st.clients.iter_mut() {
         let refused = c.check_shares(&st.inbox[&u]).unwrap();
         st.server.receive_check(u, refused).unwrap();
     }
-    st.proceed = st.server.close_checks().unwrap();
-    if upto == Stage::MaskedInput {
-        return st;
-    }
+    let (check, rest) = st.take();
+    let (server, checked) = check.close().unwrap();
+    let proceed = checked.proceed;
+    Staged { proceed, ..rest }.at(server)
+}
+
+/// The round in MaskedInput with clients 1 to 4's masked inputs taken (client 5 silent).
+fn staged_unmasking() -> Staged<MaskedInput> {
+    let mut st = staged_masked();
     let proceed = st.proceed.clone();
     send_masked(&mut st, &proceed, &[1, 2, 3, 4]);
     st
 }
 
 /// Each of `ids` masks its input (u, ..., u) as `proceed` says, and the server takes it.
-fn send_masked(st: &mut Staged, proceed: &BTreeMap<u64, Proceed>, ids: &[u64]) {
+fn send_masked(st: &mut Staged<MaskedInput>, proceed: &BTreeMap<u64, Proceed>, ids: &[u64]) {
     for &u in ids {
         let client = st.clients.get_mut(&u).unwrap();
         let y = client.masked_input(&proceed[&u], &[u; 8]).unwrap();
@@ -315,14 +357,15 @@ fn send_masked(st: &mut Staged, proceed: &BTreeMap<u64, Proceed>, ids: &[u64]) {
     }
 }
 
-/// The round after the masked-input stage: every survivor but `silent` reveals; the result.
-fn unmask_all(st: &mut Staged) -> Result<RoundResult, SecAggError> {
-    let survivors = st.server.close_masked()?;
+/// The round after the masked-input stage: every survivor reveals; the result.
+fn unmask_all(st: Staged<MaskedInput>) -> Result<RoundResult, SecAggError> {
+    let mut clients = st.clients;
+    let (mut unmasking, survivors) = st.server.close()?;
     for &u in &survivors {
-        let reveals = st.clients.get_mut(&u).unwrap().unmask(&survivors)?;
-        st.server.receive_reveal(u, reveals)?;
+        let reveals = clients.get_mut(&u).unwrap().unmask(&survivors)?;
+        unmasking.receive_reveal(u, reveals)?;
     }
-    st.server.finish()
+    unmasking.finish()
 }
 
 /// sum_{u in ids} (u, u, ..., u) over 8 coordinates of Z_2^32.
@@ -339,7 +382,7 @@ fn sum_of(ids: &[u64]) -> Vec<u64> {
 /// masked input is refused) and the others' sum comes out exact.
 #[test]
 fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
-    let mut st = staged(Stage::CheckShares);
+    let mut st = staged_check();
     for (&u, c) in st.clients.iter_mut() {
         let mut inbox = st.inbox[&u].clone();
         for s in inbox.iter_mut().filter(|s| s.from == 5) {
@@ -349,11 +392,11 @@ fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
         assert_eq!(refused, if u == 5 { vec![] } else { vec![5] });
         st.server.receive_check(u, refused).unwrap();
     }
-    let proceed = st.server.close_checks().unwrap();
-    assert_eq!(
-        st.server.excluded().iter().copied().collect::<Vec<_>>(),
-        vec![5]
-    );
+    let (check, rest) = st.take();
+    let (masked, checked) = check.close().unwrap();
+    let (proceed, excluded) = (checked.proceed, checked.excluded);
+    let mut st = rest.at(masked);
+    assert_eq!(excluded.iter().copied().collect::<Vec<_>>(), vec![5]);
     assert!(!proceed.contains_key(&5));
     assert_eq!(proceed[&1].excluded, vec![5]);
     assert!(matches!(
@@ -361,7 +404,7 @@ fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
         Err(SecAggError::NotParticipant(5))
     ));
     send_masked(&mut st, &proceed, &[1, 2, 3, 4]);
-    let result = unmask_all(&mut st).unwrap();
+    let result = unmask_all(st).unwrap();
     assert_eq!(result.survivors, vec![1, 2, 3, 4]);
     assert_eq!(result.sum, sum_of(&[1, 2, 3, 4]));
 }
@@ -371,7 +414,7 @@ fn a_client_whose_shares_do_not_open_is_excluded_and_the_sum_stays_exact() {
 #[test]
 fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
     for dropout in [None, Some(4u64), Some(2)] {
-        let mut st = staged(Stage::CheckShares);
+        let mut st = staged_check();
         for (&u, c) in st.clients.iter_mut() {
             let mut inbox = st.inbox[&u].clone();
             if u == 2 {
@@ -381,15 +424,18 @@ fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
             let refused = c.check_shares(&inbox).unwrap();
             st.server.receive_check(u, refused).unwrap();
         }
-        let proceed = st.server.close_checks().unwrap();
-        assert!(st.server.excluded().is_empty());
+        let (check, rest) = st.take();
+        let (masked, checked) = check.close().unwrap();
+        let (proceed, excluded) = (checked.proceed, checked.excluded);
+        let mut st = rest.at(masked);
+        assert!(excluded.is_empty());
         assert_eq!(
             (proceed[&4].unpaired.clone(), proceed[&2].unpaired.clone()),
             (vec![2], vec![])
         );
         let alive: Vec<u64> = (1..=5u64).filter(|&u| Some(u) != dropout).collect();
         send_masked(&mut st, &proceed, &alive);
-        let result = unmask_all(&mut st).unwrap();
+        let result = unmask_all(st).unwrap();
         assert_eq!(result.sum, sum_of(&alive), "dropout {dropout:?}");
     }
 }
@@ -397,7 +443,7 @@ fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
 /// The client refuses to mask with fewer than t neighbours, whoever asks it to.
 #[test]
 fn a_client_will_not_mask_with_fewer_than_t_neighbours() {
-    let mut st = staged(Stage::CheckShares);
+    let mut st = staged_check();
     let c = st.clients.get_mut(&1).unwrap();
     c.check_shares(&st.inbox[&1]).unwrap();
     let proceed = Proceed {
@@ -412,7 +458,7 @@ fn a_client_will_not_mask_with_fewer_than_t_neighbours() {
 
 #[test]
 fn forged_and_misaddressed_shares_are_refused() {
-    let mut st = staged(Stage::ShareKeys);
+    let mut st = staged_shares();
     // A share for a peer that is not a neighbour (nor anyone), and a share set missing a peer.
     let mut wrong = st.sealed[&1].clone();
     wrong[0].to = 99;
@@ -432,20 +478,20 @@ fn forged_and_misaddressed_shares_are_refused() {
         Err(SecAggError::WrongRecipients { .. })
     ));
     // A forged ciphertext is caught by the receiving client's AEAD: it refuses that sender.
-    let mut st = staged(Stage::CheckShares);
+    let mut st = staged_check();
     let mut inbox = st.inbox[&1].clone();
     inbox[0].ciphertext[3] ^= 0x40;
     let from = inbox[0].from;
     let c = st.clients.get_mut(&1).unwrap();
     assert_eq!(c.check_shares(&inbox), Ok(vec![from]));
     // A share delivered to the wrong client does not open either.
-    let mut st = staged(Stage::CheckShares);
+    let mut st = staged_check();
     let mut other: Vec<SealedShares> = st.inbox[&2].clone();
     other.retain(|s| s.from != 1);
     let c = st.clients.get_mut(&1).unwrap();
     assert_eq!(c.check_shares(&other), Ok(vec![3, 4, 5]));
     // The server refuses a check naming a client that sent no share, or one twice.
-    let mut st = staged(Stage::CheckShares);
+    let mut st = staged_check();
     assert!(matches!(
         st.server.receive_check(1, vec![1]),
         Err(SecAggError::BadCheck { .. })
@@ -458,11 +504,11 @@ fn forged_and_misaddressed_shares_are_refused() {
 
 #[test]
 fn stale_replayed_and_malformed_stage_messages_are_refused() {
-    let mut st = staged(Stage::Unmasking);
+    let mut st = staged_unmasking();
     let keys = st.clients[&1].advertise();
     // A replayed stage-0 message during masking.
     assert!(matches!(
-        st.server.receive_keys(1, keys),
+        st.server.receive(1, StageMessage::Keys(keys)),
         Err(SecAggError::WrongStage {
             expected: Stage::MaskedInput,
             ..
@@ -482,7 +528,7 @@ fn stale_replayed_and_malformed_stage_messages_are_refused() {
         Err(SecAggError::BadMaskedInput { .. })
     ));
     // Client 5 is then dropped: the sum of the four others must come out exact.
-    let survivors = st.server.close_masked().unwrap();
+    let (mut unmasking, survivors) = st.server.close().unwrap();
     assert_eq!(survivors, vec![1, 2, 3, 4]);
     let mut reveals: BTreeMap<u64, Vec<RevealedShare>> = BTreeMap::new();
     for &u in &survivors {
@@ -496,33 +542,33 @@ fn stale_replayed_and_malformed_stage_messages_are_refused() {
         st.clients.get_mut(&1).unwrap().unmask(&survivors),
         Err(SecAggError::WrongStage { .. })
     ));
-    st.server.receive_reveal(1, reveals[&1].clone()).unwrap();
+    unmasking.receive_reveal(1, reveals[&1].clone()).unwrap();
     assert_eq!(
-        st.server.receive_reveal(1, reveals[&1].clone()),
+        unmasking.receive_reveal(1, reveals[&1].clone()),
         Err(SecAggError::Duplicate(1))
     );
     // A forged share, a share of the wrong secret, and a share claimed by the wrong holder.
     let mut forged = reveals[&2].clone();
     forged[0].share.y[0] ^= 1;
     assert!(matches!(
-        st.server.receive_reveal(2, forged),
+        unmasking.receive_reveal(2, forged),
         Err(SecAggError::ForgedShare { .. })
     ));
     let mut wrong_kind = reveals[&2].clone();
     let i = wrong_kind.iter().position(|r| r.owner == 5).unwrap();
     wrong_kind[i].kind = SecretKind::SelfMask;
     assert!(matches!(
-        st.server.receive_reveal(2, wrong_kind),
+        unmasking.receive_reveal(2, wrong_kind),
         Err(SecAggError::WrongReveal { .. })
     ));
     assert!(matches!(
-        st.server.receive_reveal(3, reveals[&2].clone()),
+        unmasking.receive_reveal(3, reveals[&2].clone()),
         Err(SecAggError::ForgedShare { .. })
     ));
     for u in [2, 3, 4] {
-        st.server.receive_reveal(u, reveals[&u].clone()).unwrap();
+        unmasking.receive_reveal(u, reveals[&u].clone()).unwrap();
     }
-    let result = st.server.finish().unwrap();
+    let result = unmasking.finish().unwrap();
     let ring = Ring::new(32).unwrap();
     let mut expected = vec![0u64; 8];
     for u in 1..=4u64 {
@@ -536,7 +582,7 @@ fn stale_replayed_and_malformed_stage_messages_are_refused() {
 /// could reach.
 #[test]
 fn clients_refuse_unsafe_server_requests() {
-    let mut st = staged(Stage::MaskedInput);
+    let mut st = staged_masked();
     let c = st.clients.get_mut(&1).unwrap();
     let _ = c.masked_input(&st.proceed[&1], &[0; 8]).unwrap();
     assert!(matches!(c.unmask(&[2, 3, 4]), Err(SecAggError::Refused(_))));
@@ -560,8 +606,8 @@ fn clients_refuse_unsafe_server_requests() {
 /// shares are all of b (it survived) or all of its mask key (it dropped), never a mix.
 #[test]
 fn no_client_has_both_secrets_revealed() {
-    let mut st = staged(Stage::Unmasking);
-    let survivors = st.server.close_masked().unwrap();
+    let mut st = staged_unmasking();
+    let (_, survivors) = st.server.close().unwrap();
     let mut kinds: BTreeMap<u64, std::collections::BTreeSet<SecretKind>> = BTreeMap::new();
     for &u in &survivors {
         for r in st.clients.get_mut(&u).unwrap().unmask(&survivors).unwrap() {

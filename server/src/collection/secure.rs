@@ -15,7 +15,8 @@ use crate::strategy::{SumInput, Upload};
 use crate::wire::{self, Outgoing};
 use fl_common::privacy::PrivacyEvent;
 use fl_common::secagg::{
-    Calibration, PlainInputs, RoundResult, RoundShape, SecAggError, ServerRound, Stage,
+    AdvertiseKeys, Calibration, Phase, PlainInputs, Ring, RoundResult, RoundShape, SecAggError,
+    Stage, StageMessage,
 };
 use fl_proto::ring_elements;
 use rand::rngs::StdRng;
@@ -152,7 +153,7 @@ impl SecureCollection {
         rng: &mut StdRng,
     ) -> Result<Stages, ServerError> {
         let cfg = &self.settings;
-        let mut server = ServerRound::new(
+        let keys = AdvertiseKeys::new(
             round,
             calibration.quantizer.ring,
             self.dim,
@@ -161,187 +162,223 @@ impl SecureCollection {
             calibration.min_survivors,
             sampled.iter().copied(),
         );
-        let (mut bytes_up, mut bytes_down) = (0, 0);
-        let mut gone = Gone::new();
-        let mut deadline = started + self.round_timeout;
-        let result = loop {
-            let stage = server.stage();
-            let ring = calibration.quantizer.ring;
-            bytes_up += wait_stage(clients, &mut server, &mut gone, deadline, ring).await?;
-            deadline = Instant::now() + Duration::from_secs_f64(cfg.stage_timeout_secs);
-            let messages = match close_stage(clients, &mut server, stage, &mut gone, rng) {
-                Closed::Finished(result) => break result,
-                Closed::Next(Err(e)) => break Err(e),
-                Closed::Next(Ok(m)) => m,
-            };
-            // The injector's clients never see the next stage's message, as if they had dropped.
-            if cfg.sim_dropout > 0.0 && server.stage() == cfg.sim_dropout_stage.withheld() {
-                let candidates = messages
-                    .iter()
-                    .map(|(u, _)| *u)
-                    .filter(|u| !gone.contains(u));
-                let candidates: Vec<ClientId> = candidates.collect();
-                let count = (cfg.sim_dropout * candidates.len() as f64).round() as usize;
-                let dropped = candidates.into_iter().choose_multiple(rng, count);
-                tracing::info!(round, stage = %server.stage(), dropped = dropped.len(), "dropout injector");
-                gone.extend(dropped);
-            }
-            for (u, body) in messages.into_iter().filter(|(u, _)| !gone.contains(u)) {
-                bytes_down += clients.send(u, vec![body]);
-            }
+        let mut io = StageIo {
+            clients,
+            ring: calibration.quantizer.ring,
+            gone: Gone::new(),
+            deadline: started + self.round_timeout,
+            bytes_up: 0,
+            bytes_down: 0,
         };
+        let result = self.protocol(&mut io, keys, rng).await?;
         Ok(Stages {
             result,
-            bytes_up,
-            bytes_down,
+            bytes_up: io.bytes_up,
+            bytes_down: io.bytes_down,
         })
+    }
+
+    /// The protocol, phase by phase: each is waited for, closed into its successor, and the
+    /// successor's stage messages delivered. A phase that cannot close aborts the round.
+    async fn protocol(
+        &self,
+        io: &mut StageIo<'_>,
+        keys: AdvertiseKeys,
+        rng: &mut StdRng,
+    ) -> Result<Result<RoundResult, SecAggError>, ServerError> {
+        macro_rules! closed {
+            ($result:expr) => {
+                match $result {
+                    Ok(next) => next,
+                    Err(e) => return Ok(Err(e)),
+                }
+            };
+        }
+        let round = keys.round();
+        let keys = io.wait(keys, self.stage_timeout()).await?;
+        let (shares, hoods) = closed!(keys.close(rng));
+        let messages = hoods
+            .into_iter()
+            .map(|(u, h)| (u, wire::neighbours(round, &h)));
+        io.deliver(self.injected(Stage::ShareKeys), messages.collect(), rng);
+        let shares = io.wait(shares, self.stage_timeout()).await?;
+        let (check, inboxes) = closed!(shares.close());
+        let messages = inboxes
+            .into_iter()
+            .map(|(u, i)| (u, wire::share_inbox(round, &i)));
+        io.deliver(self.injected(Stage::CheckShares), messages.collect(), rng);
+        let check = io.wait(check, self.stage_timeout()).await?;
+        let (masked, checked) = closed!(check.close());
+        for v in checked.excluded {
+            io.gone.insert(v);
+            io.clients.reject(v, Rejection::Excluded(round));
+        }
+        let messages = (checked.proceed.into_iter()).map(|(u, p)| (u, wire::proceed(round, p)));
+        io.deliver(self.injected(Stage::MaskedInput), messages.collect(), rng);
+        let masked = io.wait(masked, self.stage_timeout()).await?;
+        let (unmasking, survivors) = closed!(masked.close());
+        let message = wire::survivors(round, &survivors);
+        let messages = survivors.into_iter().map(|u| (u, message.clone()));
+        io.deliver(self.injected(Stage::Unmasking), messages.collect(), rng);
+        let unmasking = io.wait(unmasking, self.stage_timeout()).await?;
+        Ok(unmasking.finish())
+    }
+
+    /// How long each stage after the first waits.
+    fn stage_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.settings.stage_timeout_secs)
+    }
+
+    /// The fraction of clients the simulation's dropout injector withholds `stage`'s message
+    /// from (0 for every other stage).
+    fn injected(&self, stage: Stage) -> f64 {
+        let cfg = &self.settings;
+        match cfg.sim_dropout > 0.0 && stage == cfg.sim_dropout_stage.withheld() {
+            true => cfg.sim_dropout,
+            false => 0.0,
+        }
     }
 }
 
-/// What closing a stage gave.
-enum Closed {
-    /// The next stage's message to each participant.
-    Next(Result<Vec<(ClientId, Outgoing)>, SecAggError>),
-    /// The round's unmasked sum (or why it aborted).
-    Finished(Result<RoundResult, SecAggError>),
-}
-
-/// Closes `stage` and builds the next stage's messages.
-fn close_stage(
-    clients: &Clients,
-    server: &mut ServerRound,
-    stage: Stage,
-    gone: &mut Gone,
-    rng: &mut StdRng,
-) -> Closed {
-    let round = server.round();
-    let next = match stage {
-        Stage::AdvertiseKeys => server.close_keys(rng).map(|hoods| {
-            let to = |(u, hood)| (u, wire::neighbours(round, &hood));
-            hoods.into_iter().map(to).collect()
-        }),
-        Stage::ShareKeys => server.close_shares().map(|inboxes| {
-            let to = |(u, inbox): (ClientId, Vec<_>)| (u, wire::share_inbox(round, &inbox));
-            inboxes.into_iter().map(to).collect()
-        }),
-        Stage::CheckShares => server.close_checks().map(|proceed| {
-            for &v in server.excluded() {
-                gone.insert(v);
-                clients.reject(v, Rejection::Excluded(round));
-            }
-            let to = |(u, p)| (u, wire::proceed(round, p));
-            proceed.into_iter().map(to).collect()
-        }),
-        Stage::MaskedInput => server.close_masked().map(|survivors| {
-            let message = wire::survivors(round, &survivors);
-            survivors
-                .into_iter()
-                .map(|u| (u, message.clone()))
-                .collect()
-        }),
-        Stage::Unmasking | Stage::Done => return Closed::Finished(server.finish()),
-    };
-    Closed::Next(next)
-}
-
-/// Feeds one stage's messages to `server` until every expected client answered or left, or the
-/// deadline passed; returns the bytes received.
-async fn wait_stage(
-    clients: &mut Clients,
-    server: &mut ServerRound,
-    gone: &mut Gone,
+/// The network side of a round's stages: events in, stage messages out, and who has left.
+struct StageIo<'a> {
+    clients: &'a mut Clients,
+    ring: Ring,
+    gone: Gone,
+    /// When the phase being waited for closes.
     deadline: Instant,
-    ring: fl_common::secagg::Ring,
-) -> Result<u64, ServerError> {
-    let round = server.round();
-    let mut bytes_up = 0;
-    while server.pending().iter().any(|c| !gone.contains(c)) {
-        let event = match clients.next_before(deadline).await? {
-            Next::Deadline => {
-                tracing::warn!(round, stage = %server.stage(), "stage deadline passed");
-                break;
-            }
-            Next::Stopped => break,
-            Next::Event(e) => e,
-        };
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+impl StageIo<'_> {
+    /// Feeds `phase` its stage's messages until every expected client answered or left, or the
+    /// deadline passed; the next phase then gets `next_timeout`.
+    async fn wait<P: Phase>(
+        &mut self,
+        mut phase: P,
+        next_timeout: Duration,
+    ) -> Result<P, ServerError> {
+        let round = phase.round();
+        while phase.pending().iter().any(|c| !self.gone.contains(c)) {
+            let event = match self.clients.next_before(self.deadline).await? {
+                Next::Deadline => {
+                    tracing::warn!(round, stage = %P::STAGE, "stage deadline passed");
+                    break;
+                }
+                Next::Stopped => break,
+                Next::Event(e) => e,
+            };
+            self.on_event(&mut phase, event);
+        }
+        self.deadline = Instant::now() + next_timeout;
+        Ok(phase)
+    }
+
+    /// Handles one event while `phase` runs.
+    fn on_event<P: Phase>(&mut self, phase: &mut P, event: Event) {
+        let round = phase.round();
         match event {
             Event::SecAgg {
                 client,
-                round: r,
+                round: claimed,
                 message,
                 bytes,
             } => {
-                bytes_up += bytes;
-                on_stage_message(clients, server, gone, ring, (client, r, message));
+                self.bytes_up += bytes;
+                self.on_stage_message(phase, client, claimed, message);
             }
             Event::Update { client, .. } | Event::Sign { client, .. } => {
-                gone.insert(client);
-                clients.reject(client, Rejection::SecureOnly);
+                self.gone.insert(client);
+                self.clients.reject(client, Rejection::SecureOnly);
             }
             Event::Failed {
                 client,
                 round: r,
                 reason,
             } => {
-                if r == round && gone.insert(client) {
+                if r == round && self.gone.insert(client) {
                     tracing::warn!(round, client, reason = %for_log(&reason), "client failed its task");
                 }
             }
             Event::Disconnected(client) => {
-                gone.insert(client);
+                self.gone.insert(client);
             }
             Event::Connected(_) => {}
         }
     }
-    Ok(bytes_up)
-}
 
-/// Hands one stage message to `server`; a refused one ends its sender's part in the round.
-fn on_stage_message(
-    clients: &Clients,
-    server: &mut ServerRound,
-    gone: &mut Gone,
-    ring: fl_common::secagg::Ring,
-    (client, claimed, message): (ClientId, u64, SecAggMessage),
-) {
-    let round = server.round();
-    if gone.contains(&client) {
-        return;
-    }
-    if claimed < round {
-        // A slow client's message of an earlier round: too late, not hostile.
-        tracing::info!(round, client, late = claimed, "late stage message ignored");
-        return;
-    }
-    if claimed != round {
-        gone.insert(client);
-        let current = round;
-        let what = "stage message";
-        clients.reject(
-            client,
-            Rejection::WrongRound {
+    /// Hands one stage message to `phase`; a refused one ends its sender's part in the round.
+    fn on_stage_message<P: Phase>(
+        &mut self,
+        phase: &mut P,
+        client: ClientId,
+        claimed: u64,
+        message: SecAggMessage,
+    ) {
+        let round = phase.round();
+        if self.gone.contains(&client) {
+            return;
+        }
+        if claimed < round {
+            // A slow client's message of an earlier round: too late, not hostile.
+            tracing::info!(round, client, late = claimed, "late stage message ignored");
+            return;
+        }
+        if claimed != round {
+            self.gone.insert(client);
+            let (what, current) = ("stage message", round);
+            let rejection = Rejection::WrongRound {
                 what,
                 claimed,
                 current,
-            },
-        );
-        return;
+            };
+            self.clients.reject(client, rejection);
+            return;
+        }
+        let result = stage_message(self.ring, client, message)
+            .and_then(|message| phase.receive(client, message));
+        if let Err(e) = result {
+            self.gone.insert(client);
+            self.clients.reject(client, Rejection::SecAgg(e));
+        }
     }
-    let result = match message {
-        SecAggMessage::Keys(keys) => server.receive_keys(client, keys),
-        SecAggMessage::Shares(shares) => server.receive_shares(client, shares),
-        SecAggMessage::Check(refused) => server.receive_check(client, refused),
-        SecAggMessage::Masked(words) => match ring_elements(ring, &words) {
-            Ok(y) => server.receive_masked(client, &y),
-            Err(e) => Err(SecAggError::BadMaskedInput {
+
+    /// Sends each remaining client its message of the next stage, except a `withheld` fraction
+    /// of them (the simulation's dropout injector: as if they had dropped).
+    fn deliver(&mut self, withheld: f64, messages: Vec<(ClientId, Outgoing)>, rng: &mut StdRng) {
+        if withheld > 0.0 {
+            let candidates: Vec<ClientId> = (messages.iter().map(|(u, _)| *u))
+                .filter(|u| !self.gone.contains(u))
+                .collect();
+            let count = (withheld * candidates.len() as f64).round() as usize;
+            let dropped = candidates.into_iter().choose_multiple(rng, count);
+            tracing::info!(dropped = dropped.len(), "dropout injector");
+            self.gone.extend(dropped);
+        }
+        for (u, message) in messages.into_iter().filter(|(u, _)| !self.gone.contains(u)) {
+            self.bytes_down += self.clients.send(u, vec![message]);
+        }
+    }
+}
+
+/// A stage message in the protocol's terms: a masked input's words become ring elements.
+fn stage_message(
+    ring: Ring,
+    client: ClientId,
+    message: SecAggMessage,
+) -> Result<StageMessage, SecAggError> {
+    Ok(match message {
+        SecAggMessage::Keys(keys) => StageMessage::Keys(keys),
+        SecAggMessage::Shares(shares) => StageMessage::Shares(shares),
+        SecAggMessage::Check(refused) => StageMessage::Check(refused),
+        SecAggMessage::Masked(words) => {
+            let y = ring_elements(ring, &words).map_err(|e| SecAggError::BadMaskedInput {
                 from: client,
                 problem: e.to_string(),
-            }),
-        },
-        SecAggMessage::Reveal(reveals) => server.receive_reveal(client, reveals),
-    };
-    if let Err(e) = result {
-        gone.insert(client);
-        clients.reject(client, Rejection::SecAgg(e));
-    }
+            })?;
+            StageMessage::Masked(y)
+        }
+        SecAggMessage::Reveal(reveals) => StageMessage::Reveal(reveals),
+    })
 }

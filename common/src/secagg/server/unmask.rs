@@ -1,0 +1,229 @@
+//! Phase 3, Unmasking: each survivor reveals, for every neighbour in U2, its share of b_v if v
+//! survived and of s_sk_v otherwise (never both), each checked against its commitment; then the
+//! server recovers the secrets and removes every mask.
+
+use super::{Base, Graph, Pairing, Phase, RoundResult, Sharing, Stage, waiting_for, wrong_stage};
+use crate::secagg::SecAggError;
+use crate::secagg::keys::{self, KeyPair, SecretKind, share_commitment};
+use crate::secagg::messages::{RevealedShare, StageMessage};
+use crate::secagg::prg::{Sign, apply_mask};
+use crate::secagg::shamir::{self, Share};
+use std::collections::{BTreeMap, BTreeSet};
+use x25519_dalek::PublicKey;
+
+/// The round's last phase.
+#[derive(Debug, Clone)]
+pub struct Unmasking {
+    base: Base,
+    graph: Graph,
+    sharing: Sharing,
+    pairing: Pairing,
+    /// U3.
+    masked: BTreeSet<u64>,
+    /// sum_{u in U3} y_u mod 2^b.
+    sum: Vec<u64>,
+    revealed_by: BTreeSet<u64>,
+    shares: BTreeMap<(u64, SecretKind), Vec<Share>>,
+}
+
+impl Unmasking {
+    pub(super) fn new(
+        base: Base,
+        graph: Graph,
+        sharing: Sharing,
+        pairing: Pairing,
+        masked: BTreeSet<u64>,
+        sum: Vec<u64>,
+    ) -> Self {
+        Self {
+            base,
+            graph,
+            sharing,
+            pairing,
+            masked,
+            sum,
+            revealed_by: BTreeSet::new(),
+            shares: BTreeMap::new(),
+        }
+    }
+
+    /// What `holder` owes: for each neighbour v in U2 (not excluded, whose shares it opened),
+    /// the share of b_v if v is in U3 and of s_sk_v otherwise.
+    fn owed(&self, holder: u64) -> BTreeMap<u64, SecretKind> {
+        (self.graph.neighbours[&holder].iter().copied())
+            .filter(|&v| {
+                self.sharing.sharers.contains(&v)
+                    && !self.pairing.excluded.contains(&v)
+                    && !self.pairing.refused(holder, v)
+            })
+            .map(|v| match self.masked.contains(&v) {
+                true => (v, SecretKind::SelfMask),
+                false => (v, SecretKind::MaskKey),
+            })
+            .collect()
+    }
+
+    /// A survivor's revealed shares: exactly what it owes, each matching its commitment; any
+    /// fault refuses the whole message and stores nothing.
+    pub fn receive_reveal(
+        &mut self,
+        from: u64,
+        reveals: Vec<RevealedShare>,
+    ) -> Result<(), SecAggError> {
+        if !self.masked.contains(&from) {
+            return Err(SecAggError::NotParticipant(from));
+        }
+        if self.revealed_by.contains(&from) {
+            return Err(SecAggError::Duplicate(from));
+        }
+        let owed = self.owed(from);
+        let x = shamir::point_of(from)?;
+        let mut seen = BTreeSet::new();
+        for r in &reveals {
+            self.check_reveal(from, x, &owed, r)?;
+            if !seen.insert(r.owner) {
+                let problem = format!("client {} revealed twice", r.owner);
+                return Err(SecAggError::WrongReveal {
+                    holder: from,
+                    problem,
+                });
+            }
+        }
+        if seen.len() != owed.len() {
+            let problem = format!("{} shares revealed, {} owed", seen.len(), owed.len());
+            return Err(SecAggError::WrongReveal {
+                holder: from,
+                problem,
+            });
+        }
+        for r in reveals {
+            self.shares
+                .entry((r.owner, r.kind))
+                .or_default()
+                .push(r.share);
+        }
+        self.revealed_by.insert(from);
+        Ok(())
+    }
+
+    /// One revealed share: owed by `holder`, of the owed secret, at `holder`'s point `x`, and
+    /// matching its commitment.
+    fn check_reveal(
+        &self,
+        holder: u64,
+        x: u64,
+        owed: &BTreeMap<u64, SecretKind>,
+        r: &RevealedShare,
+    ) -> Result<(), SecAggError> {
+        let wrong = |problem: String| SecAggError::WrongReveal { holder, problem };
+        match owed.get(&r.owner) {
+            None => {
+                let owner = r.owner;
+                return Err(wrong(format!(
+                    "it holds no share of client {owner} to reveal"
+                )));
+            }
+            Some(&kind) if kind != r.kind => {
+                let (owner, kind) = (r.owner, r.kind);
+                return Err(wrong(format!(
+                    "client {owner}'s {kind:?} must not be revealed"
+                )));
+            }
+            Some(_) => {}
+        }
+        let commitment = share_commitment(
+            self.base.round,
+            r.kind,
+            r.owner,
+            holder,
+            &r.share.to_bytes(),
+        );
+        let committed = self.sharing.commitments.get(&(r.owner, holder, r.kind));
+        if r.share.x != x || committed != Some(&commitment) {
+            return Err(SecAggError::ForgedShare {
+                holder,
+                owner: r.owner,
+                kind: r.kind,
+            });
+        }
+        Ok(())
+    }
+
+    /// `owner`'s secret of `kind`, from t revealed shares.
+    fn recover(&self, owner: u64, kind: SecretKind) -> Result<[u8; 32], SecAggError> {
+        let shares = (self.shares.get(&(owner, kind))).map_or(&[][..], Vec::as_slice);
+        let t = self.graph.threshold;
+        if shares.len() < t {
+            let got = shares.len();
+            let reason =
+                format!("{got} shares of client {owner}'s {kind:?} arrived, {t} are needed");
+            return Err(self.base.abort(Stage::Unmasking, reason));
+        }
+        Ok(shamir::combine(shares, t)?)
+    }
+
+    /// Ends the round: removes each survivor's self-mask PRG(b_v) and, for each client that
+    /// shared but dropped, the pairwise masks its neighbours in U3 added with it.
+    pub fn finish(mut self) -> Result<RoundResult, SecAggError> {
+        self.base.enough(Stage::Unmasking, self.revealed_by.len())?;
+        let ring = self.base.ring;
+        let mut sum = std::mem::take(&mut self.sum);
+        let survivors: Vec<u64> = self.masked.iter().copied().collect();
+        for &v in &survivors {
+            let b = self.recover(v, SecretKind::SelfMask)?;
+            apply_mask(&mut sum, &b, ring, Sign::Minus);
+        }
+        let dropped: Vec<u64> = (self.sharing.counted(&self.pairing))
+            .filter(|v| !self.masked.contains(v))
+            .collect();
+        for &v in &dropped {
+            self.remove_pair_masks(v, &mut sum)?;
+        }
+        Ok(RoundResult {
+            sum,
+            survivors,
+            dropouts_recovered: dropped.len(),
+        })
+    }
+
+    /// Removes from `sum` the pairwise masks the survivors added with the dropped client `v`,
+    /// from its recovered mask key.
+    fn remove_pair_masks(&self, v: u64, sum: &mut [u64]) -> Result<(), SecAggError> {
+        let key = KeyPair::from_secret(self.recover(v, SecretKind::MaskKey)?);
+        if key.public.to_bytes() != self.graph.keys[&v].mask_public {
+            let reason = format!("client {v}'s recovered mask key does not match its public key");
+            return Err(self.base.abort(Stage::Unmasking, reason));
+        }
+        let paired = (self.graph.neighbours[&v]
+            .intersection(&self.masked)
+            .copied())
+        .filter(|&w| self.pairing.paired(v, w));
+        for w in paired {
+            let peer = PublicKey::from(self.graph.keys[&w].mask_public);
+            let seed = keys::pair_seed(self.base.round, v, &key.secret, w, &peer)?;
+            // w added +PRG(s_wv) if w < v, -PRG(s_wv) otherwise: undo it.
+            let sign = if w < v { Sign::Minus } else { Sign::Plus };
+            apply_mask(sum, &seed, self.base.ring, sign);
+        }
+        Ok(())
+    }
+}
+
+impl Phase for Unmasking {
+    const STAGE: Stage = Stage::Unmasking;
+
+    fn pending(&self) -> BTreeSet<u64> {
+        waiting_for(&self.masked, &self.revealed_by)
+    }
+
+    fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
+        match message {
+            StageMessage::Reveal(reveals) => self.receive_reveal(from, reveals),
+            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+        }
+    }
+
+    fn round(&self) -> u64 {
+        self.base.round
+    }
+}
