@@ -9,14 +9,14 @@ use std::collections::BTreeSet;
 /// The round's fourth phase.
 #[derive(Debug, Clone)]
 pub struct MaskedInput {
-    base: Base,
-    graph: Graph,
-    sharing: Sharing,
-    pairing: Pairing,
+    pub(super) base: Base,
+    pub(super) graph: Graph,
+    pub(super) sharing: Sharing,
+    pub(super) pairing: Pairing,
     /// U3 so far.
-    masked: BTreeSet<u64>,
+    pub(super) masked: BTreeSet<u64>,
     /// sum_{u in U3} y_u mod 2^b.
-    sum: Vec<u64>,
+    pub(super) sum: Vec<u64>,
 }
 
 impl MaskedInput {
@@ -72,15 +72,7 @@ impl MaskedInput {
             return Err(self.base.abort(Stage::MaskedInput, reason));
         }
         let survivors = self.masked.iter().copied().collect();
-        let next = Unmasking::new(
-            self.base,
-            self.graph,
-            self.sharing,
-            self.pairing,
-            self.masked,
-            self.sum,
-        );
-        Ok((next, survivors))
+        Ok((Unmasking::new(self), survivors))
     }
 }
 

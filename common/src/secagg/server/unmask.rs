@@ -2,7 +2,7 @@
 //! survived and of s_sk_v otherwise (never both), each checked against its commitment; then the
 //! server recovers the secrets and removes every mask.
 
-use super::{Base, Graph, Pairing, Phase, RoundResult, Sharing, Stage, waiting_for, wrong_stage};
+use super::{MaskedInput, Phase, RoundResult, Stage, waiting_for, wrong_stage};
 use crate::secagg::SecAggError;
 use crate::secagg::keys::{self, KeyPair, SecretKind, share_commitment};
 use crate::secagg::messages::{RevealedShare, StageMessage};
@@ -11,37 +11,19 @@ use crate::secagg::shamir::{self, Share};
 use std::collections::{BTreeMap, BTreeSet};
 use x25519_dalek::PublicKey;
 
-/// The round's last phase.
+/// The round's last phase: the closed masked-input phase (U3 and the masked sum) and the
+/// shares revealed so far.
 #[derive(Debug, Clone)]
 pub struct Unmasking {
-    base: Base,
-    graph: Graph,
-    sharing: Sharing,
-    pairing: Pairing,
-    /// U3.
-    masked: BTreeSet<u64>,
-    /// sum_{u in U3} y_u mod 2^b.
-    sum: Vec<u64>,
+    input: MaskedInput,
     revealed_by: BTreeSet<u64>,
     shares: BTreeMap<(u64, SecretKind), Vec<Share>>,
 }
 
 impl Unmasking {
-    pub(super) fn new(
-        base: Base,
-        graph: Graph,
-        sharing: Sharing,
-        pairing: Pairing,
-        masked: BTreeSet<u64>,
-        sum: Vec<u64>,
-    ) -> Self {
+    pub(super) fn new(input: MaskedInput) -> Self {
         Self {
-            base,
-            graph,
-            sharing,
-            pairing,
-            masked,
-            sum,
+            input,
             revealed_by: BTreeSet::new(),
             shares: BTreeMap::new(),
         }
@@ -50,13 +32,13 @@ impl Unmasking {
     /// What `holder` owes: for each neighbour v in U2 (not excluded, whose shares it opened),
     /// the share of b_v if v is in U3 and of s_sk_v otherwise.
     fn owed(&self, holder: u64) -> BTreeMap<u64, SecretKind> {
-        (self.graph.neighbours[&holder].iter().copied())
+        (self.input.graph.neighbours[&holder].iter().copied())
             .filter(|&v| {
-                self.sharing.sharers.contains(&v)
-                    && !self.pairing.excluded.contains(&v)
-                    && !self.pairing.refused(holder, v)
+                self.input.sharing.sharers.contains(&v)
+                    && !self.input.pairing.excluded.contains(&v)
+                    && !self.input.pairing.refused(holder, v)
             })
-            .map(|v| match self.masked.contains(&v) {
+            .map(|v| match self.input.masked.contains(&v) {
                 true => (v, SecretKind::SelfMask),
                 false => (v, SecretKind::MaskKey),
             })
@@ -70,7 +52,7 @@ impl Unmasking {
         from: u64,
         reveals: Vec<RevealedShare>,
     ) -> Result<(), SecAggError> {
-        if !self.masked.contains(&from) {
+        if !self.input.masked.contains(&from) {
             return Err(SecAggError::NotParticipant(from));
         }
         if self.revealed_by.contains(&from) {
@@ -132,13 +114,17 @@ impl Unmasking {
             Some(_) => {}
         }
         let commitment = share_commitment(
-            self.base.round,
+            self.input.base.round,
             r.kind,
             r.owner,
             holder,
             &r.share.to_bytes(),
         );
-        let committed = self.sharing.commitments.get(&(r.owner, holder, r.kind));
+        let committed = self
+            .input
+            .sharing
+            .commitments
+            .get(&(r.owner, holder, r.kind));
         if r.share.x != x || committed != Some(&commitment) {
             return Err(SecAggError::ForgedShare {
                 holder,
@@ -152,12 +138,12 @@ impl Unmasking {
     /// `owner`'s secret of `kind`, from t revealed shares.
     fn recover(&self, owner: u64, kind: SecretKind) -> Result<[u8; 32], SecAggError> {
         let shares = (self.shares.get(&(owner, kind))).map_or(&[][..], Vec::as_slice);
-        let t = self.graph.threshold;
+        let t = self.input.graph.threshold;
         if shares.len() < t {
             let got = shares.len();
             let reason =
                 format!("{got} shares of client {owner}'s {kind:?} arrived, {t} are needed");
-            return Err(self.base.abort(Stage::Unmasking, reason));
+            return Err(self.input.base.abort(Stage::Unmasking, reason));
         }
         Ok(shamir::combine(shares, t)?)
     }
@@ -165,16 +151,18 @@ impl Unmasking {
     /// Ends the round: removes each survivor's self-mask PRG(b_v) and, for each client that
     /// shared but dropped, the pairwise masks its neighbours in U3 added with it.
     pub fn finish(mut self) -> Result<RoundResult, SecAggError> {
-        self.base.enough(Stage::Unmasking, self.revealed_by.len())?;
-        let ring = self.base.ring;
-        let mut sum = std::mem::take(&mut self.sum);
-        let survivors: Vec<u64> = self.masked.iter().copied().collect();
+        self.input
+            .base
+            .enough(Stage::Unmasking, self.revealed_by.len())?;
+        let ring = self.input.base.ring;
+        let mut sum = std::mem::take(&mut self.input.sum);
+        let survivors: Vec<u64> = self.input.masked.iter().copied().collect();
         for &v in &survivors {
             let b = self.recover(v, SecretKind::SelfMask)?;
             apply_mask(&mut sum, &b, ring, Sign::Minus);
         }
-        let dropped: Vec<u64> = (self.sharing.counted(&self.pairing))
-            .filter(|v| !self.masked.contains(v))
+        let dropped: Vec<u64> = (self.input.sharing.counted(&self.input.pairing))
+            .filter(|v| !self.input.masked.contains(v))
             .collect();
         for &v in &dropped {
             self.remove_pair_masks(v, &mut sum)?;
@@ -190,20 +178,20 @@ impl Unmasking {
     /// from its recovered mask key.
     fn remove_pair_masks(&self, v: u64, sum: &mut [u64]) -> Result<(), SecAggError> {
         let key = KeyPair::from_secret(self.recover(v, SecretKind::MaskKey)?);
-        if key.public.to_bytes() != self.graph.keys[&v].mask_public {
+        if key.public.to_bytes() != self.input.graph.keys[&v].mask_public {
             let reason = format!("client {v}'s recovered mask key does not match its public key");
-            return Err(self.base.abort(Stage::Unmasking, reason));
+            return Err(self.input.base.abort(Stage::Unmasking, reason));
         }
-        let paired = (self.graph.neighbours[&v]
-            .intersection(&self.masked)
+        let paired = (self.input.graph.neighbours[&v]
+            .intersection(&self.input.masked)
             .copied())
-        .filter(|&w| self.pairing.paired(v, w));
+        .filter(|&w| self.input.pairing.paired(v, w));
         for w in paired {
-            let peer = PublicKey::from(self.graph.keys[&w].mask_public);
-            let seed = keys::pair_seed(self.base.round, v, &key.secret, w, &peer)?;
+            let peer = PublicKey::from(self.input.graph.keys[&w].mask_public);
+            let seed = keys::pair_seed(self.input.base.round, v, &key.secret, w, &peer)?;
             // w added +PRG(s_wv) if w < v, -PRG(s_wv) otherwise: undo it.
             let sign = if w < v { Sign::Minus } else { Sign::Plus };
-            apply_mask(sum, &seed, self.base.ring, sign);
+            apply_mask(sum, &seed, self.input.base.ring, sign);
         }
         Ok(())
     }
@@ -213,17 +201,17 @@ impl Phase for Unmasking {
     const STAGE: Stage = Stage::Unmasking;
 
     fn pending(&self) -> BTreeSet<u64> {
-        waiting_for(&self.masked, &self.revealed_by)
+        waiting_for(&self.input.masked, &self.revealed_by)
     }
 
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Reveal(reveals) => self.receive_reveal(from, reveals),
-            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.input.base.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.base.round
+        self.input.base.round
     }
 }
