@@ -486,6 +486,7 @@ impl Coordinator {
             bytes_down: totals.bytes_down,
             wall_seconds: totals.earlier_seconds,
             config: self.config.clone(),
+            // The strategy's scalars and local ledgers: `Checkpoint::new` fills them in.
             strategy: serde_json::Value::Null,
             clients: self.clients.shared.registry().identities(),
             local_ledgers: Default::default(),
