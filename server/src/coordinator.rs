@@ -254,7 +254,7 @@ impl Coordinator {
         let sampled = self.sample(&connected, m, central.as_ref());
         let z = (self.config.privacy.noise_multiplier).at(round, self.config.server.rounds);
         let prepared = self.pipeline.collection.prepare(m, sampled.len(), z)?;
-        let event = central.map(PrivacyEvent::from).or(prepared.event);
+        let event = central.map(PrivacyEvent::from).or(prepared.event());
         if !self.spend(round, event.as_ref())? {
             tracing::info!(round, "privacy budget reached: training stops");
             return Ok(Err(StoppedBy::Budget));

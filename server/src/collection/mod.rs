@@ -75,8 +75,6 @@ pub struct RoundWork<'a> {
 /// What a collection fixes before the round's tasks go out.
 #[derive(Debug, Default)]
 pub struct Prepared {
-    /// The collection's own privacy event (distributed noise), for the ledger.
-    pub event: Option<PrivacyEvent>,
     /// The secure round's code and noise, which its task carries.
     pub calibration: Option<Calibration>,
 }
@@ -87,6 +85,13 @@ pub enum Collection {
     Plain(PlainCollection),
     /// The stages of secure aggregation, then the sum.
     Secure(SecureCollection),
+}
+
+impl Prepared {
+    /// The collection's own privacy event (a secure round's distributed noise), for the ledger.
+    pub fn event(&self) -> Option<PrivacyEvent> {
+        self.calibration.and_then(|c| c.ddg).map(PrivacyEvent::from)
+    }
 }
 
 impl Collection {

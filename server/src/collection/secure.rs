@@ -13,7 +13,6 @@ use crate::rejection::Rejection;
 use crate::service::{Event, SecAggMessage, for_log};
 use crate::strategy::{SumInput, Upload};
 use crate::wire::{self, Outgoing};
-use fl_common::privacy::PrivacyEvent;
 use fl_common::secagg::{
     AdvertiseKeys, Calibration, Phase, PlainInputs, Ring, RoundResult, RoundShape, SecAggError,
     Stage, StageMessage,
@@ -68,7 +67,6 @@ impl SecureCollection {
         })
         .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
         Ok(Prepared {
-            event: calibration.ddg.map(PrivacyEvent::from),
             calibration: Some(calibration),
         })
     }
