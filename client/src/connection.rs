@@ -99,7 +99,11 @@ where
             Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
                 failures += 1;
-                tokio::time::sleep(retry_pause(failures)).await;
+                let asked = match &e {
+                    ClientError::Status(s) => fl_proto::retry::retry_after(s),
+                    _ => None,
+                };
+                tokio::time::sleep(retry_pause(failures, asked)).await;
             }
             Err(e) => return Err(e),
         }
@@ -184,16 +188,18 @@ pub async fn assigned_partition(opts: &ClientOptions, count: u64) -> Result<u64,
     .await
 }
 
-/// Whether a failed connect or Join may succeed if tried again (including a join refused for
-/// its rate).
 /// The pause before retry number `failures`: jittered exponential back-off, uniform in
-/// [c/4, c] with c = min(5 s, 100 ms x 2^failures), so that thousands of clients refused together by the
-/// server's join limiter or its accept queue spread their retries instead of returning in step.
-fn retry_pause(failures: u32) -> Duration {
+/// [c/4, c] with c = min(5 s, 100 ms x 2^failures), so that thousands of clients refused together
+/// by the server's join limiter or its accept queue spread their retries instead of returning in
+/// step; never shorter than the wait the server `asked` for.
+fn retry_pause(failures: u32, asked: Option<Duration>) -> Duration {
     let ceiling = (100u64 << failures.min(6)).min(5_000);
-    Duration::from_millis(rand::rng().random_range(ceiling / 4..=ceiling))
+    let backoff = Duration::from_millis(rand::rng().random_range(ceiling / 4..=ceiling));
+    backoff.max(asked.unwrap_or_default())
 }
 
+/// Whether a failed connect or Join may succeed if tried again (including a join refused for
+/// its rate).
 fn is_transient(e: &ClientError) -> bool {
     match e {
         ClientError::Connect { .. } => true,

@@ -44,8 +44,10 @@ struct Args {
     /// Seed for local shuffling (reproducible experiments only).
     #[arg(long)]
     seed: Option<u64>,
-    /// Seconds to keep retrying the first connection.
-    #[arg(long, default_value_t = 60.0)]
+    /// Seconds to keep retrying the first connection and Join. The default covers a default
+    /// server's join limiter in its worst case: (20,000 idle clients - a burst of 2,000) / 100
+    /// joins a second = 180 s for clients sharing one address.
+    #[arg(long, default_value_t = 240.0)]
     connect_timeout: f64,
     /// The local protection this client insists on: it refuses rounds that ask for another.
     /// `follow` applies whatever the round asks.

@@ -9,6 +9,7 @@
 mod chunk;
 pub mod codec;
 mod convert;
+pub mod retry;
 
 pub use chunk::{
     ChunkError, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, chunk_count, encode_chunks,

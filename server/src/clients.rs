@@ -4,7 +4,7 @@
 use crate::ServerError;
 use crate::registry::ClientId;
 use crate::rejection::Rejection;
-use crate::service::{Event, Shared, send_all};
+use crate::service::{Arrival, Event, Shared, send_all};
 use crate::wire::{self, Outgoing};
 use prost::Message;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub enum Next {
 pub struct Clients {
     /// Shared with the gRPC handlers.
     pub shared: Arc<Shared>,
-    events: mpsc::Receiver<Event>,
+    events: mpsc::Receiver<Arrival>,
     stop: watch::Receiver<bool>,
 }
 
@@ -34,7 +34,7 @@ impl Clients {
     /// Reads `events` and watches `stop`.
     pub fn new(
         shared: Arc<Shared>,
-        events: mpsc::Receiver<Event>,
+        events: mpsc::Receiver<Arrival>,
         stop: watch::Receiver<bool>,
     ) -> Self {
         Self {
@@ -55,7 +55,8 @@ impl Clients {
             e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => match e {
                 Err(_) => Ok(Next::Deadline),
                 Ok(None) => Err(ServerError::Internal("event channel closed".into())),
-                Ok(Some(event)) => Ok(Next::Event(event)),
+                // The upload's place is freed: the caller folds it before it asks again.
+                Ok(Some(arrival)) => Ok(Next::Event(arrival.event)),
             },
             _ = self.stop.changed() => Ok(Next::Stopped),
         }

@@ -206,7 +206,7 @@ fn shared_state(
     config: &RunConfig,
     checkpoint: Option<&Checkpoint>,
     num_params: usize,
-) -> Result<(Arc<Shared>, mpsc::Receiver<service::Event>), ServerError> {
+) -> Result<(Arc<Shared>, mpsc::Receiver<service::Arrival>), ServerError> {
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let credentials = Credentials::new(
         config.server.token.as_ref().map(|t| t.digest()),
@@ -223,6 +223,7 @@ fn shared_state(
         credentials: Mutex::new(credentials),
         num_params,
         events: events_tx,
+        uploads: Arc::new(tokio::sync::Semaphore::new(service::UPLOADS_AT_ONCE)),
         next_partition: Default::default(),
         joins: service::JoinGate::new(s.join_rate, s.join_burst),
         upload_stall: Duration::from_secs_f64(s.upload_stall_secs),

@@ -11,6 +11,7 @@ use crate::registry::{AttachError, ClientId, Outbox, Registry};
 use crate::rejection::Rejection;
 use fl_common::privacy::Release;
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
+use fl_proto::retry::exhausted_retry_after;
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
     ClientMessage, JoinReply, JoinRequest, LocalRelease, MaskedInputHeader, PartitionReply,
@@ -21,7 +22,7 @@ use fl_proto::{ChunkError, TensorAssembler, WireError};
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -103,6 +104,34 @@ pub enum Event {
     },
 }
 
+/// Most uploads (dense updates, masked inputs) assembled at once or waiting for the round loop.
+///
+/// A stream whose next message opens a tensor waits for a place before it reads on, and the
+/// place is freed when the round loop takes the upload, which it folds into the aggregate at
+/// once: the server holds at most this many uploads plus the one being folded, however many
+/// clients answer (about 34 MB for the default MLP), and HTTP/2 flow control holds the other
+/// clients' chunks back on their side.
+pub const UPLOADS_AT_ONCE: usize = 16;
+
+/// An event on its way to the round loop, with the upload place it holds (freed when the round
+/// loop takes it).
+#[derive(Debug)]
+pub struct Arrival {
+    /// The event.
+    pub event: Event,
+    /// The place of the upload it carries.
+    _place: Option<OwnedSemaphorePermit>,
+}
+
+impl From<Event> for Arrival {
+    fn from(event: Event) -> Self {
+        Self {
+            event,
+            _place: None,
+        }
+    }
+}
+
 /// A client's secure-aggregation stage message, in `fl-common`'s types.
 #[derive(Debug)]
 pub enum SecAggMessage {
@@ -128,7 +157,9 @@ pub struct Shared {
     /// Length of the model's parameter vector: the only update size accepted.
     pub num_params: usize,
     /// Towards the round loop.
-    pub events: mpsc::Sender<Event>,
+    pub events: mpsc::Sender<Arrival>,
+    /// Places for uploads being assembled or queued for the round loop: see [`Arrival`].
+    pub uploads: Arc<Semaphore>,
     /// The next demo partition index to hand out.
     pub next_partition: std::sync::atomic::AtomicU64,
     /// Joins per address (a token bucket each), and the count of refusals.
@@ -172,25 +203,34 @@ impl JoinGate {
         }
     }
 
-    /// Whether `address` may join now; `Err(Some(n))` when refused and a warning about the `n`
-    /// refusals since the last one is due (at most one a second), `Err(None)` when refused
-    /// quietly.
-    pub fn check(&self, address: std::net::IpAddr) -> Result<(), Option<u64>> {
-        if self.limiter.check_key(&address).is_ok() {
+    /// Whether `address` may join now; if not, how long until it may, and whether a warning
+    /// about the refusals since the last one is due (at most one a second).
+    pub fn check(&self, address: std::net::IpAddr) -> Result<(), Refused> {
+        let Err(not_until) = self.limiter.check_key(&address) else {
             return Ok(());
-        }
+        };
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(self.limiter.clock()));
         let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         refused.0 += 1;
         let now = std::time::Instant::now();
-        match refused.1 {
-            Some(last) if now.duration_since(last) < Duration::from_secs(1) => Err(None),
+        let report = match refused.1 {
+            Some(last) if now.duration_since(last) < Duration::from_secs(1) => None,
             _ => {
-                let count = std::mem::take(&mut refused.0);
                 refused.1 = Some(now);
-                Err(Some(count))
+                Some(std::mem::take(&mut refused.0))
             }
-        }
+        };
+        Err(Refused { wait, report })
     }
+}
+
+/// A join the limiter refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// How long until the address has a join again.
+    pub wait: Duration,
+    /// The refusals since the last warning, when a warning is due.
+    pub report: Option<u64>,
 }
 
 impl Shared {
@@ -225,7 +265,7 @@ impl Shared {
                         .send(Err(Status::permission_denied("this client is revoked")))
                         .await;
                 }
-                let _ = events.send(Event::Disconnected(id)).await;
+                let _ = events.send(Event::Disconnected(id).into()).await;
             });
         }
     }
@@ -248,11 +288,11 @@ impl FederationService {
         let Some(addr) = request.remote_addr() else {
             return Ok(());
         };
-        self.shared.joins.check(addr.ip()).map_err(|report| {
-            if let Some(refused) = report {
-                tracing::warn!(address = %addr.ip(), refused, "join rate exceeded");
+        self.shared.joins.check(addr.ip()).map_err(|refused| {
+            if let Some(count) = refused.report {
+                tracing::warn!(address = %addr.ip(), refused = count, "join rate exceeded");
             }
-            Status::resource_exhausted("too many joins from this address: retry later")
+            exhausted_retry_after("too many joins from this address", refused.wait)
         })
     }
 
@@ -307,10 +347,8 @@ impl Federation for FederationService {
         let admission = self.admit(&request, &request.get_ref().token, &request.get_ref().name)?;
         let idle = self.shared.registry().idle_count();
         if idle >= self.shared.max_idle {
-            return Err(Status::resource_exhausted(format!(
-                "{idle} joined clients have no session open; try again in {} s",
-                self.shared.forget_after.as_secs()
-            )));
+            let message = format!("{idle} joined clients have no session open");
+            return Err(exhausted_retry_after(&message, self.shared.forget_after));
         }
         let req = request.into_inner();
         let identity = match &admission {
@@ -365,7 +403,7 @@ impl Federation for FederationService {
             )));
         }
         tracing::info!(client = id, "session open");
-        let _ = self.shared.events.send(Event::Connected(id)).await;
+        let _ = self.shared.events.send(Event::Connected(id).into()).await;
         let shared = self.shared.clone();
         let span = tracing::info_span!("session", client = id);
         let reader = async move {
@@ -375,7 +413,7 @@ impl Federation for FederationService {
             }
             let was_live = shared.registry().detach(id, generation);
             if was_live {
-                let _ = shared.events.send(Event::Disconnected(id)).await;
+                let _ = shared.events.send(Event::Disconnected(id).into()).await;
             }
             tracing::info!(client = id, "session closed");
         };
@@ -532,6 +570,8 @@ async fn read_stream(
     outbox: &Outbox,
 ) -> Result<(), Status> {
     let mut framer = Framer::new(id, shared.num_params);
+    // The upload place of the tensor being read.
+    let mut held = None;
     loop {
         // Between tensors a client may be silent as long as it likes (it trains, or waits to be
         // sampled); inside one it must keep sending. Once the response stream is gone (ended
@@ -565,8 +605,16 @@ async fn read_stream(
                 )));
             }
         };
+        if Framer::opens_tensor(&message) {
+            let places = shared.uploads.clone();
+            tokio::select! {
+                place = places.acquire_owned() => held = place.ok(),
+                () = outbox.closed() => return Ok(()),
+            }
+        }
         if let Some(event) = framer.accept(message)? {
-            let _ = shared.events.send(event).await;
+            let _place = held.take();
+            let _ = shared.events.send(Arrival { event, _place }).await;
         }
     }
 }
@@ -589,6 +637,18 @@ impl Framer {
             num_params,
             pending: None,
         }
+    }
+
+    /// Whether `message` opens a tensor, whose chunks follow.
+    pub fn opens_tensor(message: &ClientMessage) -> bool {
+        matches!(
+            message.body,
+            Some(
+                client_message::Body::UpdateHeader(_)
+                    | client_message::Body::ReleaseHeader(_)
+                    | client_message::Body::MaskedInputHeader(_)
+            )
+        )
     }
 
     /// Whether a tensor is half received.
@@ -751,10 +811,11 @@ mod tests {
     fn refused_joins_are_reported_once_a_second_with_their_count() {
         let gate = JoinGate::new(0.001, 1);
         let ip = "127.0.0.1".parse().unwrap();
-        assert_eq!(gate.check(ip), Ok(()));
-        assert_eq!(gate.check(ip), Err(Some(1)));
+        let report = |r: Result<(), Refused>| r.map_err(|refused| refused.report);
+        assert_eq!(report(gate.check(ip)), Ok(()));
+        assert_eq!(report(gate.check(ip)), Err(Some(1)));
         for _ in 0..5 {
-            assert_eq!(gate.check(ip), Err(None));
+            assert_eq!(report(gate.check(ip)), Err(None));
         }
         // Two seconds later the quiet refusals are reported with the new one.
         {
@@ -763,8 +824,21 @@ mod tests {
                 .1
                 .and_then(|t| t.checked_sub(Duration::from_secs(2)));
         }
-        assert_eq!(gate.check(ip), Err(Some(6)));
+        assert_eq!(report(gate.check(ip)), Err(Some(6)));
         let other = "127.0.0.2".parse().unwrap();
         assert_eq!(gate.check(other), Ok(()), "each address has its own bucket");
+    }
+
+    #[test]
+    fn a_refused_join_is_told_when_the_next_token_comes() {
+        // 10 joins a second after a burst of 1: the next one comes within 100 ms.
+        let gate = JoinGate::new(10.0, 1);
+        let ip = "127.0.0.1".parse().unwrap();
+        assert_eq!(gate.check(ip), Ok(()));
+        let wait = gate.check(ip).unwrap_err().wait;
+        assert!(
+            !wait.is_zero() && wait <= Duration::from_millis(100),
+            "{wait:?}"
+        );
     }
 }
