@@ -42,7 +42,10 @@ fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
     let mut ep = Endpoint::from_shared(opts.endpoint.clone())
         .map_err(connect_error)?
         .http2_keep_alive_interval(fl_proto::KEEPALIVE_INTERVAL)
-        .keep_alive_while_idle(true);
+        .keep_alive_while_idle(true)
+        // The server holds at most this window for each client it sends the model to.
+        .initial_stream_window_size(fl_proto::STREAM_WINDOW)
+        .initial_connection_window_size(fl_proto::CONNECTION_WINDOW);
     if let Some(tls) = &opts.tls {
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
         if let Some((cert, key)) = &tls.identity {
@@ -210,5 +213,21 @@ fn is_transient(e: &ClientError) -> bool {
             )
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_honours_the_servers_wait_and_otherwise_backs_off_within_its_bounds() {
+        for failures in 1..10 {
+            let ceiling = Duration::from_millis((100u64 << failures.min(6)).min(5_000));
+            let pause = retry_pause(failures, None);
+            assert!(pause >= ceiling / 4 && pause <= ceiling, "{pause:?}");
+            let asked = Duration::from_secs(7);
+            assert_eq!(retry_pause(failures, Some(asked)), asked);
+        }
     }
 }

@@ -21,6 +21,20 @@ pub use convert::{WireError, ring_elements, ring_words};
 /// many rounds keep a live stream through NATs and proxies, and dead peers are noticed.
 pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Most streams on one HTTP/2 connection (hyper's default server limit, which the clients'
+/// connection sharing counts on).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+
+/// What either end lets its peer send on one stream before reading it: gRPC's usual initial
+/// window (64 KiB). It bounds what a server holds for each stream it sends the model to (the
+/// client's window) and for each upload waiting for its turn (the server's). Over a long path it
+/// also bounds a stream's rate, to 64 KiB per round trip.
+pub const STREAM_WINDOW: u32 = 64 * 1024;
+
+/// What a connection may have unread: every stream's window and one more, so that streams held
+/// back never fill it and the stream being read always moves.
+pub const CONNECTION_WINDOW: u32 = (MAX_STREAMS_PER_CONNECTION + 1) * STREAM_WINDOW;
+
 /// Generated protobuf messages and gRPC stubs of package `flp.v1`.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {

@@ -17,16 +17,6 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// How long a keep-alive ping may go unanswered before the connection is closed.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Most Session streams on one connection (hyper's default, which the clients' connection
-/// sharing counts on).
-const MAX_STREAMS_PER_CONNECTION: u32 = 200;
-/// What a client may send on one stream before the server reads it: gRPC's usual initial
-/// window. A stream waiting for an upload place (`service::UPLOADS_AT_ONCE`) holds at most
-/// this much on the server.
-const STREAM_WINDOW: u32 = 64 * 1024;
-/// What a connection may have unread: room for every stream's window and one more, so that the
-/// streams waiting for a place never fill it and the stream holding one always moves.
-const CONNECTION_WINDOW: u32 = (MAX_STREAMS_PER_CONNECTION + 1) * STREAM_WINDOW;
 /// How long connections get to close after training ends.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -50,9 +40,10 @@ pub fn spawn_grpc(
         server_builder(s)?
             .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-            .initial_stream_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
+            // An upload waiting for its place (`service::UPLOADS_AT_ONCE`) holds one window.
+            .max_concurrent_streams(fl_proto::MAX_STREAMS_PER_CONNECTION)
+            .initial_stream_window_size(fl_proto::STREAM_WINDOW)
+            .initial_connection_window_size(fl_proto::CONNECTION_WINDOW)
             // A span per RPC: every line logged while handling it names the method.
             .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
             .add_service(service)
