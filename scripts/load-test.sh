@@ -8,7 +8,8 @@
 #   scripts/load-test.sh [N] [M] [ROUNDS] [MODEL]   (defaults: 10000 1000 3 mlp; MODEL: mlp|logistic)
 #
 # FL_BIN_DIR runs other binaries (e.g. another revision's target/release) instead of building;
-# FL_SERVER_ARGS adds arguments to fl-server's (e.g. "--config my.toml").
+# FL_SERVER_ARGS adds arguments to fl-server's (e.g. "--config my.toml"); FL_SERVER_WRAP runs the server
+# under a tool (e.g. "heaptrack -o FILE", the profile in docs/performance.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-10000}
