@@ -6,7 +6,7 @@
 //! recomputed from the file (the shape of Opacus' accountant history).
 
 use super::ddg::DdgRound;
-use super::rdp::{default_orders, rdp_poisson, rdp_without_replacement};
+use super::rdp::{default_orders, poisson_curve, without_replacement_curve};
 use serde::{Deserialize, Serialize};
 
 /// How a round's participants are drawn.
@@ -74,12 +74,13 @@ impl GaussianRound {
         })
     }
 
-    /// RDP of this round at `alpha`.
-    pub fn rdp(&self, alpha: f64) -> f64 {
+    /// RDP of this round at each of `orders`.
+    pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        let (q, z) = (self.q, self.noise_multiplier);
         match self.sampling {
-            Sampling::Poisson => rdp_poisson(self.q, self.noise_multiplier, alpha),
+            Sampling::Poisson => poisson_curve(q, z, orders),
             // Replace-one moves the clipped sum by up to 2S: multiplier z/2 on sensitivity 2S.
-            Sampling::Fixed => rdp_without_replacement(self.q, self.noise_multiplier / 2.0, alpha),
+            Sampling::Fixed => without_replacement_curve(q, z / 2.0, orders),
         }
     }
 }
@@ -95,11 +96,13 @@ pub enum PrivacyEvent {
 }
 
 impl PrivacyEvent {
-    /// RDP of this round at `alpha`.
-    pub fn rdp(&self, alpha: f64) -> f64 {
+    /// RDP of this round at each of `orders`.
+    pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
         match self {
-            PrivacyEvent::SampledGaussian(g) => g.rdp(alpha),
-            PrivacyEvent::DistributedDiscreteGaussian(d) => d.rdp(alpha),
+            PrivacyEvent::SampledGaussian(g) => g.rdp_curve(orders),
+            PrivacyEvent::DistributedDiscreteGaussian(d) => {
+                orders.iter().map(|&a| d.rdp(a)).collect()
+            }
         }
     }
 }
@@ -199,43 +202,45 @@ pub trait Accountant: Send + Sync {
 }
 
 /// Rényi DP accountant on the [`default_orders`] grid.
+///
+/// Rounds are kept as counts of distinct events, each with its curve computed once: composing a
+/// round is a count increment (schedules repeat one (q, sigma) for many rounds, so the event is
+/// looked up from the newest), and the composed curve sum_e count_e RDP_e is formed when epsilon
+/// or delta is asked for.
 #[derive(Debug, Clone)]
 pub struct RdpAccountant {
     orders: Vec<f64>,
-    total: Vec<f64>,
-    /// Curves of events seen before: schedules repeat the same (q, sigma) for many rounds.
-    cache: Vec<(PrivacyEvent, Vec<f64>)>,
+    composed: Vec<Composed>,
+}
+
+/// Rounds of one distinct event.
+#[derive(Debug, Clone)]
+struct Composed {
+    event: PrivacyEvent,
+    /// RDP of one round at each order.
+    curve: Vec<f64>,
+    rounds: u64,
 }
 
 impl Default for RdpAccountant {
     fn default() -> Self {
-        let orders = default_orders();
-        let total = vec![0.0; orders.len()];
         Self {
-            orders,
-            total,
-            cache: Vec::new(),
+            orders: default_orders(),
+            composed: Vec::new(),
         }
     }
 }
 
 impl RdpAccountant {
-    /// The RDP curve of one round of `event`.
-    fn curve(&mut self, event: &PrivacyEvent) -> &[f64] {
-        let index = match self.cache.iter().position(|(e, _)| e == event) {
-            Some(i) => i,
-            None => {
-                let curve = self.orders.iter().map(|&a| event.rdp(a)).collect();
-                self.cache.push((*event, curve));
-                self.cache.len() - 1
-            }
-        };
-        &self.cache[index].1
-    }
-
     /// The orders and the composed RDP at each.
-    pub fn curve_so_far(&self) -> (&[f64], &[f64]) {
-        (&self.orders, &self.total)
+    pub fn curve_so_far(&self) -> (&[f64], Vec<f64>) {
+        let mut total = vec![0.0; self.orders.len()];
+        for c in &self.composed {
+            for (t, r) in total.iter_mut().zip(&c.curve) {
+                *t += c.rounds as f64 * r;
+            }
+        }
+        (&self.orders, total)
     }
 }
 
@@ -245,18 +250,24 @@ impl Accountant for RdpAccountant {
     }
 
     fn compose(&mut self, event: &PrivacyEvent, count: u64) {
-        let curve = self.curve(event).to_vec();
-        for (t, r) in self.total.iter_mut().zip(curve) {
-            *t += count as f64 * r;
+        match self.composed.iter_mut().rev().find(|c| c.event == *event) {
+            Some(c) => c.rounds += count,
+            None => self.composed.push(Composed {
+                event: *event,
+                curve: event.rdp_curve(&self.orders),
+                rounds: count,
+            }),
         }
     }
 
     fn epsilon(&self, delta: f64) -> f64 {
-        epsilon_from_rdp(&self.orders, &self.total, delta)
+        let (orders, total) = self.curve_so_far();
+        epsilon_from_rdp(orders, &total, delta)
     }
 
     fn delta(&self, epsilon: f64) -> f64 {
-        delta_from_rdp(&self.orders, &self.total, epsilon)
+        let (orders, total) = self.curve_so_far();
+        delta_from_rdp(orders, &total, epsilon)
     }
 
     fn boxed(&self) -> Box<dyn Accountant> {
