@@ -37,6 +37,42 @@ pub fn apply_mask(acc: &mut [u64], seed: &[u8; 32], ring: Ring, sign: Sign) {
     }
 }
 
+/// acc ±= PRG(seed) for every (seed, sign) of `masks`, spread over the cores: each thread
+/// expands its share of the masks into an accumulator of its own (the first into `acc`), and the
+/// accumulators are then added. The result equals applying the masks one by one.
+pub fn apply_masks(acc: &mut [u64], masks: &[([u8; 32], Sign)], ring: Ring) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = masks.len().div_ceil(threads.max(1)).max(1);
+    let mut groups = masks.chunks(per_thread);
+    let Some(own) = groups.next() else {
+        return;
+    };
+    let apply_all = |acc: &mut [u64], group: &[([u8; 32], Sign)]| {
+        for (seed, sign) in group {
+            apply_mask(acc, seed, ring, *sign);
+        }
+    };
+    let len = acc.len();
+    std::thread::scope(|scope| {
+        let others: Vec<_> = groups
+            .map(|group| {
+                scope.spawn(move || {
+                    let mut part = vec![0u64; len];
+                    apply_all(&mut part, group);
+                    part
+                })
+            })
+            .collect();
+        apply_all(acc, own);
+        for other in others {
+            let part = other.join().expect("mask expansion does not panic");
+            for (a, p) in acc.iter_mut().zip(part) {
+                *a = a.wrapping_add(p) & ring.mask();
+            }
+        }
+    });
+}
+
 /// acc[i] = acc[i] ± m_i mod 2^b, m_i the i-th W-byte little-endian word of `bytes`. Width and
 /// sign are constants so the loop compiles without branches (a - m = a + (2^64 - m) mod 2^b).
 fn mix<const W: usize, const NEGATE: bool>(acc: &mut [u64], bytes: &[u8], mask: u64) {
@@ -77,6 +113,25 @@ mod tests {
                     .all(|&m| ring.contains(m))
             );
         }
+    }
+
+    /// Masks applied over the cores equal the masks applied one by one.
+    #[test]
+    fn masks_over_threads_equal_masks_one_by_one() {
+        let ring = Ring::new(32).unwrap();
+        let masks: Vec<([u8; 32], Sign)> = (0..7u8)
+            .map(|i| ([i; 32], if i % 3 == 0 { Sign::Minus } else { Sign::Plus }))
+            .collect();
+        let start: Vec<u64> = (0..10_001u64)
+            .map(|i| (i * 2_654_435_761) & ring.mask())
+            .collect();
+        let mut one_by_one = start.clone();
+        for (seed, sign) in &masks {
+            apply_mask(&mut one_by_one, seed, ring, *sign);
+        }
+        let mut parallel = start;
+        apply_masks(&mut parallel, &masks, ring);
+        assert_eq!(parallel, one_by_one);
     }
 
     /// The keystream over many blocks equals an independent ChaCha20 (rand_chacha's, whose

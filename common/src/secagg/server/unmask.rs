@@ -6,7 +6,7 @@ use super::{MaskedInput, Phase, RoundResult, Stage, waiting_for, wrong_stage};
 use crate::secagg::SecAggError;
 use crate::secagg::keys::{self, KeyPair, SecretKind, share_commitment};
 use crate::secagg::messages::{RevealedShare, StageMessage};
-use crate::secagg::prg::{Sign, apply_mask};
+use crate::secagg::prg::{Sign, apply_masks};
 use crate::secagg::shamir::{self, Share};
 use std::collections::{BTreeMap, BTreeSet};
 use x25519_dalek::PublicKey;
@@ -154,19 +154,19 @@ impl Unmasking {
         self.input
             .base
             .enough(Stage::Unmasking, self.revealed_by.len())?;
-        let ring = self.input.base.ring;
-        let mut sum = std::mem::take(&mut self.input.sum);
         let survivors: Vec<u64> = self.input.masked.iter().copied().collect();
+        let mut masks = Vec::new();
         for &v in &survivors {
-            let b = self.recover(v, SecretKind::SelfMask)?;
-            apply_mask(&mut sum, &b, ring, Sign::Minus);
+            masks.push((self.recover(v, SecretKind::SelfMask)?, Sign::Minus));
         }
         let dropped: Vec<u64> = (self.input.sharing.counted(&self.input.pairing))
             .filter(|v| !self.input.masked.contains(v))
             .collect();
         for &v in &dropped {
-            self.remove_pair_masks(v, &mut sum)?;
+            masks.extend(self.pair_masks(v)?);
         }
+        let mut sum = std::mem::take(&mut self.input.sum);
+        apply_masks(&mut sum, &masks, self.input.base.ring);
         Ok(RoundResult {
             sum,
             survivors,
@@ -174,9 +174,9 @@ impl Unmasking {
         })
     }
 
-    /// Removes from `sum` the pairwise masks the survivors added with the dropped client `v`,
-    /// from its recovered mask key.
-    fn remove_pair_masks(&self, v: u64, sum: &mut [u64]) -> Result<(), SecAggError> {
+    /// The seeds and signs that remove the pairwise masks the survivors added with the dropped
+    /// client `v`, from its recovered mask key.
+    fn pair_masks(&self, v: u64) -> Result<Vec<([u8; 32], Sign)>, SecAggError> {
         let key = KeyPair::from_secret(self.recover(v, SecretKind::MaskKey)?);
         if key.public.to_bytes() != self.input.graph.keys[&v].mask_public {
             let reason = format!("client {v}'s recovered mask key does not match its public key");
@@ -186,14 +186,13 @@ impl Unmasking {
             .intersection(&self.input.masked)
             .copied())
         .filter(|&w| self.input.pairing.paired(v, w));
-        for w in paired {
+        let undo = |w: u64| {
             let peer = PublicKey::from(self.input.graph.keys[&w].mask_public);
             let seed = keys::pair_seed(self.input.base.round, v, &key.secret, w, &peer)?;
             // w added +PRG(s_wv) if w < v, -PRG(s_wv) otherwise: undo it.
-            let sign = if w < v { Sign::Minus } else { Sign::Plus };
-            apply_mask(sum, &seed, self.input.base.ring, sign);
-        }
-        Ok(())
+            Ok((seed, if w < v { Sign::Minus } else { Sign::Plus }))
+        };
+        paired.map(undo).collect()
     }
 }
 
