@@ -1,15 +1,86 @@
 //! Benchmarks of the hot paths: one local epoch of the default MLP (784-600-100-10) on 600 MNIST
 //! examples, and FedAvg aggregation of 100 updates of that model.
 //!
-//! `cargo bench -p fl-common`; report medians with the machine's core count.
+//! Throughput is in floating-point operations ("elem/s" is FLOP/s): an epoch is [`EPOCH_FLOPS`],
+//! and `matmul_reference` runs the same matrix products with nothing else, on one core (ndarray's
+//! matrixmultiply), which is the rate local training is measured against.
+//!
+//! `cargo bench -p fl-common --bench training`; report medians with the machine's core count.
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
 use fl_common::model::{GradientRule, LocalConfig, ModelSpec, WeightedMean, train_local};
+use ndarray::Array2;
+use ndarray::linalg::general_mat_mul;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::hint::black_box;
 use std::path::Path;
+
+/// Widths of the default MLP's layers, input first.
+const WIDTHS: [usize; 4] = [784, 600, 100, 10];
+
+/// Examples per epoch.
+const EXAMPLES: usize = 600;
+
+/// Multiply-adds count 2 FLOPs. Forward: 2 n sum_l d_{l-1} d_l; the weight gradients as many;
+/// the input gradients of every layer but the first 2 n sum_{l>1} d_{l-1} d_l.
+const EPOCH_FLOPS: u64 = {
+    let n = EXAMPLES as u64;
+    let mut all = 0;
+    let mut inner = 0;
+    let mut l = 1;
+    while l < WIDTHS.len() {
+        let pair = (WIDTHS[l - 1] * WIDTHS[l]) as u64;
+        all += pair;
+        if l > 1 {
+            inner += pair;
+        }
+        l += 1;
+    }
+    2 * n * (2 * all + inner)
+};
+
+/// The matrix products of one epoch at batch size `b`, on preallocated matrices: per batch,
+/// Z_l = A_{l-1} W_l, dW_l = A_{l-1}^T dZ_l and, for l > 1, dA_{l-1} = dZ_l W_l^T.
+fn matmul_reference(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matmul_reference_epoch_mlp_784_600_100_10");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(EPOCH_FLOPS));
+    let b = 50;
+    let filled = |r: usize, c: usize| {
+        Array2::from_shape_fn((r, c), |(i, j)| ((i * 7 + j * 3) % 11) as f32 * 0.01)
+    };
+    let weights: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
+    let mut acts: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
+    let mut grads: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
+    let mut deltas: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
+    group.bench_function(format!("B={b}"), |bench| {
+        bench.iter(|| {
+            for _ in 0..EXAMPLES / b {
+                for l in 1..WIDTHS.len() {
+                    let (before, after) = acts.split_at_mut(l);
+                    general_mat_mul(1.0, &before[l - 1], &weights[l - 1], 0.0, &mut after[0]);
+                }
+                for l in (1..WIDTHS.len()).rev() {
+                    general_mat_mul(1.0, &acts[l - 1].t(), &deltas[l], 0.0, &mut grads[l - 1]);
+                    if l > 1 {
+                        let (before, after) = deltas.split_at_mut(l);
+                        general_mat_mul(
+                            1.0,
+                            &after[0],
+                            &weights[l - 1].t(),
+                            0.0,
+                            &mut before[l - 1],
+                        );
+                    }
+                }
+            }
+            black_box(&grads);
+        })
+    });
+    group.finish();
+}
 
 fn local_epoch(c: &mut Criterion) {
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
@@ -17,9 +88,10 @@ fn local_epoch(c: &mut Criterion) {
     let spec = ModelSpec::mlp(784, &[600, 100], 10).unwrap();
     let mut rng = StdRng::seed_from_u64(0);
     let params = spec.init(&mut rng);
-    let indices: Vec<usize> = (0..600).collect();
+    let indices: Vec<usize> = (0..EXAMPLES).collect();
     let mut group = c.benchmark_group("local_epoch_600_examples_mlp_784_600_100_10");
     group.sample_size(20);
+    group.throughput(Throughput::Elements(EPOCH_FLOPS));
     for batch_size in [10, 20, 50] {
         let config = LocalConfig {
             epochs: 1,
@@ -71,5 +143,5 @@ fn fedavg_100_updates(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, local_epoch, fedavg_100_updates);
+criterion_group!(benches, matmul_reference, local_epoch, fedavg_100_updates);
 criterion_main!(benches);

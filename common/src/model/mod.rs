@@ -12,7 +12,7 @@ mod training;
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
 };
-pub use network::{forward, loss_and_grad};
+pub use network::{Workspace, forward, loss_and_grad, loss_and_grad_in};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
 };
@@ -105,20 +105,22 @@ impl ModelSpec {
 
     /// The layers in parameter order.
     pub fn layers(&self) -> Vec<Layer> {
+        self.layer_iter().collect()
+    }
+
+    /// The layers in parameter order, without allocating.
+    pub(crate) fn layer_iter(&self) -> impl Iterator<Item = Layer> + '_ {
         let mut offset = 0;
-        self.layer_sizes
-            .windows(2)
-            .map(|w| {
-                let layer = Layer {
-                    inputs: w[0],
-                    outputs: w[1],
-                    weight_offset: offset,
-                    bias_offset: offset + w[0] * w[1],
-                };
-                offset += w[0] * w[1] + w[1];
-                layer
-            })
-            .collect()
+        self.layer_sizes.windows(2).map(move |w| {
+            let layer = Layer {
+                inputs: w[0],
+                outputs: w[1],
+                weight_offset: offset,
+                bias_offset: offset + w[0] * w[1],
+            };
+            offset += w[0] * w[1] + w[1];
+            layer
+        })
     }
 
     /// Length of the flat parameter vector.

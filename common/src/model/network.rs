@@ -5,36 +5,78 @@
 //! (standard backpropagation): dZ_L = (softmax(Z_L) - onehot(y)) / B; dW_l = A_{l-1}^T dZ_l;
 //! db_l = sum over the batch of dZ_l; dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0].
 
-use super::ModelSpec;
+use super::{Layer, ModelSpec};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, ArrayView1, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
-/// Outputs of every layer for the batch `x`: hidden layers after ReLU, the last one the logits.
-pub fn forward(spec: &ModelSpec, params: &[f32], x: ArrayView2<'_, f32>) -> Vec<Array2<f32>> {
-    assert_eq!(params.len(), spec.num_params(), "parameter vector length");
-    let layers = spec.layers();
-    let mut outs: Vec<Array2<f32>> = Vec::with_capacity(layers.len());
+/// Buffers of a forward and backward pass, kept from step to step so that training allocates
+/// nothing per batch once the first batch has sized them: each layer's output and the
+/// backpropagated deltas dZ_l, dZ_{l-1}.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    layers: Vec<Layer>,
+    outs: Vec<Vec<f32>>,
+    delta: Vec<f32>,
+    prev: Vec<f32>,
+}
+
+/// Sets `buf` to `len` values, reusing its memory; the values are to be overwritten.
+fn set_len(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() != len {
+        buf.resize(len, 0.0);
+    }
+}
+
+/// Writes every layer's output for the batch `x` into `outs`: hidden layers after ReLU, the last
+/// one the logits, each row-major (examples x outputs).
+fn forward_into(
+    layers: &[Layer],
+    params: &[f32],
+    x: ArrayView2<'_, f32>,
+    outs: &mut Vec<Vec<f32>>,
+) {
+    let rows = x.nrows();
+    outs.resize_with(layers.len(), Vec::new);
     for (l, layer) in layers.iter().enumerate() {
-        let input = if l == 0 { x } else { outs[l - 1].view() };
+        let (done, rest) = outs.split_at_mut(l);
+        let input = match l {
+            0 => x,
+            _ => ArrayView2::from_shape((rows, layers[l - 1].outputs), &done[l - 1][..])
+                .expect("outputs sized by the layer"),
+        };
         let w = ArrayView2::from_shape(
             (layer.inputs, layer.outputs),
             &params[layer.weight_offset..layer.bias_offset],
         )
         .expect("layer shape matches its slice");
-        let b = ArrayView1::from(&params[layer.bias_offset..layer.bias_offset + layer.outputs]);
-        let mut z = Array2::from_shape_fn((input.nrows(), layer.outputs), |(_, j)| b[j]);
+        let b = &params[layer.bias_offset..layer.bias_offset + layer.outputs];
+        let out = &mut rest[0];
+        out.clear();
+        (0..rows).for_each(|_| out.extend_from_slice(b));
+        let mut z = ArrayViewMut2::from_shape((rows, layer.outputs), &mut out[..])
+            .expect("outputs sized by the layer");
         general_mat_mul(1.0, &input, &w, 1.0, &mut z);
         if l + 1 < layers.len() {
             z.mapv_inplace(|v| v.max(0.0));
         }
-        outs.push(z);
     }
-    outs
+}
+
+/// Outputs of every layer for the batch `x`: hidden layers after ReLU, the last one the logits.
+pub fn forward(spec: &ModelSpec, params: &[f32], x: ArrayView2<'_, f32>) -> Vec<Array2<f32>> {
+    assert_eq!(params.len(), spec.num_params(), "parameter vector length");
+    let layers = spec.layers();
+    let mut outs = Vec::new();
+    forward_into(&layers, params, x, &mut outs);
+    let shapes = layers.iter().map(|layer| (x.nrows(), layer.outputs));
+    (outs.into_iter().zip(shapes))
+        .map(|(out, shape)| Array2::from_shape_vec(shape, out).expect("outputs sized by the layer"))
+        .collect()
 }
 
 /// Turns logits into probabilities in place (row-wise softmax, max-shifted for stability) and
 /// returns the mean cross-entropy -1/B sum_i log p_i[y_i].
-fn softmax_cross_entropy(logits: &mut Array2<f32>, y: &[u32]) -> f32 {
+fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
     let mut total = 0.0f64;
     for (mut row, &label) in logits.rows_mut().into_iter().zip(y) {
         let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -55,29 +97,61 @@ pub fn loss_and_grad(
     y: &[u32],
     grad: &mut [f32],
 ) -> f32 {
+    loss_and_grad_in(spec, params, x, y, grad, &mut Workspace::default())
+}
+
+/// [`loss_and_grad`] with its buffers in `workspace`.
+pub fn loss_and_grad_in(
+    spec: &ModelSpec,
+    params: &[f32],
+    x: ArrayView2<'_, f32>,
+    y: &[u32],
+    grad: &mut [f32],
+    workspace: &mut Workspace,
+) -> f32 {
     assert_eq!(x.nrows(), y.len(), "one label per example");
     assert_eq!(grad.len(), params.len(), "gradient buffer length");
-    let layers = spec.layers();
-    let mut outs = forward(spec, params, x);
-    let mut delta = outs.pop().expect("at least one layer");
-    let loss = softmax_cross_entropy(&mut delta, y);
+    assert_eq!(params.len(), spec.num_params(), "parameter vector length");
+    let rows = x.nrows();
+    let Workspace {
+        layers,
+        outs,
+        delta,
+        prev,
+    } = workspace;
+    layers.clear();
+    layers.extend(spec.layer_iter());
+    forward_into(layers, params, x, outs);
+    let last = layers.len() - 1;
+    delta.clear();
+    delta.extend_from_slice(&outs[last]);
+    let mut logits = ArrayViewMut2::from_shape((rows, layers[last].outputs), &mut delta[..])
+        .expect("outputs sized by the layer");
+    let loss = softmax_cross_entropy(logits.view_mut(), y);
     // dZ_L = (p - onehot(y)) / B
     let scale = 1.0 / y.len() as f32;
-    for (mut row, &label) in delta.rows_mut().into_iter().zip(y) {
+    for (mut row, &label) in logits.rows_mut().into_iter().zip(y) {
         row[label as usize] -= 1.0;
         row.mapv_inplace(|v| v * scale);
     }
     for (l, layer) in layers.iter().enumerate().rev() {
-        let input = if l == 0 { x } else { outs[l - 1].view() };
+        let shape = |l: usize| (rows, layers[l].outputs);
+        let dz = ArrayView2::from_shape(shape(l), &delta[..]).expect("delta sized by the layer");
+        let input = match l {
+            0 => x,
+            _ => ArrayView2::from_shape(shape(l - 1), &outs[l - 1][..])
+                .expect("outputs sized by the layer"),
+        };
         let (gw, gb) = grad[layer.weight_offset..layer.bias_offset + layer.outputs]
             .split_at_mut(layer.inputs * layer.outputs);
         let mut gw = ArrayViewMut2::from_shape((layer.inputs, layer.outputs), gw)
             .expect("layer shape matches its slice");
         // dW_l = A_{l-1}^T dZ_l
-        general_mat_mul(1.0, &input.t(), &delta, 0.0, &mut gw);
+        general_mat_mul(1.0, &input.t(), &dz, 0.0, &mut gw);
         // db_l = sum_batch dZ_l
-        for (g, s) in gb.iter_mut().zip(delta.sum_axis(Axis(0))) {
-            *g = s;
+        gb.fill(0.0);
+        for row in dz.rows() {
+            gb.iter_mut().zip(row).for_each(|(g, d)| *g += d);
         }
         if l > 0 {
             let w = ArrayView2::from_shape(
@@ -86,13 +160,16 @@ pub fn loss_and_grad(
             )
             .expect("layer shape matches its slice");
             // dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0]
-            let mut prev = delta.dot(&w.t());
-            prev.zip_mut_with(&outs[l - 1], |d, &a| {
+            set_len(prev, rows * layer.inputs);
+            let mut dz_prev = ArrayViewMut2::from_shape(shape(l - 1), &mut prev[..])
+                .expect("delta sized by the layer");
+            general_mat_mul(1.0, &dz, &w.t(), 0.0, &mut dz_prev);
+            dz_prev.zip_mut_with(&input, |d, &a| {
                 if a <= 0.0 {
                     *d = 0.0;
                 }
             });
-            delta = prev;
+            std::mem::swap(delta, prev);
         }
     }
     loss

@@ -1,8 +1,8 @@
 //! Local training (mini-batch SGD, McMahan et al. 2017's ClientUpdate) and evaluation.
 
-use super::{ModelSpec, forward, loss_and_grad};
+use super::{ModelSpec, Workspace, forward, loss_and_grad_in};
 use crate::data::Dataset;
-use ndarray::{Array2, Axis};
+use ndarray::ArrayView2;
 use rand::Rng;
 use rand::seq::SliceRandom;
 
@@ -43,13 +43,43 @@ pub struct Evaluation {
     pub loss: f64,
 }
 
-/// Copies the examples `idx` of `data` into a batch matrix and label vector.
-fn gather(data: &Dataset, idx: &[usize]) -> (Array2<f32>, Vec<u32>) {
-    let mut x = Array2::zeros((idx.len(), data.num_features()));
-    for (mut row, &i) in x.axis_iter_mut(Axis(0)).zip(idx) {
-        row.assign(&data.row(i));
+/// A mini-batch copied out of a dataset, its buffers reused from batch to batch.
+#[derive(Debug, Default)]
+struct Batch {
+    /// Features, row-major (examples x features).
+    x: Vec<f32>,
+    y: Vec<u32>,
+    features: usize,
+}
+
+impl Batch {
+    /// Copies the examples `idx` of `data` in.
+    fn gather(&mut self, data: &Dataset, idx: &[usize]) {
+        self.features = data.num_features();
+        self.x.clear();
+        self.y.clear();
+        for &i in idx {
+            self.x.extend(data.row(i).iter());
+            self.y.push(data.labels()[i]);
+        }
     }
-    (x, idx.iter().map(|&i| data.labels()[i]).collect())
+
+    /// The features as a matrix.
+    fn x(&self) -> ArrayView2<'_, f32> {
+        ArrayView2::from_shape((self.y.len(), self.features), &self.x[..])
+            .expect("one row per label")
+    }
+
+    /// Loss and gradient of the batch (see [`loss_and_grad_in`]).
+    fn loss_and_grad(
+        &self,
+        spec: &ModelSpec,
+        params: &[f32],
+        grad: &mut [f32],
+        workspace: &mut Workspace,
+    ) -> f32 {
+        loss_and_grad_in(spec, params, self.x(), &self.y, grad, workspace)
+    }
 }
 
 /// How local SGD forms a batch's gradient.
@@ -76,6 +106,7 @@ pub fn train_local(
 ) -> f32 {
     let mut order = indices.to_vec();
     let mut grad = vec![0.0f32; params.len()];
+    let (mut batch_buf, mut workspace) = (Batch::default(), Workspace::default());
     let batch = config.batch_size.max(1) as usize;
     let mut last_epoch_loss = f32::NAN;
     for _ in 0..config.epochs {
@@ -85,8 +116,8 @@ pub fn train_local(
         for idx in order.chunks(batch) {
             total += match rule {
                 GradientRule::Mean => {
-                    let (x, y) = gather(data, idx);
-                    f64::from(loss_and_grad(spec, params, x.view(), &y, &mut grad))
+                    batch_buf.gather(data, idx);
+                    f64::from(batch_buf.loss_and_grad(spec, params, &mut grad, &mut workspace))
                 }
                 GradientRule::ClippedL1(clip) => {
                     grad.iter_mut().for_each(|g| *g = 0.0);
@@ -116,10 +147,11 @@ fn clipped_sum_into(
     sum: &mut [f32],
 ) -> f64 {
     let mut grad = vec![0.0f32; params.len()];
+    let (mut one, mut workspace) = (Batch::default(), Workspace::default());
     let mut loss = 0.0;
     for &i in indices {
-        let (x, y) = gather(data, &[i]);
-        loss += f64::from(loss_and_grad(spec, params, x.view(), &y, &mut grad));
+        one.gather(data, &[i]);
+        loss += f64::from(one.loss_and_grad(spec, params, &mut grad, &mut workspace));
         crate::privacy::clip_l1(&mut grad, clip);
         for (s, g) in sum.iter_mut().zip(&grad) {
             *s += g;
@@ -206,6 +238,7 @@ fn evaluate_batch(spec: &ModelSpec, params: &[f32], data: &Dataset, start: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::Array2;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
@@ -221,9 +254,10 @@ mod tests {
         let params = spec.init(&mut ChaCha8Rng::seed_from_u64(1));
         let all: Vec<usize> = (0..n).collect();
         let (loose, _) = clipped_gradient_sum(&spec, &params, &data, &all, 1e9);
-        let (x, y) = gather(&data, &all);
+        let mut batch = Batch::default();
+        batch.gather(&data, &all);
         let mut mean = vec![0.0f32; params.len()];
-        loss_and_grad(&spec, &params, x.view(), &y, &mut mean);
+        batch.loss_and_grad(&spec, &params, &mut mean, &mut Workspace::default());
         for (s, m) in loose.iter().zip(&mean) {
             assert!((s - n as f32 * m).abs() < 1e-4, "{s} vs {}", n as f32 * m);
         }
