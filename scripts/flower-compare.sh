@@ -25,7 +25,7 @@ for i in $(seq 1 "$runs"); do
     --set train.batch_size=50 --set train.learning_rate=0.1 --rounds "$rounds" \
     --out "$out/fl-$i" > /dev/null 2>&1
   cp "$out/fl-$i/metrics.jsonl" "$out/fl-$i.jsonl"
-  "$venv/bin/python" scripts/flower_mnist.py "$out/flower-$i.jsonl" "$rounds" > "$out/flower-$i.log" 2>&1
+  PYTHONPATH=scripts "$venv/bin/python" scripts/flower_mnist.py "$out/flower-$i.jsonl" "$rounds" > "$out/flower-$i.log" 2>&1
 done
 python3 - "$out" "$runs" <<'PY'
 import json, statistics, sys

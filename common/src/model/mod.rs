@@ -12,7 +12,7 @@ mod training;
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
 };
-pub use network::{Workspace, forward, loss_and_grad, loss_and_grad_in};
+pub use network::{Workspace, forward, loss_and_grad, loss_and_grad_in, loss_and_step_in};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
 };

@@ -109,9 +109,69 @@ pub fn loss_and_grad_in(
     grad: &mut [f32],
     workspace: &mut Workspace,
 ) -> f32 {
-    assert_eq!(x.nrows(), y.len(), "one label per example");
     assert_eq!(grad.len(), params.len(), "gradient buffer length");
-    assert_eq!(params.len(), spec.num_params(), "parameter vector length");
+    backprop(spec, Target::Gradient { params, grad }, x, y, workspace)
+}
+
+/// Mean cross-entropy loss of the batch (`x`, `y`) at `params`, and one SGD step on it,
+/// w <- w - eta grad (McMahan et al. 2017, ClientUpdate), fused into the backward pass: each
+/// layer's gradient goes straight into its parameters through the matrix product, so no gradient
+/// vector is written and read back.
+pub fn loss_and_step_in(
+    spec: &ModelSpec,
+    params: &mut [f32],
+    eta: f32,
+    x: ArrayView2<'_, f32>,
+    y: &[u32],
+    workspace: &mut Workspace,
+) -> f32 {
+    backprop(spec, Target::Step { params, eta }, x, y, workspace)
+}
+
+/// What backpropagation does with each layer's gradient (dW_l, db_l).
+enum Target<'a> {
+    /// Writes it into `grad`, laid out like `params`.
+    Gradient {
+        params: &'a [f32],
+        grad: &'a mut [f32],
+    },
+    /// Subtracts eta times it from `params`.
+    Step { params: &'a mut [f32], eta: f32 },
+}
+
+impl Target<'_> {
+    fn params(&self) -> &[f32] {
+        match self {
+            Target::Gradient { params, .. } => params,
+            Target::Step { params, .. } => params,
+        }
+    }
+
+    /// Where gradients go, as dest <- alpha g + beta dest.
+    fn sink(&mut self) -> (&mut [f32], f32, f32) {
+        match self {
+            Target::Gradient { grad, .. } => (grad, 1.0, 0.0),
+            Target::Step { params, eta } => (params, -*eta, 1.0),
+        }
+    }
+}
+
+/// The forward pass, the loss, and the backward pass with each layer's gradient sent to `target`.
+/// dZ_{l-1} is formed from W_l before W_l's gradient is sent, so a step uses the gradient at the
+/// parameters the forward pass saw.
+fn backprop(
+    spec: &ModelSpec,
+    mut target: Target<'_>,
+    x: ArrayView2<'_, f32>,
+    y: &[u32],
+    workspace: &mut Workspace,
+) -> f32 {
+    assert_eq!(x.nrows(), y.len(), "one label per example");
+    assert_eq!(
+        target.params().len(),
+        spec.num_params(),
+        "parameter vector length"
+    );
     let rows = x.nrows();
     let Workspace {
         layers,
@@ -121,7 +181,7 @@ pub fn loss_and_grad_in(
     } = workspace;
     layers.clear();
     layers.extend(spec.layer_iter());
-    forward_into(layers, params, x, outs);
+    forward_into(layers, target.params(), x, outs);
     let last = layers.len() - 1;
     delta.clear();
     delta.extend_from_slice(&outs[last]);
@@ -142,21 +202,11 @@ pub fn loss_and_grad_in(
             _ => ArrayView2::from_shape(shape(l - 1), &outs[l - 1][..])
                 .expect("outputs sized by the layer"),
         };
-        let (gw, gb) = grad[layer.weight_offset..layer.bias_offset + layer.outputs]
-            .split_at_mut(layer.inputs * layer.outputs);
-        let mut gw = ArrayViewMut2::from_shape((layer.inputs, layer.outputs), gw)
-            .expect("layer shape matches its slice");
-        // dW_l = A_{l-1}^T dZ_l
-        general_mat_mul(1.0, &input.t(), &dz, 0.0, &mut gw);
-        // db_l = sum_batch dZ_l
-        gb.fill(0.0);
-        for row in dz.rows() {
-            gb.iter_mut().zip(row).for_each(|(g, d)| *g += d);
-        }
+        let weights = layer.weight_offset..layer.bias_offset;
         if l > 0 {
             let w = ArrayView2::from_shape(
                 (layer.inputs, layer.outputs),
-                &params[layer.weight_offset..layer.bias_offset],
+                &target.params()[weights.clone()],
             )
             .expect("layer shape matches its slice");
             // dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0]
@@ -169,6 +219,22 @@ pub fn loss_and_grad_in(
                     *d = 0.0;
                 }
             });
+        }
+        let (dest, alpha, beta) = target.sink();
+        let (gw, gb) = dest[weights.start..layer.bias_offset + layer.outputs]
+            .split_at_mut(layer.inputs * layer.outputs);
+        let mut gw = ArrayViewMut2::from_shape((layer.inputs, layer.outputs), gw)
+            .expect("layer shape matches its slice");
+        // dW_l = A_{l-1}^T dZ_l
+        general_mat_mul(alpha, &input.t(), &dz, beta, &mut gw);
+        // db_l = sum_batch dZ_l
+        if beta == 0.0 {
+            gb.fill(0.0);
+        }
+        for row in dz.rows() {
+            gb.iter_mut().zip(row).for_each(|(g, d)| *g += alpha * d);
+        }
+        if l > 0 {
             std::mem::swap(delta, prev);
         }
     }
@@ -212,6 +278,30 @@ mod tests {
         // f32 forward passes: differences of O(1e-7) relative loss over h = 1e-3 give ~1e-3
         // absolute noise; a wrong gradient is off by O(1).
         assert!(worst < 2e-2, "worst relative error {worst}");
+    }
+
+    /// A fused step equals the gradient followed by w <- w - eta g.
+    #[test]
+    fn a_fused_step_equals_gradient_then_update() {
+        let spec = ModelSpec::mlp(5, &[7, 4], 3).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        let params = spec.init(&mut rng);
+        let x = Array2::from_shape_fn((6, 5), |_| rng.random_range(-1.0f32..1.0));
+        let y: Vec<u32> = (0..6).map(|i| i % 3).collect();
+        let eta = 0.3;
+        let mut grad = vec![0.0; params.len()];
+        let loss = loss_and_grad(&spec, &params, x.view(), &y, &mut grad);
+        let mut stepped = params.clone();
+        let mut workspace = Workspace::default();
+        let fused_loss = loss_and_step_in(&spec, &mut stepped, eta, x.view(), &y, &mut workspace);
+        assert_eq!(loss, fused_loss);
+        for ((s, p), g) in stepped.iter().zip(&params).zip(&grad) {
+            assert!(
+                (s - (p - eta * g)).abs() <= 1e-6 * (1.0 + p.abs()),
+                "{s} vs {}",
+                p - eta * g
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Local training (mini-batch SGD, McMahan et al. 2017's ClientUpdate) and evaluation.
 
-use super::{ModelSpec, Workspace, forward, loss_and_grad_in};
+use super::{ModelSpec, Workspace, forward, loss_and_grad_in, loss_and_step_in};
 use crate::data::Dataset;
 use ndarray::ArrayView2;
 use rand::Rng;
@@ -117,20 +117,21 @@ pub fn train_local(
             total += match rule {
                 GradientRule::Mean => {
                     batch_buf.gather(data, idx);
-                    f64::from(batch_buf.loss_and_grad(spec, params, &mut grad, &mut workspace))
+                    let (x, y) = (batch_buf.x(), &batch_buf.y);
+                    let eta = config.learning_rate;
+                    f64::from(loss_and_step_in(spec, params, eta, x, y, &mut workspace))
                 }
                 GradientRule::ClippedL1(clip) => {
                     grad.iter_mut().for_each(|g| *g = 0.0);
                     let loss = clipped_sum_into(spec, params, data, idx, clip, &mut grad);
-                    let inv = 1.0 / idx.len() as f32;
-                    grad.iter_mut().for_each(|g| *g *= inv);
+                    let step = config.learning_rate / idx.len() as f32;
+                    for (p, g) in params.iter_mut().zip(&grad) {
+                        *p -= step * g;
+                    }
                     loss / idx.len() as f64
                 }
             };
             batches += 1;
-            for (p, g) in params.iter_mut().zip(&grad) {
-                *p -= config.learning_rate * g;
-            }
         }
         last_epoch_loss = (total / batches.max(1) as f64) as f32;
     }
