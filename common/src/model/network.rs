@@ -247,15 +247,21 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// A small MLP with biases, its parameters from `seed`, and a batch of 6 examples.
+    fn small_problem(seed: u64) -> (ModelSpec, Vec<f32>, Array2<f32>, Vec<u32>) {
+        let spec = ModelSpec::mlp(5, &[7, 4], 3).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let params = spec.init(&mut rng);
+        let x = Array2::from_shape_fn((6, 5), |_| rng.random_range(-1.0f32..1.0));
+        let y: Vec<u32> = (0..6).map(|i| i % 3).collect();
+        (spec, params, x, y)
+    }
+
     /// Central finite differences in f64 of the f32 loss, against the analytic gradient, on a
     /// small MLP with biases; every parameter is checked.
     #[test]
     fn backward_matches_finite_differences() {
-        let spec = ModelSpec::mlp(5, &[7, 4], 3).unwrap();
-        let mut rng = ChaCha8Rng::seed_from_u64(11);
-        let params = spec.init(&mut rng);
-        let x = Array2::from_shape_fn((6, 5), |_| rng.random_range(-1.0f32..1.0));
-        let y: Vec<u32> = (0..6).map(|i| i % 3).collect();
+        let (spec, params, x, y) = small_problem(11);
         let mut grad = vec![0.0; params.len()];
         loss_and_grad(&spec, &params, x.view(), &y, &mut grad);
 
@@ -283,11 +289,7 @@ mod tests {
     /// A fused step equals the gradient followed by w <- w - eta g.
     #[test]
     fn a_fused_step_equals_gradient_then_update() {
-        let spec = ModelSpec::mlp(5, &[7, 4], 3).unwrap();
-        let mut rng = ChaCha8Rng::seed_from_u64(12);
-        let params = spec.init(&mut rng);
-        let x = Array2::from_shape_fn((6, 5), |_| rng.random_range(-1.0f32..1.0));
-        let y: Vec<u32> = (0..6).map(|i| i % 3).collect();
+        let (spec, params, x, y) = small_problem(12);
         let eta = 0.3;
         let mut grad = vec![0.0; params.len()];
         let loss = loss_and_grad(&spec, &params, x.view(), &y, &mut grad);
