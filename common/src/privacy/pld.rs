@@ -434,8 +434,8 @@ impl PldAccountant {
 
     /// The single-round PLDs (remove, add) of `round` on the grid of step `h`.
     fn single(&mut self, round: &GaussianRound, h: f64) -> (Pld, Pld) {
-        let seen = self.cache.iter().rev();
-        if let Some((_, _, r, a)) = seen.into_iter().find(|(e, g, _, _)| e == round && *g == h) {
+        let mut seen = self.cache.iter().rev();
+        if let Some((_, _, r, a)) = seen.find(|(e, g, _, _)| e == round && *g == h) {
             return (r.clone(), a.clone());
         }
         let direction = |remove| SubsampledGaussian {
