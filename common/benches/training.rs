@@ -2,16 +2,16 @@
 //! examples, and FedAvg aggregation of 100 updates of that model.
 //!
 //! Throughput is in floating-point operations ("elem/s" is FLOP/s): an epoch is [`EPOCH_FLOPS`],
-//! and `matmul_reference` runs the same matrix products with nothing else, on one core (ndarray's
-//! matrixmultiply), which is the rate local training is measured against.
+//! and `matmul_reference` runs the same matrix products with nothing else, on one core, by the
+//! kernel training uses (the rate local training is measured against) and by ndarray's own.
 //!
 //! `cargo bench -p fl-common --bench training`; report medians with the machine's core count.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
-use fl_common::model::{GradientRule, LocalConfig, ModelSpec, WeightedMean, train_local};
-use ndarray::Array2;
+use fl_common::model::{GradientRule, LocalConfig, ModelSpec, WeightedMean, mat_mul, train_local};
 use ndarray::linalg::general_mat_mul;
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::hint::black_box;
@@ -42,7 +42,8 @@ const EPOCH_FLOPS: u64 = {
 };
 
 /// The matrix products of one epoch at batch sizes 10, 20 and 50, on preallocated matrices: per
-/// batch, Z_l = A_{l-1} W_l, dW_l = A_{l-1}^T dZ_l and, for l > 1, dA_{l-1} = dZ_l W_l^T.
+/// batch, Z_l = A_{l-1} W_l, dW_l = A_{l-1}^T dZ_l and, for l > 1, dA_{l-1} = dZ_l W_l^T; by the
+/// kernel training uses (`mat_mul`, the gemm crate) and by ndarray's own (matrixmultiply).
 fn matmul_reference(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_reference_epoch_mlp_784_600_100_10");
     group.sample_size(20);
@@ -52,29 +53,40 @@ fn matmul_reference(c: &mut Criterion) {
     };
     let weights: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
     let mut grads: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
-    for b in [10, 20, 50] {
-        let mut acts: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
-        let mut deltas: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
-        group.bench_function(format!("B={b}"), |bench| {
-            bench.iter(|| {
-                for _ in 0..EXAMPLES / b {
-                    for l in 1..WIDTHS.len() {
-                        let (before, after) = acts.split_at_mut(l);
-                        general_mat_mul(1.0, &before[l - 1], &weights[l - 1], 0.0, &mut after[0]);
-                    }
-                    for l in (1..WIDTHS.len()).rev() {
-                        let (a, dz) = (&acts[l - 1], &deltas[l]);
-                        general_mat_mul(1.0, &a.t(), dz, 0.0, &mut grads[l - 1]);
-                        if l > 1 {
-                            let (before, after) = deltas.split_at_mut(l);
-                            let w_t = weights[l - 1].t();
-                            general_mat_mul(1.0, &after[0], &w_t, 0.0, &mut before[l - 1]);
+    type Kernel = fn(f32, &ArrayView2<f32>, &ArrayView2<f32>, f32, &mut ArrayViewMut2<f32>);
+    let kernels: [(&str, Kernel); 2] = [
+        ("gemm", mat_mul),
+        ("matrixmultiply", |alpha, a, b, beta, c| {
+            general_mat_mul(alpha, a, b, beta, c)
+        }),
+    ];
+    for (name, kernel) in kernels {
+        for b in [10, 20, 50] {
+            let mut acts: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
+            let mut deltas: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
+            group.bench_function(format!("{name}/B={b}"), |bench| {
+                bench.iter(|| {
+                    for _ in 0..EXAMPLES / b {
+                        for l in 1..WIDTHS.len() {
+                            let (before, after) = acts.split_at_mut(l);
+                            let (a, w) = (before[l - 1].view(), weights[l - 1].view());
+                            kernel(1.0, &a, &w, 0.0, &mut after[0].view_mut());
+                        }
+                        for l in (1..WIDTHS.len()).rev() {
+                            let (a, dz) = (acts[l - 1].t(), deltas[l].view());
+                            kernel(1.0, &a, &dz, 0.0, &mut grads[l - 1].view_mut());
+                            if l > 1 {
+                                let (before, after) = deltas.split_at_mut(l);
+                                let w_t = weights[l - 1].t();
+                                let dz = after[0].view();
+                                kernel(1.0, &dz, &w_t, 0.0, &mut before[l - 1].view_mut());
+                            }
                         }
                     }
-                }
-                black_box(&grads);
-            })
-        });
+                    black_box(&grads);
+                })
+            });
+        }
     }
     group.finish();
 }

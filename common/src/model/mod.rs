@@ -6,12 +6,14 @@
 //! layer `l`, its weight matrix W_l (row-major, inputs x outputs), then its bias b_l.
 
 mod aggregate;
+mod matmul;
 mod network;
 mod training;
 
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
 };
+pub use matmul::mat_mul;
 pub use network::{Workspace, forward, loss_and_grad, loss_and_grad_in, loss_and_step_in};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,

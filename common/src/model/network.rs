@@ -5,8 +5,7 @@
 //! (standard backpropagation): dZ_L = (softmax(Z_L) - onehot(y)) / B; dW_l = A_{l-1}^T dZ_l;
 //! db_l = sum over the batch of dZ_l; dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0].
 
-use super::{Layer, ModelSpec};
-use ndarray::linalg::general_mat_mul;
+use super::{Layer, ModelSpec, mat_mul};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 /// Buffers of a forward and backward pass, kept from step to step so that training allocates
@@ -55,7 +54,7 @@ fn forward_into(
         (0..rows).for_each(|_| out.extend_from_slice(b));
         let mut z = ArrayViewMut2::from_shape((rows, layer.outputs), &mut out[..])
             .expect("outputs sized by the layer");
-        general_mat_mul(1.0, &input, &w, 1.0, &mut z);
+        mat_mul(1.0, &input, &w, 1.0, &mut z);
         if l + 1 < layers.len() {
             z.mapv_inplace(|v| v.max(0.0));
         }
@@ -213,7 +212,7 @@ fn backprop(
             set_len(prev, rows * layer.inputs);
             let mut dz_prev = ArrayViewMut2::from_shape(shape(l - 1), &mut prev[..])
                 .expect("delta sized by the layer");
-            general_mat_mul(1.0, &dz, &w.t(), 0.0, &mut dz_prev);
+            mat_mul(1.0, &dz, &w.t(), 0.0, &mut dz_prev);
             dz_prev.zip_mut_with(&input, |d, &a| {
                 if a <= 0.0 {
                     *d = 0.0;
@@ -226,7 +225,7 @@ fn backprop(
         let mut gw = ArrayViewMut2::from_shape((layer.inputs, layer.outputs), gw)
             .expect("layer shape matches its slice");
         // dW_l = A_{l-1}^T dZ_l
-        general_mat_mul(alpha, &input.t(), &dz, beta, &mut gw);
+        mat_mul(alpha, &input.t(), &dz, beta, &mut gw);
         // db_l = sum_batch dZ_l
         if beta == 0.0 {
             gb.fill(0.0);
