@@ -58,7 +58,9 @@ pub struct Progress {
     #[serde(default)]
     pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
     /// The metrics line of `round`: written to `metrics.jsonl` only after this checkpoint is
-    /// durable, and again on resume if the crash came in between.
+    /// durable, and again on resume if the crash came in between. Its `test_accuracy` and
+    /// `test_loss` are not kept here (the evaluation runs after the checkpoint, while the next
+    /// round trains): a resume evaluates the checkpoint's model again.
     #[serde(default)]
     pub last_round: Option<RoundMetrics>,
 }

@@ -1,7 +1,8 @@
 //! The coordinator: waits for K clients, then each round samples m_t of the connected clients,
 //! passes the budget gate, sends the task, lets the run's [`Collection`] gather results into the
-//! strategy stack, releases the aggregate if the release rule and the model check allow, evaluates
-//! it, and records the round (checkpoint first, then metrics). It never branches on the privacy
+//! strategy stack, releases the aggregate if the release rule and the model check allow, and
+//! checkpoints the round. The released model's test evaluation runs while the next round's clients
+//! train; the round's metrics line is published when it is done. It never branches on the privacy
 //! mode: `crate::build` decided the pipeline.
 
 use crate::build::Pipeline;
@@ -95,10 +96,26 @@ impl RunTotals {
 
 /// How a round ended.
 enum RoundEnd {
-    /// It ran; the evaluation of the model after it.
-    Ran(Evaluation),
+    /// It ran and is checkpointed; its evaluation may still be running.
+    Ran,
     /// Training stops before it.
     Stop(StoppedBy),
+}
+
+/// A checkpointed round whose metrics line waits for the test evaluation of its model.
+struct PendingRound {
+    /// The line, but for `test_accuracy` and `test_loss`.
+    metrics: RoundMetrics,
+    /// The evaluation, on the blocking pool.
+    evaluation: tokio::task::JoinHandle<Evaluation>,
+}
+
+/// The test evaluations of released models: at most one runs (overlapping the next round's
+/// training), and the last one done.
+#[derive(Default)]
+struct Evaluations {
+    pending: Option<PendingRound>,
+    last: Option<Evaluation>,
 }
 
 /// A round's own figures beyond its tally.
@@ -124,18 +141,18 @@ impl Coordinator {
         let (mut global, first_round, mut totals) = self.start()?;
         self.await_clients(first_round).await?;
         let started = Instant::now();
-        let (mut stopped_by, mut last_eval) = (StoppedBy::Rounds, None);
+        let (mut stopped_by, mut evaluations) = (StoppedBy::Rounds, Evaluations::default());
         for round in first_round..=self.config.server.rounds {
-            match self.round(round, &mut global, &mut totals, started).await? {
-                RoundEnd::Ran(eval) => last_eval = Some(eval),
-                RoundEnd::Stop(reason) => {
-                    stopped_by = reason;
-                    break;
-                }
+            let end =
+                (self.round(round, &mut global, &mut totals, started, &mut evaluations)).await?;
+            if let RoundEnd::Stop(reason) = end {
+                stopped_by = reason;
+                break;
             }
         }
+        self.publish(&mut evaluations).await?;
         self.clients.shutdown_all(self.config.server.rounds);
-        let eval = last_eval.unwrap_or_else(|| evaluate(&self.spec, &global, &self.test));
+        let eval = (evaluations.last).unwrap_or_else(|| evaluate(&self.spec, &global, &self.test));
         self.folder.write_model(&self.spec, &global)?;
         let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
         let summary = self.summary(&totals, &eval, stopped_by, seconds)?;
@@ -188,13 +205,15 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Runs round `round` from `global`.
+    /// Runs round `round` from `global`; the previous round's metrics are published once this
+    /// round's tasks are out.
     async fn round(
         &mut self,
         round: u64,
         global: &mut Vec<f32>,
         totals: &mut RunTotals,
         started: Instant,
+        evaluations: &mut Evaluations,
     ) -> Result<RoundEnd, ServerError> {
         let t0 = Instant::now();
         let planned = match self.plan(round)? {
@@ -203,6 +222,7 @@ impl Coordinator {
         };
         let ctx = planned.ctx;
         let (down, mut tasks) = self.start_round(&ctx, global, &planned);
+        self.publish(evaluations).await?;
         let work = RoundWork {
             ctx,
             sampled: &planned.sampled,
@@ -218,12 +238,6 @@ impl Coordinator {
             .await?;
         let outcome = self.pipeline.strategy.finish_round(&ctx, global);
         let skipped = self.release(outcome.model.clone(), tally.completed, global);
-        let eval = {
-            let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
-            tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test))
-                .await
-                .map_err(|e| ServerError::Internal(e.to_string()))?
-        };
         let down = down + tally.stage_bytes_down;
         totals.add(&tally, down, skipped.is_none());
         let counts = RoundCounts {
@@ -231,9 +245,17 @@ impl Coordinator {
             bytes_down: down,
             started: t0,
         };
-        let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped), &eval);
-        self.record(&metrics, totals, global, started)?;
-        Ok(RoundEnd::Ran(eval))
+        let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped));
+        let mut checkpointed = totals.clone();
+        checkpointed.earlier_seconds += started.elapsed().as_secs_f64();
+        self.checkpoint(round, &checkpointed, global, Some(&metrics))?;
+        let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
+        let evaluation = tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test));
+        evaluations.pending = Some(PendingRound {
+            metrics,
+            evaluation,
+        });
+        Ok(RoundEnd::Ran)
     }
 
     /// Samples the round, lets the collection prepare it and passes the budget gate; or says
@@ -402,14 +424,13 @@ impl Coordinator {
         (sent, tasks)
     }
 
-    /// The round's metrics line.
+    /// The round's metrics line, its evaluation still to be filled in.
     fn metrics(
         &self,
         ctx: &RoundContext,
         counts: RoundCounts,
         tally: &Tally,
         (outcome, skipped): (&RoundOutcome, Option<String>),
-        eval: &Evaluation,
     ) -> RoundMetrics {
         let (round, sampled, bytes_down) = (ctx.round, counts.sampled, counts.bytes_down);
         let t0 = counts.started;
@@ -430,8 +451,8 @@ impl Coordinator {
                 .map(LocalAccounts::max_epsilon),
             epsilon,
             delta,
-            test_accuracy: eval.accuracy,
-            test_loss: eval.loss,
+            test_accuracy: 0.0,
+            test_loss: 0.0,
             train_loss: (tally.losses > 0).then(|| tally.train_loss_sum / tally.losses as f64),
             v_c,
             u_s,
@@ -441,21 +462,23 @@ impl Coordinator {
         }
     }
 
-    /// Publishes a round: nothing derived from the round's noise leaves the server before its
-    /// checkpoint is durable, so a crash before it re-runs the round under its ledger entry,
-    /// unseen.
-    fn record(
-        &mut self,
-        metrics: &RoundMetrics,
-        totals: &RunTotals,
-        global: &[f32],
-        started: Instant,
-    ) -> Result<(), ServerError> {
-        let mut totals = totals.clone();
-        totals.earlier_seconds += started.elapsed().as_secs_f64();
-        self.checkpoint(metrics.round, &totals, global, Some(metrics))?;
-        self.folder.append_round(metrics)?;
-        self.telemetry.observe(metrics);
+    /// Publishes the pending round, if any, once its evaluation is done: its metrics line, the
+    /// Prometheus metrics, the log line and the observer. Its checkpoint is already durable (a
+    /// crash before the line is written rewrites it on resume, evaluating the checkpoint's model
+    /// again).
+    async fn publish(&mut self, evaluations: &mut Evaluations) -> Result<(), ServerError> {
+        let Some(PendingRound {
+            mut metrics,
+            evaluation,
+        }) = evaluations.pending.take()
+        else {
+            return Ok(());
+        };
+        let eval = (evaluation.await).map_err(|e| ServerError::Internal(e.to_string()))?;
+        (metrics.test_accuracy, metrics.test_loss) = (eval.accuracy, eval.loss);
+        evaluations.last = Some(eval);
+        self.folder.append_round(&metrics)?;
+        self.telemetry.observe(&metrics);
         tracing::info!(
             round = metrics.round,
             accuracy = format_args!("{:.4}", metrics.test_accuracy),
@@ -465,12 +488,14 @@ impl Coordinator {
             "round done"
         );
         if let Some(observer) = &self.observer {
-            observer(metrics);
+            observer(&metrics);
         }
         Ok(())
     }
 
-    /// Writes the checkpoint of the end of `round` with its metrics line.
+    /// Writes the checkpoint of the end of `round` with its metrics line (but for its evaluation).
+    /// Nothing derived from the round's noise leaves the server before this is durable, so a crash
+    /// before it re-runs the round under its ledger entry, unseen.
     fn checkpoint(
         &self,
         round: u64,

@@ -133,8 +133,13 @@ async fn run_server(
     let spec = config.model.spec(test.num_features(), test.num_classes())?;
     let folder = match &checkpoint {
         Some(c) => {
-            let last = c.progress.last_round.as_ref();
-            RunFolder::reopen(&config.server.out, c.progress.round, last)?
+            let last = c.progress.last_round.clone().map(|mut line| {
+                // The line's evaluation is that of the checkpoint's model (Progress::last_round).
+                let eval = fl_common::model::evaluate(&spec, &c.model, &test);
+                (line.test_accuracy, line.test_loss) = (eval.accuracy, eval.loss);
+                line
+            });
+            RunFolder::reopen(&config.server.out, c.progress.round, last.as_ref())?
         }
         None => RunFolder::create(&config.server.out)?,
     };

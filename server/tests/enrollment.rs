@@ -35,7 +35,9 @@ async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_re
     config.server.enrollment = Some(file.clone());
     let data = Arc::new(support::blobs(300));
     // After round 2, the operator revokes client-2 (as `fl revoke` does: the file is rewritten).
+    let (recorded_tx, mut recorded) = tokio::sync::watch::channel(0u64);
     let observer: fl_server::Observer = Arc::new(move |m: &RoundMetrics| {
+        recorded_tx.send_replace(m.round);
         if m.round == 2 {
             let mut list = list.clone();
             list.revoke("client-2").unwrap();
@@ -73,6 +75,13 @@ async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_re
     let b = support::raw_join(&server.endpoint, "client-0", "token-0").await;
     assert_eq!(a.unwrap().client_id, b.unwrap().client_id);
 
+    // The observer of round 2 runs once round 3's tasks are out (round 2's evaluation overlaps
+    // round 3's training), so round 3 was sampled before the revocation: wait for round 4.
+    let round_4 = recorded.wait_for(|&round| round >= 4);
+    tokio::time::timeout(Duration::from_secs(60), round_4)
+        .await
+        .expect("round 4 is recorded")
+        .unwrap();
     server.stop.send(true).unwrap();
     let summary = support::finished(server.handle).await;
     for c in [first, second] {
@@ -82,16 +91,16 @@ async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_re
             .expect("the enrolled clients finish normally");
     }
     let metrics = support::read_metrics(&out.join("run"));
-    assert!(metrics.len() >= 3, "{} rounds ran", metrics.len());
+    assert!(metrics.len() >= 4, "{} rounds ran", metrics.len());
     assert_eq!((metrics[0].sampled, metrics[1].sampled), (3, 3));
-    for m in &metrics[2..] {
+    for m in &metrics[3..] {
         assert!(
             m.sampled <= 2,
             "round {}: the revoked client was sampled",
             m.round
         );
     }
-    assert!(summary.rounds_completed >= 3);
+    assert!(summary.rounds_completed >= 4);
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -119,9 +128,11 @@ async fn answer_every_task(
     rounds
 }
 
-/// A stream the round loop learns of only after it sent the round's task on it gets the task
-/// once: here a client reopens its session while round 1 is being recorded, so the news of its
-/// new stream is read during round 2, whose task already went to that stream.
+/// A stream the round loop learns of while it collects a round gets that round's task once: here
+/// a client reopens its session when round 1 is published, which is after round 2's task went to
+/// its old stream (round 1's evaluation overlaps round 2's training), so the news of its new
+/// stream is read during round 2's collection. (A stream opened before the tasks go out, whose
+/// news is read after, takes the same path: `RoundTasks::send` sends once per stream generation.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_hears_each_task_once_even_when_its_arrival_is_read_late() {
     let out = std::env::temp_dir().join(format!("fl-task-once-{}", std::process::id()));
