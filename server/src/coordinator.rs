@@ -246,11 +246,13 @@ impl Coordinator {
             started: t0,
         };
         let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped));
+        // The evaluation releases nothing before it is published, so it may start before the
+        // checkpoint (and overlap its fsync).
+        let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
+        let evaluation = tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test));
         let mut checkpointed = totals.clone();
         checkpointed.earlier_seconds += started.elapsed().as_secs_f64();
         self.checkpoint(round, &checkpointed, global, Some(&metrics))?;
-        let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
-        let evaluation = tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test));
         evaluations.pending = Some(PendingRound {
             metrics,
             evaluation,
