@@ -213,11 +213,10 @@ fn backprop(
             let mut dz_prev = ArrayViewMut2::from_shape(shape(l - 1), &mut prev[..])
                 .expect("delta sized by the layer");
             mat_mul(1.0, &dz, &w.t(), 0.0, &mut dz_prev);
-            dz_prev.zip_mut_with(&input, |d, &a| {
-                if a <= 0.0 {
-                    *d = 0.0;
-                }
-            });
+            // Over the contiguous buffers, branch-free, so that it vectorises.
+            for (d, &a) in prev.iter_mut().zip(&outs[l - 1]) {
+                *d = if a > 0.0 { *d } else { 0.0 };
+            }
         }
         let (dest, alpha, beta) = target.sink();
         let (gw, gb) = dest[weights.start..layer.bias_offset + layer.outputs]
@@ -230,7 +229,7 @@ fn backprop(
         if beta == 0.0 {
             gb.fill(0.0);
         }
-        for row in dz.rows() {
+        for row in delta.chunks_exact(layer.outputs) {
             gb.iter_mut().zip(row).for_each(|(g, d)| *g += alpha * d);
         }
         if l > 0 {

@@ -59,7 +59,12 @@ impl Batch {
         self.x.clear();
         self.y.clear();
         for &i in idx {
-            self.x.extend(data.row(i).iter());
+            let row = data.row(i);
+            // Rows of a standard-layout matrix are contiguous: one memcpy each.
+            match row.as_slice() {
+                Some(values) => self.x.extend_from_slice(values),
+                None => self.x.extend(row.iter()),
+            }
             self.y.push(data.labels()[i]);
         }
     }
