@@ -1,6 +1,6 @@
 //! Local SGD allocates nothing per step: a run of ten times as many mini-batches makes no more
-//! allocations than the matrix-multiply library's own, one packing buffer per product
-//! (gemm allocates it on each call; that is outside this project). Everything of ours
+//! allocations than the matrix-multiply library's own (gemm allocates packing buffers on each
+//! call, how many depending on the shapes; that is outside this project). Everything of ours
 //! is sized by the first batch and reused.
 //!
 //! Its own test binary, because it installs a counting global allocator.

@@ -4,8 +4,9 @@
 //! Why `gemm` rather than ndarray's own kernel (matrixmultiply): `gemm` chooses at run time
 //! between AVX-512 and AVX2/FMA micro-kernels, matrixmultiply has no AVX-512 kernel. On the
 //! products of one local epoch of the 784-600-100-10 MLP, on one core of a 2-core Intel Xeon with
-//! AVX-512, `gemm` ran 76, 54 and 40 GFLOP/s at B = 50, 20 and 10, against matrixmultiply's 53,
-//! 44 and 37 (`cargo bench -p fl-common --bench training -- matmul_reference`; docs/performance.md).
+//! AVX-512, `gemm` ran 76 to 96, 54 to 68 and 40 to 45 GFLOP/s at B = 50, 20 and 10 in two runs,
+//! against matrixmultiply's 42 to 53, 40 to 44 and 33 to 37 (`cargo bench -p fl-common --bench
+//! training -- matmul_reference`; docs/performance.md).
 //! ndarray's `general_mat_mul` stays the straightforward reference the tests compare against.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
