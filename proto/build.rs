@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // stream instead of copied.
     tonic_prost_build::configure()
         .codec_path("crate::codec::StrictCodec")
+        // `Session` is served below the codec (`fl_server::session`); its generated handler is
+        // the default stub, never routed to.
+        .generate_default_stubs(true)
         .bytes(".flp.v1.TensorChunk.data")
         .compile_fds(descriptors)?;
     Ok(())

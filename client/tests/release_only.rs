@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 const FEATURES: usize = 200;
@@ -74,12 +75,10 @@ impl Federation for FakeCurator {
         }))
     }
 
-    type SessionStream = ReceiverStream<Result<ServerMessage, Status>>;
-
     async fn session(
         &self,
         request: Request<Streaming<ClientMessage>>,
-    ) -> Result<Response<Self::SessionStream>, Status> {
+    ) -> Result<Response<BoxStream<ServerMessage>>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(64);
         let recorded = self.recorded.clone();
@@ -132,7 +131,7 @@ impl Federation for FakeCurator {
                 }
             }
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn assign_partition(

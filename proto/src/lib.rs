@@ -9,6 +9,7 @@
 mod chunk;
 pub mod codec;
 mod convert;
+mod framing;
 pub mod retry;
 
 pub use chunk::{
@@ -16,6 +17,7 @@ pub use chunk::{
     encode_word_chunks,
 };
 pub use convert::{WireError, ring_elements, ring_words};
+pub use framing::{Deframer, Frame, FrameError, PREFIX_BYTES};
 
 /// Interval of HTTP/2 pings on both ends of an idle connection: clients that are not sampled for
 /// many rounds keep a live stream through NATs and proxies, and dead peers are noticed.

@@ -6,7 +6,6 @@ use crate::registry::ClientId;
 use crate::rejection::Rejection;
 use crate::service::{Arrival, Event, Shared, send_all};
 use crate::wire::{self, Outgoing};
-use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -98,7 +97,7 @@ impl Clients {
     pub fn send(&self, client: ClientId, messages: Vec<Outgoing>) -> u64 {
         match self.shared.registry().outbox(client) {
             Some(outbox) => {
-                let size = messages.iter().map(|m| m.encoded_len() as u64).sum();
+                let size = messages.iter().map(|m| m.message_len() as u64).sum();
                 send_all(outbox, messages);
                 size
             }
@@ -112,7 +111,7 @@ impl Clients {
         tracing::warn!(client, error = %rejection, "update refused; client dropped");
         if let Some(outbox) = self.shared.registry().disconnect(client) {
             tokio::spawn(async move {
-                let _ = outbox.send(Err(rejection.into())).await;
+                let _ = outbox.send(Err(Box::new(rejection.into()))).await;
             });
         }
     }

@@ -22,6 +22,7 @@ pub mod output;
 pub mod registry;
 pub mod rejection;
 pub mod service;
+pub mod session;
 pub mod strategy;
 pub mod telemetry;
 mod transport;

@@ -10,12 +10,10 @@
 //! clients are counted, so that Join can refuse beyond a bound, and forgotten after a grace period
 //! ([`Registry::forget_idle`]), so that joins that never become sessions cost nothing for long.
 
-use fl_proto::v1::ServerMessage;
 use rand::RngCore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 use tokio::sync::mpsc;
-use tonic::Status;
 
 use crate::credentials::constant_time_eq;
 
@@ -23,7 +21,7 @@ use crate::credentials::constant_time_eq;
 pub type ClientId = u64;
 
 /// The sending half of a client's Session stream.
-pub type Outbox = mpsc::Sender<Result<ServerMessage, Status>>;
+pub type Outbox = mpsc::Sender<crate::session::Outgoing>;
 
 #[derive(Debug)]
 struct Entry {

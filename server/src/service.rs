@@ -9,22 +9,22 @@
 use crate::credentials::{Admission, Credentials, Refusal};
 use crate::registry::{AttachError, ClientId, Outbox, Registry};
 use crate::rejection::Rejection;
+use crate::session::{Inbound, Outgoing};
 use fl_common::privacy::Release;
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, SealedShares};
 use fl_proto::retry::exhausted_retry_after;
 use fl_proto::v1::federation_server::Federation;
 use fl_proto::v1::{
     ClientMessage, JoinReply, JoinRequest, LocalRelease, MaskedInputHeader, PartitionReply,
-    PartitionRequest, ServerMessage, client_message,
+    PartitionRequest, client_message,
 };
 use fl_proto::v1::{PeerKeys, TensorChunk};
-use fl_proto::{ChunkError, TensorAssembler, WireError};
+use fl_proto::{ChunkError, Frame, TensorAssembler, WireError};
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 /// Most partition indices one request may take.
@@ -262,7 +262,9 @@ impl Shared {
             tokio::spawn(async move {
                 if let Some(outbox) = outbox {
                     let _ = outbox
-                        .send(Err(Status::permission_denied("this client is revoked")))
+                        .send(Err(Box::new(Status::permission_denied(
+                            "this client is revoked",
+                        ))))
                         .await;
                 }
                 let _ = events.send(Event::Disconnected(id).into()).await;
@@ -367,59 +369,57 @@ impl Federation for FederationService {
             session_key: key.to_vec(),
         }))
     }
+}
 
-    type SessionStream = ReceiverStream<Result<ServerMessage, Status>>;
-
-    async fn session(
-        &self,
-        request: Request<Streaming<ClientMessage>>,
-    ) -> Result<Response<Self::SessionStream>, Status> {
-        let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
-            .await
-            .map_err(|_| Status::deadline_exceeded("no Hello within 30 s"))??;
-        let hello = match first.and_then(|m| m.body) {
-            Some(client_message::Body::Hello(h)) => h,
-            _ => return Err(Status::invalid_argument("a Session must open with Hello")),
-        };
-        let id: ClientId = hello
-            .client_id
-            .parse()
-            .map_err(|_| Status::invalid_argument("client_id is not one the server issued"))?;
-        let (outbox, rx) = mpsc::channel(OUTBOX_DEPTH);
-        self.shared.enforce_enrollment();
-        let (generation, superseded) = self
-            .shared
-            .registry()
-            .attach(id, &hello.session_key, outbox.clone())
-            .map_err(|e| match e {
-                AttachError::Revoked(_) => Status::permission_denied(e.to_string()),
-                _ => Status::unauthenticated(e.to_string()),
-            })?;
-        if let Some(old) = superseded {
-            // One stream per client: the earlier one ends now, saying why.
-            let _ = old.try_send(Err(Status::aborted(
-                "superseded by a newer Session for this client",
-            )));
-        }
-        tracing::info!(client = id, "session open");
-        let _ = self.shared.events.send(Event::Connected(id).into()).await;
-        let shared = self.shared.clone();
-        let span = tracing::info_span!("session", client = id);
-        let reader = async move {
-            if let Err(status) = read_stream(&shared, id, generation, &mut inbound, &outbox).await {
-                tracing::warn!(client = id, error = %status.message(), "dropping client");
-                let _ = outbox.send(Err(status)).await;
-            }
-            let was_live = shared.registry().detach(id, generation);
-            if was_live {
-                let _ = shared.events.send(Event::Disconnected(id).into()).await;
-            }
-            tracing::info!(client = id, "session closed");
-        };
-        tokio::spawn(reader.instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+/// Opens a `Session` (`crate::session` serves it): reads the Hello, binds the stream to the
+/// client it names and starts reading what the client sends; returns the queue of what the
+/// client is sent.
+pub async fn open_session(
+    shared: Arc<Shared>,
+    mut inbound: Inbound,
+) -> Result<mpsc::Receiver<Outgoing>, Status> {
+    let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no Hello within 30 s"))??;
+    let hello = match first.and_then(|m| m.body) {
+        Some(client_message::Body::Hello(h)) => h,
+        _ => return Err(Status::invalid_argument("a Session must open with Hello")),
+    };
+    let id: ClientId = hello
+        .client_id
+        .parse()
+        .map_err(|_| Status::invalid_argument("client_id is not one the server issued"))?;
+    let (outbox, rx) = mpsc::channel(OUTBOX_DEPTH);
+    shared.enforce_enrollment();
+    let (generation, superseded) = shared
+        .registry()
+        .attach(id, &hello.session_key, outbox.clone())
+        .map_err(|e| match e {
+            AttachError::Revoked(_) => Status::permission_denied(e.to_string()),
+            _ => Status::unauthenticated(e.to_string()),
+        })?;
+    if let Some(old) = superseded {
+        // One stream per client: the earlier one ends now, saying why.
+        let _ = old.try_send(Err(Box::new(Status::aborted(
+            "superseded by a newer Session for this client",
+        ))));
     }
+    tracing::info!(client = id, "session open");
+    let _ = shared.events.send(Event::Connected(id).into()).await;
+    let span = tracing::info_span!("session", client = id);
+    let reader = async move {
+        if let Err(status) = read_stream(&shared, id, generation, &mut inbound, &outbox).await {
+            tracing::warn!(client = id, error = %status.message(), "dropping client");
+            let _ = outbox.send(Err(Box::new(status))).await;
+        }
+        let was_live = shared.registry().detach(id, generation);
+        if was_live {
+            let _ = shared.events.send(Event::Disconnected(id).into()).await;
+        }
+        tracing::info!(client = id, "session closed");
+    };
+    tokio::spawn(reader.instrument(span));
+    Ok(rx)
 }
 
 /// A local release as an upload declares it: absent, read, or why it does not read (which the
@@ -566,7 +566,7 @@ async fn read_stream(
     shared: &Shared,
     id: ClientId,
     generation: u64,
-    inbound: &mut Streaming<ClientMessage>,
+    inbound: &mut Inbound,
     outbox: &Outbox,
 ) -> Result<(), Status> {
     let mut framer = Framer::new(id, shared.num_params);
@@ -775,7 +775,7 @@ fn chunk_status(e: ChunkError) -> Status {
 
 /// Sends `messages` to a client in order without blocking the caller (a slow client only delays
 /// itself); returns at once.
-pub fn send_all(outbox: Outbox, messages: Vec<ServerMessage>) {
+pub fn send_all(outbox: Outbox, messages: Vec<Frame>) {
     tokio::spawn(async move {
         for m in messages {
             if outbox.send(Ok(m)).await.is_err() {

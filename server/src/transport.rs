@@ -4,6 +4,7 @@
 use crate::accept;
 use crate::config::{ConfigError, ServerSection};
 use crate::service::{FederationService, Shared};
+use crate::session::Routes;
 use crate::telemetry::{self, Telemetry};
 use crate::{MAX_MESSAGE_BYTES, ServerError};
 use fl_proto::v1::federation_server::FederationServer;
@@ -32,9 +33,10 @@ pub fn spawn_grpc(
     shared: Arc<Shared>,
     done: impl Future<Output = ()> + Send + 'static,
 ) -> Result<JoinHandle<Result<(), tonic::transport::Error>>, ServerError> {
-    let service = FederationServer::new(FederationService::new(shared))
+    let generated = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = Routes::new(generated, shared);
     let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
     Ok(tokio::spawn(
         server_builder(s)?

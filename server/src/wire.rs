@@ -13,12 +13,11 @@ use fl_proto::v1::{
     AdmmTask, LocalPrivacy, PeerKeys, RoundTask, SealedShare, SecAggNeighbours, SecAggProceed,
     SecAggShareInbox, SecAggSurvivors, SecAggTask, ServerMessage, Shutdown, server_message,
 };
-use fl_proto::{chunk_count, encode_chunks};
-use prost::Message;
+use fl_proto::{Frame, chunk_count, encode_chunks};
 use std::collections::BTreeMap;
 
-/// One message to send.
-pub type Outgoing = ServerMessage;
+/// One message to send, encoded (once, however many clients it goes to).
+pub type Outgoing = Frame;
 
 /// What a round asks of its sampled clients.
 pub struct TaskSpec<'a> {
@@ -40,7 +39,7 @@ pub struct RoundTasks {
     /// The task without its tensor sizes.
     template: RoundTask,
     /// The task and model chunks for a client that gets the global model.
-    common: Vec<ServerMessage>,
+    common: Vec<Outgoing>,
     /// The stream generation each sampled client was sent the task on.
     sent_on: BTreeMap<ClientId, u64>,
 }
@@ -92,14 +91,14 @@ impl RoundTasks {
             Some(own) => task_messages(&self.template, &own),
             None => self.common.clone(),
         };
-        let sent = batch.iter().map(|m| m.encoded_len() as u64).sum();
+        let sent = batch.iter().map(|m| m.message_len() as u64).sum();
         send_all(outbox, batch);
         sent
     }
 }
 
 /// The messages of a task carrying `tensor`: the RoundTask, then the tensor's chunks.
-fn task_messages(template: &RoundTask, tensor: &[f32]) -> Vec<ServerMessage> {
+fn task_messages(template: &RoundTask, tensor: &[f32]) -> Vec<Outgoing> {
     let round = template.round;
     let task = RoundTask {
         num_values: tensor.len() as u64,
@@ -112,9 +111,9 @@ fn task_messages(template: &RoundTask, tensor: &[f32]) -> Vec<ServerMessage> {
         .collect()
 }
 
-/// A message of `body`.
-fn message(body: server_message::Body) -> ServerMessage {
-    ServerMessage { body: Some(body) }
+/// The message of `body`, encoded.
+fn message(body: server_message::Body) -> Outgoing {
+    Frame::encode(&ServerMessage { body: Some(body) })
 }
 
 /// The end of training.
