@@ -4,8 +4,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=fl.proto");
     let descriptors = protox::compile(["fl.proto"], ["."])?;
-    // Chunk payloads as `Bytes`: one model encoded per round is shared by every sampled client's
-    // stream instead of copied.
+    // Chunk payloads as `Bytes`: a decoded chunk is a slice of the received message, not a copy.
     tonic_prost_build::configure()
         .codec_path("crate::codec::StrictCodec")
         // `Session` is served below the codec (`fl_server::session`); its generated handler is
