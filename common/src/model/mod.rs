@@ -6,6 +6,7 @@
 //! layer `l`, its weight matrix W_l (row-major, inputs x outputs), then its bias b_l.
 
 mod aggregate;
+pub mod cnn;
 mod matmul;
 mod network;
 mod training;

@@ -20,7 +20,7 @@ pub struct Workspace {
 }
 
 /// Sets `buf` to `len` values, reusing its memory; the values are to be overwritten.
-fn set_len(buf: &mut Vec<f32>, len: usize) {
+pub(super) fn set_len(buf: &mut Vec<f32>, len: usize) {
     if buf.len() != len {
         buf.resize(len, 0.0);
     }
@@ -75,7 +75,7 @@ pub fn forward(spec: &ModelSpec, params: &[f32], x: ArrayView2<'_, f32>) -> Vec<
 
 /// Turns logits into probabilities in place (row-wise softmax, max-shifted for stability) and
 /// returns the mean cross-entropy -1/B sum_i log p_i[y_i].
-fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
+pub(super) fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
     let mut total = 0.0f64;
     for (mut row, &label) in logits.rows_mut().into_iter().zip(y) {
         let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -128,7 +128,7 @@ pub fn loss_and_step_in(
 }
 
 /// What backpropagation does with each layer's gradient (dW_l, db_l).
-enum Target<'a> {
+pub(super) enum Target<'a> {
     /// Writes it into `grad`, laid out like `params`.
     Gradient {
         params: &'a [f32],
@@ -139,7 +139,7 @@ enum Target<'a> {
 }
 
 impl Target<'_> {
-    fn params(&self) -> &[f32] {
+    pub(super) fn params(&self) -> &[f32] {
         match self {
             Target::Gradient { params, .. } => params,
             Target::Step { params, .. } => params,
@@ -147,7 +147,7 @@ impl Target<'_> {
     }
 
     /// Where gradients go, as dest <- alpha g + beta dest.
-    fn sink(&mut self) -> (&mut [f32], f32, f32) {
+    pub(super) fn sink(&mut self) -> (&mut [f32], f32, f32) {
         match self {
             Target::Gradient { grad, .. } => (grad, 1.0, 0.0),
             Target::Step { params, eta } => (params, -*eta, 1.0),

@@ -1,0 +1,347 @@
+//! The layers of a convolutional network as the configuration names them, and their shapes and
+//! places in the flat parameter vector once the input's shape is known.
+
+use crate::model::MAX_PARAMS;
+
+/// One layer of a network, as `[model] layers` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LayerSpec {
+    /// 2-D convolution, `conv:CHANNELS:KERNEL[:strideS][:padP]`: a square kernel, stride S
+    /// (default 1), P zeros around the input on every side (default 0).
+    Conv {
+        /// Output channels.
+        channels: usize,
+        /// Kernel height and width.
+        kernel: usize,
+        /// Step between windows.
+        stride: usize,
+        /// Zero padding on each side.
+        pad: usize,
+    },
+    /// max(0, x), `relu`.
+    Relu,
+    /// Max pooling over non-overlapping square windows, `maxpool:SIZE` (a remainder is dropped).
+    MaxPool {
+        /// Window height, width and stride.
+        size: usize,
+    },
+    /// The example as one vector, `flatten` (dense layers flatten their input anyway).
+    Flatten,
+    /// Fully connected, `dense:UNITS`.
+    Dense {
+        /// Output width.
+        units: usize,
+    },
+}
+
+impl std::str::FromStr for LayerSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut parts = text.split(':');
+        let kind = parts.next().unwrap_or_default();
+        let numbers: Vec<&str> = parts.collect();
+        let positive = |s: &str, what: &str| match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{what} must be a positive integer, got {s:?}")),
+        };
+        match (kind, numbers.as_slice()) {
+            ("relu", []) => Ok(Self::Relu),
+            ("flatten", []) => Ok(Self::Flatten),
+            ("maxpool", [size]) => Ok(Self::MaxPool {
+                size: positive(size, "the pooling size")?,
+            }),
+            ("dense", [units]) => Ok(Self::Dense {
+                units: positive(units, "the number of units")?,
+            }),
+            ("conv", [channels, kernel, options @ ..]) => {
+                let mut layer = Self::Conv {
+                    channels: positive(channels, "the number of channels")?,
+                    kernel: positive(kernel, "the kernel size")?,
+                    stride: 1,
+                    pad: 0,
+                };
+                let Self::Conv { stride, pad, .. } = &mut layer else {
+                    unreachable!("built as a convolution above")
+                };
+                for option in options {
+                    if let Some(s) = option.strip_prefix("stride") {
+                        *stride = positive(s, "the stride")?;
+                    } else if let Some(p) = option.strip_prefix("pad") {
+                        *pad = p
+                            .parse()
+                            .map_err(|_| format!("the padding must be an integer, got {p:?}"))?;
+                    } else {
+                        return Err(format!("unknown option {option:?} (strideS or padP)"));
+                    }
+                }
+                Ok(layer)
+            }
+            _ => Err(
+                "not a layer: conv:C:K[:strideS][:padP], relu, maxpool:S, flatten or \
+                 dense:N"
+                    .into(),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for LayerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Conv {
+                channels,
+                kernel,
+                stride,
+                pad,
+            } => write!(f, "conv:{channels}:{kernel}:stride{stride}:pad{pad}"),
+            Self::Relu => write!(f, "relu"),
+            Self::MaxPool { size } => write!(f, "maxpool:{size}"),
+            Self::Flatten => write!(f, "flatten"),
+            Self::Dense { units } => write!(f, "dense:{units}"),
+        }
+    }
+}
+
+/// The shape of one example's activations, stored height-major, channels last (HWC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shape {
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// Values per position.
+    pub channels: usize,
+}
+
+impl Shape {
+    /// A flat vector of `n` values.
+    pub fn flat(n: usize) -> Self {
+        Self {
+            height: 1,
+            width: 1,
+            channels: n,
+        }
+    }
+
+    /// Values per example.
+    pub fn len(&self) -> usize {
+        self.height * self.width * self.channels
+    }
+
+    /// Whether an example has no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A layer placed in a network: its shapes and, for convolutions and dense layers, where its
+/// weights W (fan-in x outputs, row-major) and bias b lie in the flat parameter vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// What the layer is.
+    pub spec: LayerSpec,
+    /// One example's input.
+    pub input: Shape,
+    /// One example's output.
+    pub output: Shape,
+    /// Offset of W, for a layer with parameters.
+    pub weight_offset: usize,
+    /// Offset of b (equal to `weight_offset` for a layer without parameters).
+    pub bias_offset: usize,
+}
+
+impl Placed {
+    /// Rows of W: the values one output is computed from (k * k * C_in for a convolution).
+    pub fn fan_in(&self) -> usize {
+        (self.bias_offset - self.weight_offset) / self.outputs_per_position().max(1)
+    }
+
+    /// Columns of W: output channels or units; 0 for a layer without parameters.
+    pub fn outputs_per_position(&self) -> usize {
+        match self.spec {
+            LayerSpec::Conv { .. } | LayerSpec::Dense { .. } => self.output.channels,
+            _ => 0,
+        }
+    }
+
+    /// The end of the layer's parameters.
+    pub fn end(&self) -> usize {
+        self.bias_offset + self.outputs_per_position()
+    }
+}
+
+/// Places `layers` after an input of shape `input`; refuses a layer that cannot follow the one
+/// before it, naming it (its position from 0 and its text).
+pub fn place(input: Shape, layers: &[LayerSpec]) -> Result<Vec<Placed>, String> {
+    let mut placed = Vec::with_capacity(layers.len());
+    let mut shape = input;
+    let mut offset = 0usize;
+    for (i, &spec) in layers.iter().enumerate() {
+        let named = |why: String| format!("layer {i} ({spec}): {why}");
+        let (output, weights) = output_shape(spec, shape).map_err(named)?;
+        let bias_offset = offset
+            .checked_add(weights)
+            .filter(|&n| n <= MAX_PARAMS)
+            .ok_or_else(|| named("the network has too many parameters".into()))?;
+        let layer = Placed {
+            spec,
+            input: shape,
+            output,
+            weight_offset: offset,
+            bias_offset,
+        };
+        offset = layer.end();
+        if offset > MAX_PARAMS {
+            return Err(named("the network has too many parameters".into()));
+        }
+        placed.push(layer);
+        shape = output;
+    }
+    Ok(placed)
+}
+
+/// The output shape of `spec` on `input`, and the number of its weights (without the bias).
+fn output_shape(spec: LayerSpec, input: Shape) -> Result<(Shape, usize), String> {
+    match spec {
+        LayerSpec::Conv {
+            channels,
+            kernel,
+            stride,
+            pad,
+        } => {
+            let span = |n: usize| {
+                (n + 2 * pad)
+                    .checked_sub(kernel)
+                    .map(|room| room / stride + 1)
+                    .ok_or_else(|| {
+                        format!("a {kernel}x{kernel} kernel does not fit a padded input of {n}")
+                    })
+            };
+            let output = Shape {
+                height: span(input.height)?,
+                width: span(input.width)?,
+                channels,
+            };
+            let weights = (kernel * kernel)
+                .checked_mul(input.channels)
+                .and_then(|n| n.checked_mul(channels))
+                .ok_or("too many weights")?;
+            Ok((output, weights))
+        }
+        LayerSpec::MaxPool { size } => match (input.height / size, input.width / size) {
+            (0, _) | (_, 0) => Err(format!(
+                "a {size}x{size} window does not fit an input of {}x{}",
+                input.height, input.width
+            )),
+            (height, width) => Ok((
+                Shape {
+                    height,
+                    width,
+                    channels: input.channels,
+                },
+                0,
+            )),
+        },
+        LayerSpec::Relu => Ok((input, 0)),
+        LayerSpec::Flatten => Ok((Shape::flat(input.len()), 0)),
+        LayerSpec::Dense { units } => {
+            let weights = input.len().checked_mul(units).ok_or("too many weights")?;
+            Ok((Shape::flat(units), weights))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(list: &[&str]) -> Vec<LayerSpec> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_fedavg_cnn_has_mcmahan_et_al_s_parameter_count() {
+        let layers = parse(&[
+            "conv:32:5:pad2",
+            "relu",
+            "maxpool:2",
+            "conv:64:5:pad2",
+            "relu",
+            "maxpool:2",
+            "dense:512",
+            "relu",
+            "dense:10",
+        ]);
+        let input = Shape {
+            height: 28,
+            width: 28,
+            channels: 1,
+        };
+        let placed = place(input, &layers).unwrap();
+        // McMahan et al. 2017, Section 3: 1,663,370 parameters.
+        assert_eq!(placed.last().unwrap().end(), 1_663_370);
+        assert_eq!(
+            placed[5].output,
+            Shape {
+                height: 7,
+                width: 7,
+                channels: 64
+            }
+        );
+        assert_eq!(placed[3].fan_in(), 5 * 5 * 32);
+    }
+
+    #[test]
+    fn layer_texts_parse_and_print_back() {
+        for text in [
+            "conv:6:5:stride2:pad1",
+            "relu",
+            "maxpool:2",
+            "flatten",
+            "dense:84",
+        ] {
+            let layer: LayerSpec = text.parse().unwrap();
+            assert_eq!(layer.to_string().parse::<LayerSpec>().unwrap(), layer);
+        }
+        assert_eq!(
+            "conv:6:5".parse::<LayerSpec>().unwrap(),
+            LayerSpec::Conv {
+                channels: 6,
+                kernel: 5,
+                stride: 1,
+                pad: 0
+            }
+        );
+    }
+
+    #[test]
+    fn bad_layers_are_refused_with_the_reason() {
+        for (text, says) in [
+            ("conv:0:5", "channels"),
+            ("conv:6", "not a layer"),
+            ("conv:6:5:dilate2", "unknown option"),
+            ("maxpool:x", "pooling size"),
+            ("dense", "not a layer"),
+            ("softmax", "not a layer"),
+        ] {
+            let e = text.parse::<LayerSpec>().unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_layer_that_cannot_follow_is_named() {
+        let input = Shape {
+            height: 4,
+            width: 4,
+            channels: 1,
+        };
+        let e = place(input, &parse(&["maxpool:2", "conv:3:5"])).unwrap_err();
+        assert!(e.starts_with("layer 1 (conv:3:5:stride1:pad0)"), "{e}");
+        let e = place(input, &parse(&["maxpool:8"])).unwrap_err();
+        assert!(e.starts_with("layer 0 (maxpool:8)"), "{e}");
+        let e = place(input, &parse(&["dense:100000", "dense:100000"])).unwrap_err();
+        assert!(e.contains("too many parameters"), "{e}");
+    }
+}

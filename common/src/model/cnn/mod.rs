@@ -1,0 +1,376 @@
+//! Convolutional networks over the flat parameter vector: 2-D convolution (stride, padding), max
+//! pooling, ReLU, flatten and dense layers, with their forward and backward passes.
+//!
+//! Activations are stored per example height-major with channels last (HWC), so a batch of B
+//! examples at a layer is a (B * H * W) x C matrix. A convolution is then a dense layer over
+//! patches (im2col): row (b, y, x) of the patch matrix P holds the k x k x C_in window whose
+//! top-left corner is (y s - p, x s - p), zeros outside the input, and Z = P W + b with W of
+//! shape (k k C_in) x C_out; its backward pass is dW = P^T dZ, db = sum_rows dZ, dP = dZ W^T,
+//! and col2im adds each row of dP back onto the window it came from. Every product goes through
+//! [`mat_mul`] (the `gemm` crate). Max pooling keeps the position of each window's maximum and
+//! routes the gradient there. The last layer's outputs are the logits; the loss is the mean
+//! softmax cross-entropy, as for the fully connected networks.
+//!
+//! Parameters lie in layer order: for each convolution or dense layer, W (row-major, fan-in x
+//! outputs; a convolution's rows ordered by kernel row, kernel column, input channel), then b.
+
+mod layers;
+
+pub use layers::{LayerSpec, Placed, Shape, place};
+
+use super::mat_mul;
+use super::network::{Target, set_len, softmax_cross_entropy};
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+/// A convolutional network: its layers placed after the input's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cnn {
+    layers: Vec<Placed>,
+}
+
+/// Buffers of a forward and backward pass, kept from step to step: each layer's output, each
+/// convolution's patch matrix, each pooling layer's argmax positions, and the deltas.
+#[derive(Debug, Default)]
+pub struct CnnWorkspace {
+    outs: Vec<Vec<f32>>,
+    patches: Vec<Vec<f32>>,
+    argmax: Vec<Vec<u32>>,
+    delta: Vec<f32>,
+    prev: Vec<f32>,
+    scratch: Vec<f32>,
+}
+
+impl Cnn {
+    /// `layers` after an input of shape `input`; the last layer must be dense (the logits).
+    pub fn new(input: Shape, layers: &[LayerSpec]) -> Result<Self, String> {
+        let layers = place(input, layers)?;
+        match layers.last() {
+            Some(last) if matches!(last.spec, LayerSpec::Dense { .. }) => Ok(Self { layers }),
+            _ => Err("the last layer must be dense: its outputs are the class logits".into()),
+        }
+    }
+
+    /// The placed layers, in order.
+    pub fn layers(&self) -> &[Placed] {
+        &self.layers
+    }
+
+    /// Length of the flat parameter vector.
+    pub fn num_params(&self) -> usize {
+        self.layers.last().map_or(0, Placed::end)
+    }
+
+    /// Values per input example.
+    pub fn inputs(&self) -> usize {
+        self.layers[0].input.len()
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.layers[self.layers.len() - 1].output.len()
+    }
+
+    /// The logits of the batch `x` (examples x inputs), row-major.
+    pub fn logits(
+        &self,
+        params: &[f32],
+        x: ArrayView2<'_, f32>,
+        ws: &mut CnnWorkspace,
+    ) -> Vec<f32> {
+        assert_eq!(params.len(), self.num_params(), "parameter vector length");
+        self.forward(params, x, ws);
+        ws.outs.last().cloned().unwrap_or_default()
+    }
+
+    /// Mean cross-entropy of the batch (`x`, `y`) and its gradient with respect to `params`,
+    /// written into `grad`.
+    pub fn loss_and_grad(
+        &self,
+        params: &[f32],
+        x: ArrayView2<'_, f32>,
+        y: &[u32],
+        grad: &mut [f32],
+        ws: &mut CnnWorkspace,
+    ) -> f32 {
+        assert_eq!(grad.len(), params.len(), "gradient buffer length");
+        self.backprop(Target::Gradient { params, grad }, x, y, ws)
+    }
+
+    /// Mean cross-entropy of the batch at `params`, and one SGD step w <- w - eta grad on it
+    /// (McMahan et al. 2017, ClientUpdate), fused into the backward pass as for the MLP.
+    pub fn loss_and_step(
+        &self,
+        params: &mut [f32],
+        eta: f32,
+        x: ArrayView2<'_, f32>,
+        y: &[u32],
+        ws: &mut CnnWorkspace,
+    ) -> f32 {
+        self.backprop(Target::Step { params, eta }, x, y, ws)
+    }
+
+    /// Writes every layer's output for the batch `x` into the workspace.
+    fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut CnnWorkspace) {
+        assert_eq!(x.ncols(), self.inputs(), "input width");
+        let batch = x.nrows();
+        let n = self.layers.len();
+        ws.outs.resize_with(n, Vec::new);
+        ws.patches.resize_with(n, Vec::new);
+        ws.argmax.resize_with(n, Vec::new);
+        let x = x.as_standard_layout();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let (done, rest) = ws.outs.split_at_mut(l);
+            let input: &[f32] = match l {
+                0 => x.as_slice().expect("standard layout"),
+                _ => &done[l - 1],
+            };
+            let out = &mut rest[0];
+            set_len(out, batch * layer.output.len());
+            match layer.spec {
+                LayerSpec::Conv { .. } => {
+                    im2col(layer, batch, input, &mut ws.patches[l]);
+                    affine(layer, params, &ws.patches[l], out);
+                }
+                LayerSpec::Dense { .. } => affine(layer, params, input, out),
+                LayerSpec::Relu => {
+                    out.iter_mut()
+                        .zip(input)
+                        .for_each(|(o, &v)| *o = v.max(0.0));
+                }
+                LayerSpec::MaxPool { size } => {
+                    max_pool(layer, size, batch, input, out, &mut ws.argmax[l]);
+                }
+                LayerSpec::Flatten => out.copy_from_slice(input),
+            }
+        }
+    }
+
+    /// The forward pass, the loss, and the backward pass with each layer's gradient sent to
+    /// `target`; dA_{l-1} is formed from W_l before W_l's gradient is sent.
+    fn backprop(
+        &self,
+        mut target: Target<'_>,
+        x: ArrayView2<'_, f32>,
+        y: &[u32],
+        ws: &mut CnnWorkspace,
+    ) -> f32 {
+        assert_eq!(x.nrows(), y.len(), "one label per example");
+        assert_eq!(
+            target.params().len(),
+            self.num_params(),
+            "parameter vector length"
+        );
+        let batch = x.nrows();
+        self.forward(target.params(), x, ws);
+        let x = x.as_standard_layout();
+        let classes = self.classes();
+        ws.delta.clear();
+        ws.delta.extend_from_slice(&ws.outs[self.layers.len() - 1]);
+        let logits = ArrayViewMut2::from_shape((batch, classes), &mut ws.delta[..])
+            .expect("outputs sized by the layer");
+        let loss = softmax_cross_entropy(logits, y);
+        // dZ_L = (p - onehot(y)) / B
+        let scale = 1.0 / batch as f32;
+        for (row, &label) in ws.delta.chunks_exact_mut(classes).zip(y) {
+            row[label as usize] -= 1.0;
+            row.iter_mut().for_each(|v| *v *= scale);
+        }
+        for (l, layer) in self.layers.iter().enumerate().rev() {
+            let input: &[f32] = match l {
+                0 => x.as_slice().expect("standard layout"),
+                _ => &ws.outs[l - 1],
+            };
+            let wants_prev = l > 0;
+            set_len(&mut ws.prev, batch * layer.input.len());
+            match layer.spec {
+                LayerSpec::Conv { .. } => {
+                    if wants_prev {
+                        set_len(&mut ws.scratch, ws.patches[l].len());
+                        input_delta(layer, target.params(), &ws.delta, &mut ws.scratch);
+                        col2im(layer, batch, &ws.scratch, &mut ws.prev);
+                    }
+                    send_gradient(layer, &mut target, &ws.patches[l], &ws.delta);
+                }
+                LayerSpec::Dense { .. } => {
+                    if wants_prev {
+                        input_delta(layer, target.params(), &ws.delta, &mut ws.prev);
+                    }
+                    send_gradient(layer, &mut target, input, &ws.delta);
+                }
+                // The output is positive exactly where the input is.
+                LayerSpec::Relu => {
+                    for ((p, &d), &o) in ws.prev.iter_mut().zip(&ws.delta).zip(&ws.outs[l]) {
+                        *p = if o > 0.0 { d } else { 0.0 };
+                    }
+                }
+                LayerSpec::MaxPool { .. } => {
+                    ws.prev.fill(0.0);
+                    for (&d, &at) in ws.delta.iter().zip(&ws.argmax[l]) {
+                        ws.prev[at as usize] += d;
+                    }
+                }
+                LayerSpec::Flatten => ws.prev.copy_from_slice(&ws.delta),
+            }
+            std::mem::swap(&mut ws.delta, &mut ws.prev);
+        }
+        loss
+    }
+}
+
+/// W and b of a layer with parameters, W as fan-in x outputs.
+fn weights<'a>(layer: &Placed, params: &'a [f32]) -> (ArrayView2<'a, f32>, &'a [f32]) {
+    let w = ArrayView2::from_shape(
+        (layer.fan_in(), layer.outputs_per_position()),
+        &params[layer.weight_offset..layer.bias_offset],
+    )
+    .expect("layer shape matches its slice");
+    (w, &params[layer.bias_offset..layer.end()])
+}
+
+/// out = input W + b, `input` holding one row of fan-in values per output position.
+fn affine(layer: &Placed, params: &[f32], input: &[f32], out: &mut [f32]) {
+    let (w, b) = weights(layer, params);
+    let rows = input.len() / layer.fan_in();
+    let a = ArrayView2::from_shape((rows, layer.fan_in()), input).expect("rows of fan-in");
+    for row in out.chunks_exact_mut(b.len()) {
+        row.copy_from_slice(b);
+    }
+    let mut z = ArrayViewMut2::from_shape((rows, b.len()), out).expect("rows of outputs");
+    mat_mul(1.0, &a, &w, 1.0, &mut z);
+}
+
+/// The delta of an affine layer's input rows: dA = dZ W^T.
+fn input_delta(layer: &Placed, params: &[f32], dz: &[f32], da: &mut [f32]) {
+    let (w, b) = weights(layer, params);
+    let rows = dz.len() / b.len();
+    let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
+    let mut da = ArrayViewMut2::from_shape((rows, layer.fan_in()), da).expect("rows of fan-in");
+    mat_mul(1.0, &dz, &w.t(), 0.0, &mut da);
+}
+
+/// Sends an affine layer's gradient to `target`: dW = A^T dZ, db = sum_rows dZ.
+fn send_gradient(layer: &Placed, target: &mut Target<'_>, input: &[f32], dz: &[f32]) {
+    let (fan_in, outputs) = (layer.fan_in(), layer.outputs_per_position());
+    let rows = dz.len() / outputs;
+    let a = ArrayView2::from_shape((rows, fan_in), input).expect("rows of fan-in");
+    let dz_view = ArrayView2::from_shape((rows, outputs), dz).expect("rows of outputs");
+    let (dest, alpha, beta) = target.sink();
+    let (gw, gb) = dest[layer.weight_offset..layer.end()].split_at_mut(fan_in * outputs);
+    let mut gw = ArrayViewMut2::from_shape((fan_in, outputs), gw).expect("layer's weights");
+    mat_mul(alpha, &a.t(), &dz_view, beta, &mut gw);
+    if beta == 0.0 {
+        gb.fill(0.0);
+    }
+    for row in dz.chunks_exact(outputs) {
+        gb.iter_mut().zip(row).for_each(|(g, d)| *g += alpha * d);
+    }
+}
+
+/// The convolution's geometry: (kernel, stride, pad).
+fn geometry(layer: &Placed) -> (usize, usize, usize) {
+    match layer.spec {
+        LayerSpec::Conv {
+            kernel,
+            stride,
+            pad,
+            ..
+        } => (kernel, stride, pad),
+        _ => unreachable!("only convolutions have patches"),
+    }
+}
+
+/// Calls `visit(patch_offset, input_offset)` for every run of C_in values that a patch row
+/// takes from the input (positions outside the padded border are skipped: they are zeros).
+fn for_each_window(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, usize)) {
+    let (k, s, p) = geometry(layer);
+    let (i, o) = (layer.input, layer.output);
+    let c = i.channels;
+    let mut row = 0;
+    for b in 0..batch {
+        for oy in 0..o.height {
+            for ox in 0..o.width {
+                for ky in 0..k {
+                    let Some(iy) = (oy * s + ky).checked_sub(p).filter(|&y| y < i.height) else {
+                        continue;
+                    };
+                    for kx in 0..k {
+                        let Some(ix) = (ox * s + kx).checked_sub(p).filter(|&x| x < i.width) else {
+                            continue;
+                        };
+                        let patch = row * k * k * c + (ky * k + kx) * c;
+                        visit(patch, ((b * i.height + iy) * i.width + ix) * c);
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+/// The patch matrix P of a convolution's input (im2col).
+fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut Vec<f32>) {
+    let c = layer.input.channels;
+    patches.clear();
+    patches.resize(
+        batch * layer.output.height * layer.output.width * layer.fan_in(),
+        0.0,
+    );
+    for_each_window(layer, batch, |at, from| {
+        patches[at..at + c].copy_from_slice(&input[from..from + c]);
+    });
+}
+
+/// Adds each row of dP back onto the input window it came from (col2im), into `da`.
+fn col2im(layer: &Placed, batch: usize, d_patches: &[f32], da: &mut [f32]) {
+    let c = layer.input.channels;
+    da.fill(0.0);
+    for_each_window(layer, batch, |at, to| {
+        da[to..to + c]
+            .iter_mut()
+            .zip(&d_patches[at..at + c])
+            .for_each(|(a, d)| *a += d);
+    });
+}
+
+/// Max pooling over size x size windows; records where each maximum came from (its index in
+/// the batch's input).
+fn max_pool(
+    layer: &Placed,
+    size: usize,
+    batch: usize,
+    input: &[f32],
+    out: &mut [f32],
+    argmax: &mut Vec<u32>,
+) {
+    let (i, o) = (layer.input, layer.output);
+    let c = i.channels;
+    argmax.clear();
+    argmax.resize(out.len(), 0);
+    let mut at = 0;
+    for b in 0..batch {
+        for oy in 0..o.height {
+            for ox in 0..o.width {
+                for ch in 0..c {
+                    let index = |dy: usize, dx: usize| {
+                        ((b * i.height + oy * size + dy) * i.width + ox * size + dx) * c + ch
+                    };
+                    let mut best = index(0, 0);
+                    for dy in 0..size {
+                        for dx in 0..size {
+                            let j = index(dy, dx);
+                            if input[j] > input[best] {
+                                best = j;
+                            }
+                        }
+                    }
+                    out[at] = input[best];
+                    argmax[at] = u32::try_from(best).expect("a batch's activations fit u32");
+                    at += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

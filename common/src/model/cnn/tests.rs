@@ -1,0 +1,175 @@
+//! The CNN's passes against their definitions: a direct convolution and pooling, finite
+//! differences of every parameter, and the fused step.
+
+use super::*;
+use ndarray::Array2;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn layers(list: &[&str]) -> Vec<LayerSpec> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// A small CNN with padding, stride, pooling, flatten and dense layers (272 parameters), its
+/// parameters and a batch of 3 examples of 8 x 8 x 2.
+fn small_problem(seed: u64) -> (Cnn, Vec<f32>, Array2<f32>, Vec<u32>) {
+    let input = Shape {
+        height: 8,
+        width: 8,
+        channels: 2,
+    };
+    let cnn = Cnn::new(
+        input,
+        &layers(&[
+            "conv:3:3:pad1",
+            "relu",
+            "maxpool:2",
+            "conv:4:3:stride2:pad1",
+            "relu",
+            "flatten",
+            "dense:5",
+            "relu",
+            "dense:3",
+        ]),
+    )
+    .unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let params = random(&mut rng, cnn.num_params());
+    let x = Array2::from_shape_vec((3, input.len()), random(&mut rng, 3 * input.len())).unwrap();
+    (cnn, params, x, vec![0, 2, 1])
+}
+
+#[test]
+fn the_small_problem_has_the_layout_of_its_layers() {
+    let (cnn, ..) = small_problem(1);
+    // conv 3*3*2*3 + 3, conv 3*3*3*4 + 4, dense 16*5 + 5, dense 5*3 + 3
+    assert_eq!(cnn.num_params(), 57 + 112 + 85 + 18);
+    assert_eq!(
+        cnn.layers()[3].output,
+        Shape {
+            height: 2,
+            width: 2,
+            channels: 4
+        }
+    );
+}
+
+/// The first layers' outputs against a convolution and a pooling written from their definitions.
+#[test]
+fn forward_is_convolution_then_pooling_by_definition() {
+    let (cnn, params, x, _) = small_problem(2);
+    let mut ws = CnnWorkspace::default();
+    cnn.forward(&params, x.view(), &mut ws);
+    let conv = cnn.layers()[3];
+    let (k, s, p) = (3usize, 2usize, 1usize);
+    let (i, o) = (conv.input, conv.output);
+    let input = &ws.outs[2];
+    for b in 0..3 {
+        for (oy, ox, co) in itertools_product(o.height, o.width, o.channels) {
+            // z[b, oy, ox, co] = b_co + sum_{ky, kx, ci} W[(ky, kx, ci), co] a[b, oy s + ky - p, ox s + kx - p, ci]
+            let mut z = params[conv.bias_offset + co];
+            for (ky, kx, ci) in itertools_product(k, k, i.channels) {
+                let (y, x) = (
+                    (oy * s + ky) as isize - p as isize,
+                    (ox * s + kx) as isize - p as isize,
+                );
+                if y < 0 || x < 0 || y >= i.height as isize || x >= i.width as isize {
+                    continue;
+                }
+                let a =
+                    input[((b * i.height + y as usize) * i.width + x as usize) * i.channels + ci];
+                let w = params
+                    [conv.weight_offset + ((ky * k + kx) * i.channels + ci) * o.channels + co];
+                z += w * a;
+            }
+            let got = ws.outs[3][((b * o.height + oy) * o.width + ox) * o.channels + co];
+            assert!(
+                (got - z).abs() < 1e-5,
+                "conv at {b},{oy},{ox},{co}: {got} vs {z}"
+            );
+        }
+    }
+    let pool = cnn.layers()[2];
+    let (i, o) = (pool.input, pool.output);
+    for b in 0..3 {
+        for (oy, ox, c) in itertools_product(o.height, o.width, o.channels) {
+            let at = |dy: usize, dx: usize| {
+                ws.outs[1][((b * i.height + 2 * oy + dy) * i.width + 2 * ox + dx) * i.channels + c]
+            };
+            let max = at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1));
+            assert_eq!(
+                ws.outs[2][((b * o.height + oy) * o.width + ox) * o.channels + c],
+                max
+            );
+        }
+    }
+}
+
+/// Every (a, b, c) with a < n0, b < n1, c < n2, in row-major order.
+fn itertools_product(
+    n0: usize,
+    n1: usize,
+    n2: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    (0..n0).flat_map(move |a| (0..n1).flat_map(move |b| (0..n2).map(move |c| (a, b, c))))
+}
+
+/// Central finite differences of the f32 loss against the analytic gradient, for every
+/// parameter of the small CNN.
+#[test]
+fn backward_matches_finite_differences() {
+    let (cnn, params, x, y) = small_problem(11);
+    let mut ws = CnnWorkspace::default();
+    let mut grad = vec![0.0; params.len()];
+    cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
+    let loss_at = |p: &[f32], ws: &mut CnnWorkspace| {
+        let mut g = vec![0.0; p.len()];
+        f64::from(cnn.loss_and_grad(p, x.view(), &y, &mut g, ws))
+    };
+    let h = 1e-3f32;
+    let mut worst = 0.0f64;
+    for i in 0..params.len() {
+        let mut plus = params.clone();
+        let mut minus = params.clone();
+        plus[i] += h;
+        minus[i] -= h;
+        let numeric = (loss_at(&plus, &mut ws) - loss_at(&minus, &mut ws)) / (2.0 * f64::from(h));
+        let analytic = f64::from(grad[i]);
+        let err = (numeric - analytic).abs() / (1e-2 + numeric.abs().max(analytic.abs()));
+        worst = worst.max(err);
+    }
+    // As for the MLP: f32 losses differenced over h = 1e-3 carry ~1e-3 absolute noise; a wrong
+    // gradient is off by O(1).
+    assert!(worst < 2e-2, "worst relative error {worst}");
+}
+
+/// A fused step equals the gradient followed by w <- w - eta g.
+#[test]
+fn a_fused_step_equals_gradient_then_update() {
+    let (cnn, params, x, y) = small_problem(12);
+    let eta = 0.3;
+    let mut ws = CnnWorkspace::default();
+    let mut grad = vec![0.0; params.len()];
+    let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
+    let mut stepped = params.clone();
+    let fused = cnn.loss_and_step(&mut stepped, eta, x.view(), &y, &mut ws);
+    assert_eq!(loss, fused);
+    for ((s, p), g) in stepped.iter().zip(&params).zip(&grad) {
+        assert!(
+            (s - (p - eta * g)).abs() <= 1e-6 * (1.0 + p.abs()),
+            "{s} vs {}",
+            p - eta * g
+        );
+    }
+}
+
+#[test]
+fn a_network_must_end_in_logits() {
+    let input = Shape::flat(4);
+    let e = Cnn::new(input, &layers(&["dense:3", "relu"])).unwrap_err();
+    assert!(e.contains("last layer must be dense"), "{e}");
+}
