@@ -14,8 +14,9 @@
 //! Why by hand: measured against candle 0.9.1 on CPU (`candle-nn`'s conv2d, max_pool2d and
 //! linear with its autograd and SGD) on one epoch of the FedAvg CNN's training steps, 600
 //! examples, one core (`scripts/cnn-kernels`, run as its doc comment says; 2-core Xeon with
-//! AVX-512): these layers took 0.626 s at B = 10 and 0.780 s at B = 50, candle 5.767 s and
-//! 4.407 s. Both multiply by gemm; candle's backward pass of a convolution (a transposed
+//! AVX-512): these layers took 0.575 s at B = 10 and 0.717 s at B = 50, candle 5.901 s and
+//! 4.391 s. `cargo bench -p fl-common --bench cnn` puts the epoch at 69% (B = 10) and 62%
+//! (B = 50) of the rate of its matrix products alone. Both multiply by gemm; candle's backward pass of a convolution (a transposed
 //! convolution) is where it loses. burn was not measured. The passes here also take the flat
 //! parameter vector and the fused SGD step the rest of the code uses.
 //!
@@ -287,44 +288,46 @@ fn geometry(layer: &Placed) -> (usize, usize, usize) {
     }
 }
 
-/// Calls `visit(patch_offset, input_offset)` for every run of C_in values that a patch row
-/// takes from the input (positions outside the padded border are skipped: they are zeros).
-fn for_each_window(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, usize)) {
+/// Calls `visit(patch_offset, input_offset)` for every run of C_in values of a patch row, with
+/// `None` for a run outside the input (the padding's zeros).
+fn for_each_window(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, Option<usize>)) {
     let (k, s, p) = geometry(layer);
     let (i, o) = (layer.input, layer.output);
     let c = i.channels;
-    let mut row = 0;
+    let inside = |at: usize, limit: usize| at.checked_sub(p).filter(|&v| v < limit);
+    let mut patch = 0;
     for b in 0..batch {
         for oy in 0..o.height {
             for ox in 0..o.width {
                 for ky in 0..k {
-                    let Some(iy) = (oy * s + ky).checked_sub(p).filter(|&y| y < i.height) else {
-                        continue;
-                    };
+                    let iy = inside(oy * s + ky, i.height);
                     for kx in 0..k {
-                        let Some(ix) = (ox * s + kx).checked_sub(p).filter(|&x| x < i.width) else {
-                            continue;
-                        };
-                        let patch = row * k * k * c + (ky * k + kx) * c;
-                        visit(patch, ((b * i.height + iy) * i.width + ix) * c);
+                        let ix = inside(ox * s + kx, i.width);
+                        let from = iy
+                            .zip(ix)
+                            .map(|(y, x)| ((b * i.height + y) * i.width + x) * c);
+                        visit(patch, from);
+                        patch += c;
                     }
                 }
-                row += 1;
             }
         }
     }
 }
 
-/// The patch matrix P of a convolution's input (im2col).
+/// The patch matrix P of a convolution's input (im2col); every value is written once.
 fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut Vec<f32>) {
     let c = layer.input.channels;
-    patches.clear();
-    patches.resize(
+    set_len(
+        patches,
         batch * layer.output.height * layer.output.width * layer.fan_in(),
-        0.0,
     );
     for_each_window(layer, batch, |at, from| {
-        patches[at..at + c].copy_from_slice(&input[from..from + c]);
+        let run = &mut patches[at..at + c];
+        match from {
+            Some(from) => run.copy_from_slice(&input[from..from + c]),
+            None => run.fill(0.0),
+        }
     });
 }
 
@@ -333,15 +336,18 @@ fn col2im(layer: &Placed, batch: usize, d_patches: &[f32], da: &mut [f32]) {
     let c = layer.input.channels;
     da.fill(0.0);
     for_each_window(layer, batch, |at, to| {
-        da[to..to + c]
-            .iter_mut()
-            .zip(&d_patches[at..at + c])
-            .for_each(|(a, d)| *a += d);
+        if let Some(to) = to {
+            da[to..to + c]
+                .iter_mut()
+                .zip(&d_patches[at..at + c])
+                .for_each(|(a, d)| *a += d);
+        }
     });
 }
 
 /// Max pooling over size x size windows; records where each maximum came from (its index in
-/// the batch's input).
+/// the batch's input). The channels of a position are contiguous, so each window position is
+/// compared with the best so far over C values at once.
 fn max_pool(
     layer: &Placed,
     size: usize,
@@ -354,26 +360,22 @@ fn max_pool(
     let c = i.channels;
     argmax.clear();
     argmax.resize(out.len(), 0);
-    let mut at = 0;
-    for b in 0..batch {
-        for oy in 0..o.height {
-            for ox in 0..o.width {
-                for ch in 0..c {
-                    let index = |dy: usize, dx: usize| {
-                        ((b * i.height + oy * size + dy) * i.width + ox * size + dx) * c + ch
-                    };
-                    let mut best = index(0, 0);
-                    for dy in 0..size {
-                        for dx in 0..size {
-                            let j = index(dy, dx);
-                            if input[j] > input[best] {
-                                best = j;
-                            }
-                        }
+    let positions = (0..batch)
+        .flat_map(|b| (0..o.height).flat_map(move |oy| (0..o.width).map(move |ox| (b, oy, ox))));
+    let runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
+    for ((b, oy, ox), (best, at)) in positions.zip(runs) {
+        let start =
+            |dy: usize, dx: usize| ((b * i.height + oy * size + dy) * i.width + ox * size + dx) * c;
+        for dy in 0..size {
+            for dx in 0..size {
+                let from = start(dy, dx);
+                let run = &input[from..from + c];
+                let first = dy == 0 && dx == 0;
+                for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
+                    if first || v > *m {
+                        *m = v;
+                        *a = u32::try_from(from + ch).expect("a batch's activations fit u32");
                     }
-                    out[at] = input[best];
-                    argmax[at] = u32::try_from(best).expect("a batch's activations fit u32");
-                    at += 1;
                 }
             }
         }
