@@ -11,7 +11,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
-use fl_common::model::cnn::{Cnn, CnnWorkspace, LayerSpec, Shape};
+use fl_common::model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
 use fl_common::model::mat_mul;
 use ndarray::Array2;
 use rand::SeedableRng;
@@ -23,20 +23,7 @@ use std::path::Path;
 const EXAMPLES: usize = 600;
 
 fn fedavg_cnn() -> Cnn {
-    let layers: Vec<LayerSpec> = [
-        "conv:32:5:pad2",
-        "relu",
-        "maxpool:2",
-        "conv:64:5:pad2",
-        "relu",
-        "maxpool:2",
-        "dense:512",
-        "relu",
-        "dense:10",
-    ]
-    .iter()
-    .map(|s| s.parse().unwrap())
-    .collect();
+    let layers: Vec<LayerSpec> = FEDAVG_CNN.iter().map(|s| s.parse().unwrap()).collect();
     let input = Shape {
         height: 28,
         width: 28,

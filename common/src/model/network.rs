@@ -75,7 +75,7 @@ pub fn forward(spec: &ModelSpec, params: &[f32], x: ArrayView2<'_, f32>) -> Vec<
 
 /// Turns logits into probabilities in place (row-wise softmax, max-shifted for stability) and
 /// returns the mean cross-entropy -1/B sum_i log p_i[y_i].
-pub(super) fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
+fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
     let mut total = 0.0f64;
     for (mut row, &label) in logits.rows_mut().into_iter().zip(y) {
         let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -85,6 +85,23 @@ pub(super) fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32
         total -= f64::from(row[label as usize].max(f32::MIN_POSITIVE).ln());
     }
     (total / y.len() as f64) as f32
+}
+
+/// The mean cross-entropy of `logits` (examples x `classes`, row-major) for labels `y`, and
+/// its gradient with respect to the logits written into `delta`: dZ_L = (softmax(Z_L) -
+/// onehot(y)) / B.
+pub(super) fn output_delta(logits: &[f32], classes: usize, y: &[u32], delta: &mut Vec<f32>) -> f32 {
+    delta.clear();
+    delta.extend_from_slice(logits);
+    let probabilities = ArrayViewMut2::from_shape((y.len(), classes), &mut delta[..])
+        .expect("one row of logits per label");
+    let loss = softmax_cross_entropy(probabilities, y);
+    let scale = 1.0 / y.len() as f32;
+    for (row, &label) in delta.chunks_exact_mut(classes).zip(y) {
+        row[label as usize] -= 1.0;
+        row.iter_mut().for_each(|v| *v *= scale);
+    }
+    loss
 }
 
 /// Mean cross-entropy loss of the batch (`x`, `y`) and its gradient with respect to `params`,
@@ -182,17 +199,7 @@ fn backprop(
     layers.extend(spec.layer_iter());
     forward_into(layers, target.params(), x, outs);
     let last = layers.len() - 1;
-    delta.clear();
-    delta.extend_from_slice(&outs[last]);
-    let mut logits = ArrayViewMut2::from_shape((rows, layers[last].outputs), &mut delta[..])
-        .expect("outputs sized by the layer");
-    let loss = softmax_cross_entropy(logits.view_mut(), y);
-    // dZ_L = (p - onehot(y)) / B
-    let scale = 1.0 / y.len() as f32;
-    for (mut row, &label) in logits.rows_mut().into_iter().zip(y) {
-        row[label as usize] -= 1.0;
-        row.mapv_inplace(|v| v * scale);
-    }
+    let loss = output_delta(&outs[last], layers[last].outputs, y, delta);
     for (l, layer) in layers.iter().enumerate().rev() {
         let shape = |l: usize| (rows, layers[l].outputs);
         let dz = ArrayView2::from_shape(shape(l), &delta[..]).expect("delta sized by the layer");

@@ -6,21 +6,10 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Conv2dConfig, Module, Optimizer, SGD, VarBuilder, VarMap};
-use fl_common::model::cnn::{Cnn, CnnWorkspace, LayerSpec, Shape};
+use fl_common::model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
 use std::time::Instant;
 
 const EXAMPLES: usize = 600;
-const LAYERS: [&str; 9] = [
-    "conv:32:5:pad2",
-    "relu",
-    "maxpool:2",
-    "conv:64:5:pad2",
-    "relu",
-    "maxpool:2",
-    "dense:512",
-    "relu",
-    "dense:10",
-];
 
 fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(f64::total_cmp);
@@ -36,7 +25,7 @@ fn data() -> (Vec<f32>, Vec<u32>) {
 }
 
 fn ours(batch: usize) -> f64 {
-    let layers: Vec<LayerSpec> = LAYERS.iter().map(|s| s.parse().unwrap()).collect();
+    let layers: Vec<LayerSpec> = FEDAVG_CNN.iter().map(|s| s.parse().unwrap()).collect();
     let input = Shape {
         height: 28,
         width: 28,

@@ -262,17 +262,7 @@ mod tests {
 
     #[test]
     fn the_fedavg_cnn_has_mcmahan_et_al_s_parameter_count() {
-        let layers = parse(&[
-            "conv:32:5:pad2",
-            "relu",
-            "maxpool:2",
-            "conv:64:5:pad2",
-            "relu",
-            "maxpool:2",
-            "dense:512",
-            "relu",
-            "dense:10",
-        ]);
+        let layers = parse(&super::super::FEDAVG_CNN);
         let input = Shape {
             height: 28,
             width: 28,
