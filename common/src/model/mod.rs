@@ -7,6 +7,8 @@
 
 mod aggregate;
 pub mod cnn;
+#[cfg(test)]
+mod gradcheck;
 mod matmul;
 mod network;
 mod training;

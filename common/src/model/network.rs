@@ -274,18 +274,7 @@ mod tests {
             let mut g = vec![0.0; p.len()];
             f64::from(loss_and_grad(&spec, p, x.view(), &y, &mut g))
         };
-        let h = 1e-3f32;
-        let mut worst = 0.0f64;
-        for i in 0..params.len() {
-            let mut plus = params.clone();
-            let mut minus = params.clone();
-            plus[i] += h;
-            minus[i] -= h;
-            let numeric = (loss_at(&plus) - loss_at(&minus)) / (2.0 * f64::from(h));
-            let analytic = f64::from(grad[i]);
-            let err = (numeric - analytic).abs() / (1e-2 + numeric.abs().max(analytic.abs()));
-            worst = worst.max(err);
-        }
+        let worst = crate::model::gradcheck::worst_relative_error(&params, &grad, loss_at);
         // f32 forward passes: differences of O(1e-7) relative loss over h = 1e-3 give ~1e-3
         // absolute noise; a wrong gradient is off by O(1).
         assert!(worst < 2e-2, "worst relative error {worst}");
@@ -302,13 +291,7 @@ mod tests {
         let mut workspace = Workspace::default();
         let fused_loss = loss_and_step_in(&spec, &mut stepped, eta, x.view(), &y, &mut workspace);
         assert_eq!(loss, fused_loss);
-        for ((s, p), g) in stepped.iter().zip(&params).zip(&grad) {
-            assert!(
-                (s - (p - eta * g)).abs() <= 1e-6 * (1.0 + p.abs()),
-                "{s} vs {}",
-                p - eta * g
-            );
-        }
+        crate::model::gradcheck::assert_step(&stepped, &params, &grad, eta);
     }
 
     #[test]

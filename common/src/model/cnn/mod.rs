@@ -94,18 +94,6 @@ impl Cnn {
         self.layers[self.layers.len() - 1].output.len()
     }
 
-    /// The logits of the batch `x` (examples x inputs), row-major.
-    pub fn logits(
-        &self,
-        params: &[f32],
-        x: ArrayView2<'_, f32>,
-        ws: &mut CnnWorkspace,
-    ) -> Vec<f32> {
-        assert_eq!(params.len(), self.num_params(), "parameter vector length");
-        self.forward(params, x, ws);
-        ws.outs.last().cloned().unwrap_or_default()
-    }
-
     /// Mean cross-entropy of the batch (`x`, `y`) and its gradient with respect to `params`,
     /// written into `grad`.
     pub fn loss_and_grad(

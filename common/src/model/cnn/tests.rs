@@ -130,18 +130,8 @@ fn backward_matches_finite_differences() {
         let mut g = vec![0.0; p.len()];
         f64::from(cnn.loss_and_grad(p, x.view(), &y, &mut g, ws))
     };
-    let h = 1e-3f32;
-    let mut worst = 0.0f64;
-    for i in 0..params.len() {
-        let mut plus = params.clone();
-        let mut minus = params.clone();
-        plus[i] += h;
-        minus[i] -= h;
-        let numeric = (loss_at(&plus, &mut ws) - loss_at(&minus, &mut ws)) / (2.0 * f64::from(h));
-        let analytic = f64::from(grad[i]);
-        let err = (numeric - analytic).abs() / (1e-2 + numeric.abs().max(analytic.abs()));
-        worst = worst.max(err);
-    }
+    let worst =
+        crate::model::gradcheck::worst_relative_error(&params, &grad, |p| loss_at(p, &mut ws));
     // As for the MLP: f32 losses differenced over h = 1e-3 carry ~1e-3 absolute noise; a wrong
     // gradient is off by O(1).
     assert!(worst < 2e-2, "worst relative error {worst}");
@@ -158,13 +148,7 @@ fn a_fused_step_equals_gradient_then_update() {
     let mut stepped = params.clone();
     let fused = cnn.loss_and_step(&mut stepped, eta, x.view(), &y, &mut ws);
     assert_eq!(loss, fused);
-    for ((s, p), g) in stepped.iter().zip(&params).zip(&grad) {
-        assert!(
-            (s - (p - eta * g)).abs() <= 1e-6 * (1.0 + p.abs()),
-            "{s} vs {}",
-            p - eta * g
-        );
-    }
+    crate::model::gradcheck::assert_step(&stepped, &params, &grad, eta);
 }
 
 #[test]
