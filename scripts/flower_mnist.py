@@ -1,7 +1,8 @@
 """The quickstart job on Flower's simulation engine with a PyTorch client, for a side-by-side
 comparison with `fl sim` (scripts/flower-compare.sh): 100 clients holding two label shards of
-300 MNIST training examples each, 10 sampled per round, the 784-600-100-10 ReLU MLP, E = 1,
-B = 50, SGD at lr 0.1, FedAvg weighted by example counts, and the server evaluating the global
+300 MNIST training examples each, 10 sampled per round, the 784-600-100-10 ReLU MLP (or the CNN,
+and E, B and lr, as scripts/flower_task.py reads them from the environment), SGD, FedAvg weighted
+by example counts, and the server evaluating the global
 model on the 10,000 test examples after every round (as fl-server does). The client side is in
 scripts/flower_task.py (run with scripts/ on PYTHONPATH).
 
@@ -31,10 +32,10 @@ last = [None]
 
 
 def evaluate(server_round, parameters, config):
-    model = task.mlp()
+    model = task.model()
     task.put(model, parameters)
     with torch.no_grad():
-        logits = model(test_x)
+        logits = torch.cat([model(x) for x in test_x.split(1000)])
     accuracy = (logits.argmax(1) == test_y).float().mean().item()
     now = time.monotonic()
     if server_round > 0:
@@ -48,7 +49,7 @@ def server_fn(context: Context):
     strategy = FedAvg(
         fraction_fit=PER_ROUND / task.CLIENTS, fraction_evaluate=0.0, min_fit_clients=PER_ROUND,
         min_available_clients=task.CLIENTS, evaluate_fn=evaluate,
-        initial_parameters=ndarrays_to_parameters(task.get(task.mlp())),
+        initial_parameters=ndarrays_to_parameters(task.get(task.model())),
     )
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=ROUNDS))
 

@@ -86,6 +86,7 @@ impl Federation for FakeCurator {
             round: 1,
             model: Some(ModelSpec {
                 layer_sizes: vec![FEATURES as u32, CLASSES as u32],
+                ..Default::default()
             }),
             config: Some(LocalConfig {
                 epochs: 1,

@@ -1,7 +1,8 @@
 //! Conversions between wire messages and `fl-common`'s types.
 
 use crate::v1;
-use fl_common::model::{LocalConfig, ModelError, ModelSpec};
+use fl_common::model::cnn::MAX_LAYERS;
+use fl_common::model::{Architecture, LayerSpec, LocalConfig, ModelError, ModelSpec, Shape};
 use fl_common::privacy::{LocalMechanism, Release, ReleaseKind};
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, Ring, SealedShares, SecretKind, Share};
 
@@ -119,8 +120,23 @@ pub fn ring_elements(ring: Ring, words: &[u32]) -> Result<Vec<u64>, WireError> {
 
 impl From<&ModelSpec> for v1::ModelSpec {
     fn from(spec: &ModelSpec) -> Self {
-        v1::ModelSpec {
-            layer_sizes: spec.layer_sizes().iter().map(|&w| w as u32).collect(),
+        match spec.architecture() {
+            Architecture::Dense(sizes) => v1::ModelSpec {
+                layer_sizes: sizes.iter().map(|&w| w as u32).collect(),
+                ..Default::default()
+            },
+            Architecture::Conv(cnn) => {
+                let input = cnn.layers()[0].input;
+                v1::ModelSpec {
+                    layer_sizes: Vec::new(),
+                    input: Some(v1::ImageShape {
+                        height: input.height as u32,
+                        width: input.width as u32,
+                        channels: input.channels as u32,
+                    }),
+                    layers: cnn.layers().iter().map(|l| l.spec.to_string()).collect(),
+                }
+            }
         }
     }
 }
@@ -128,9 +144,34 @@ impl From<&ModelSpec> for v1::ModelSpec {
 impl TryFrom<&v1::ModelSpec> for ModelSpec {
     type Error = ModelError;
 
-    /// Validates the widths as [`ModelSpec::new`] does (a peer's spec is untrusted).
+    /// Validates the architecture as [`ModelSpec::new`] and [`ModelSpec::cnn`] do (a peer's
+    /// spec is untrusted).
     fn try_from(wire: &v1::ModelSpec) -> Result<Self, Self::Error> {
-        ModelSpec::new(wire.layer_sizes.iter().map(|&w| w as usize).collect())
+        if wire.layers.is_empty() {
+            return ModelSpec::new(wire.layer_sizes.iter().map(|&w| w as usize).collect());
+        }
+        let bad = |why: String| ModelError::BadLayers(why);
+        if !wire.layer_sizes.is_empty() {
+            return Err(bad("both layer widths and layers".into()));
+        }
+        if wire.layers.len() > MAX_LAYERS {
+            return Err(bad(format!("more than {MAX_LAYERS} layers")));
+        }
+        let i = wire
+            .input
+            .ok_or_else(|| bad("layers without an input shape".into()))?;
+        let input = Shape {
+            height: i.height as usize,
+            width: i.width as usize,
+            channels: i.channels as usize,
+        };
+        let layers = (wire.layers.iter().enumerate())
+            .map(|(n, text)| {
+                text.parse()
+                    .map_err(|e| bad(format!("layer {n} ({text:?}): {e}")))
+            })
+            .collect::<Result<Vec<LayerSpec>, _>>()?;
+        ModelSpec::cnn(input, &layers)
     }
 }
 
@@ -292,7 +333,38 @@ mod tests {
         assert_eq!(ModelSpec::try_from(&wire).unwrap(), spec);
         let bogus = v1::ModelSpec {
             layer_sizes: vec![u32::MAX, u32::MAX],
+            ..Default::default()
         };
         assert!(ModelSpec::try_from(&bogus).is_err());
+    }
+
+    #[test]
+    fn a_cnn_spec_crosses_the_wire_and_bad_layers_are_refused() {
+        let input = Shape {
+            height: 28,
+            width: 28,
+            channels: 1,
+        };
+        let layers: Vec<LayerSpec> = fl_common::model::cnn::FEDAVG_CNN
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let spec = ModelSpec::cnn(input, &layers).unwrap();
+        let wire = v1::ModelSpec::from(&spec);
+        assert!(wire.layer_sizes.is_empty());
+        assert_eq!(wire.layers[0], "conv:32:5:pad2");
+        assert_eq!(ModelSpec::try_from(&wire).unwrap(), spec);
+        let refused = |edit: fn(&mut v1::ModelSpec)| {
+            let mut bad = wire.clone();
+            edit(&mut bad);
+            ModelSpec::try_from(&bad).unwrap_err().to_string()
+        };
+        assert!(refused(|w| w.layers[3] = "conv:64:x".into()).contains("layer 3"));
+        assert!(refused(|w| w.layers.truncate(8)).contains("last layer must be dense"));
+        assert!(refused(|w| w.input = None).contains("input shape"));
+        assert!(refused(|w| w.layer_sizes = vec![784, 10]).contains("both"));
+        assert!(refused(|w| w.layers = vec!["relu".into(); 10_000]).contains("layers"));
+        let huge = |w: &mut v1::ModelSpec| w.layers[0] = "conv:32:5:pad4000000000".into();
+        assert!(refused(huge).contains("layer 0"));
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::credentials::Token;
 use fl_common::data::{DataSource, PartitionScheme};
-use fl_common::model::{LocalConfig, ModelSpec};
+use fl_common::model::{LayerSpec, LocalConfig, ModelSpec, Shape, cnn};
 use fl_common::privacy::LocalMechanism;
 use fl_common::privacy::{
     AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, max_rounds,
@@ -159,22 +159,43 @@ impl Default for ServerSection {
 
 /// The kind of model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// Multinomial logistic regression.
     Logistic,
     /// Fully connected ReLU network with `hidden` widths.
     Mlp,
+    /// Convolutional network of the listed `layers`.
+    Cnn,
+    /// McMahan et al. 2017's CNN ([`cnn::FEDAVG_CNN`]).
+    FedavgCnn,
+    /// LeNet-5 ([`cnn::LENET5`]).
+    Lenet5,
 }
 
-/// `[model]`: the architecture. Input width and classes come from the dataset.
+impl std::str::FromStr for ModelKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::deserialize(toml::Value::String(s.into()))
+            .map_err(|_| format!("unknown model `{s}` (logistic, mlp, cnn, fedavg-cnn or lenet5)"))
+    }
+}
+
+/// `[model]`: the architecture. The input's shape and the classes come from the dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `mlp` or `logistic`.
+    /// `mlp`, `logistic`, `cnn`, or a named CNN: `fedavg-cnn`, `lenet5`.
     pub kind: ModelKind,
     /// Hidden widths of the MLP (the Geyer et al. default 600, 100).
     pub hidden: Vec<usize>,
+    /// The layers of a `cnn`, e.g. `["conv:32:5:pad2", "relu", "maxpool:2", "dense:10"]`; the
+    /// last is dense with one unit per class.
+    pub layers: Vec<String>,
+    /// Starting weights: a safetensors file with the network's tensor names and shapes (as the
+    /// run's `model.safetensors` has them). Without it the weights are drawn afresh.
+    pub init: Option<PathBuf>,
 }
 
 impl Default for ModelSection {
@@ -182,18 +203,75 @@ impl Default for ModelSection {
         Self {
             kind: ModelKind::Mlp,
             hidden: vec![600, 100],
+            layers: Vec::new(),
+            init: None,
         }
     }
 }
 
 impl ModelSection {
-    /// The architecture for `inputs` features and `classes` classes.
-    pub fn spec(&self, inputs: usize, classes: usize) -> Result<ModelSpec, ConfigError> {
+    /// The architecture for examples of shape `input` and `classes` classes.
+    pub fn spec(&self, input: Shape, classes: usize) -> Result<ModelSpec, ConfigError> {
+        let invalid = |e: String| ConfigError::Invalid(format!("model: {e}"));
         match self.kind {
-            ModelKind::Logistic => ModelSpec::logistic(inputs, classes),
-            ModelKind::Mlp => ModelSpec::mlp(inputs, &self.hidden, classes),
+            ModelKind::Logistic => ModelSpec::logistic(input.len(), classes),
+            ModelKind::Mlp => ModelSpec::mlp(input.len(), &self.hidden, classes),
+            ModelKind::Cnn | ModelKind::FedavgCnn | ModelKind::Lenet5 => {
+                let mut layers = self.conv_layers().map_err(invalid)?;
+                let last = layers.len() - 1;
+                match (&mut layers[last], self.kind) {
+                    // A named network ends in one unit per class of the data.
+                    (LayerSpec::Dense { units }, ModelKind::FedavgCnn | ModelKind::Lenet5) => {
+                        *units = classes;
+                    }
+                    (&mut LayerSpec::Dense { units }, _) if units != classes => {
+                        return Err(invalid(format!(
+                            "layer {last} (dense:{units}): the last layer needs one unit per \
+                             class, and the data has {classes}"
+                        )));
+                    }
+                    _ => {}
+                }
+                ModelSpec::cnn(input, &layers)
+            }
         }
-        .map_err(|e| ConfigError::Invalid(e.to_string()))
+        .map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The layer list of a convolutional kind, parsed; a bad text is named.
+    fn conv_layers(&self) -> Result<Vec<LayerSpec>, String> {
+        let texts: Vec<&str> = match self.kind {
+            ModelKind::Cnn => self.layers.iter().map(String::as_str).collect(),
+            ModelKind::FedavgCnn => cnn::FEDAVG_CNN.to_vec(),
+            ModelKind::Lenet5 => cnn::LENET5.to_vec(),
+            ModelKind::Logistic | ModelKind::Mlp => Vec::new(),
+        };
+        if texts.is_empty() {
+            return Err("kind = \"cnn\" needs its `layers`".into());
+        }
+        (texts.iter().enumerate())
+            .map(|(i, text)| {
+                text.parse()
+                    .map_err(|e| format!("layer {i} ({text:?}): {e}"))
+            })
+            .collect()
+    }
+
+    /// Checks what does not depend on the data: the kind's settings, and every layer's text.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |e: String| Err(ConfigError::Invalid(e));
+        match self.kind {
+            ModelKind::Mlp if self.hidden.is_empty() => {
+                invalid("model.hidden must list at least one width for an mlp".into())
+            }
+            ModelKind::Cnn => {
+                (self.conv_layers().map(drop)).or_else(|e| invalid(format!("model.layers: {e}")))
+            }
+            _ if !self.layers.is_empty() => {
+                invalid("model.layers is for kind = \"cnn\" (the other kinds fix theirs)".into())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -378,11 +456,7 @@ impl RunConfig {
         self.server.validate()?;
         (self.train.local_config().check())
             .map_err(|e| ConfigError::Invalid(format!("train.{e}")))?;
-        if self.model.kind == ModelKind::Mlp && self.model.hidden.is_empty() {
-            return Err(ConfigError::Invalid(
-                "model.hidden must list at least one width for an mlp".into(),
-            ));
-        }
+        self.model.validate()?;
         self.robust.validate(self)?;
         self.privacy.validate(self)
     }
@@ -1169,7 +1243,10 @@ mod tests {
         assert_eq!(c.server.clients, 20);
         assert_eq!(c.server.rounds, 50);
         assert_eq!(c.data.partition, PartitionScheme::Dirichlet { alpha: 0.3 });
-        assert_eq!(c.model.spec(784, 10).unwrap().num_params(), 7850);
+        assert_eq!(
+            c.model.spec(Shape::flat(784), 10).unwrap().num_params(),
+            7850
+        );
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct Coordinator {
     pub observer: Option<Observer>,
     /// The checkpoint an interrupted run resumes from.
     pub resume: Option<Checkpoint>,
+    /// Given starting weights (`model.init`), for a run that does not resume.
+    pub initial: Option<Vec<f32>>,
     /// The Prometheus metrics.
     pub telemetry: Arc<Telemetry>,
 }
@@ -168,7 +170,7 @@ impl Coordinator {
     fn start(&mut self) -> Result<(Vec<f32>, u64, RunTotals), ServerError> {
         let secagg = self.pipeline.collection.secure_summary();
         let Some(checkpoint) = self.resume.take() else {
-            let init = self.spec.init(&mut self.rng);
+            let init = (self.initial.take()).unwrap_or_else(|| self.spec.init(&mut self.rng));
             let totals = RunTotals {
                 secagg,
                 ..RunTotals::default()

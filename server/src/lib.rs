@@ -18,6 +18,7 @@ pub mod coordinator;
 pub mod credentials;
 pub mod ledger;
 pub mod local_accounts;
+pub mod model_file;
 pub mod output;
 pub mod registry;
 pub mod rejection;
@@ -32,6 +33,7 @@ use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};
 use credentials::Credentials;
 use fl_common::data::Dataset;
+use fl_common::model::ModelSpec;
 use fl_common::secagg::PlainInputs;
 use ledger::Ledger;
 use output::{RoundMetrics, RunFolder, Summary};
@@ -131,7 +133,10 @@ async fn run_server(
     config.validate()?;
     config.validate_for_server()?;
     warn_on_short_token(&config);
-    let spec = config.model.spec(test.num_features(), test.num_classes())?;
+    let spec = config
+        .model
+        .spec(test.example_shape(), test.num_classes())?;
+    let initial = initial_weights(&config, &spec, checkpoint.as_ref())?;
     let folder = match &checkpoint {
         Some(c) => {
             let last = c.progress.last_round.clone().map(|mut line| {
@@ -180,6 +185,7 @@ async fn run_server(
         folder,
         observer,
         resume: checkpoint,
+        initial,
         telemetry,
     }
     .run()
@@ -188,6 +194,26 @@ async fn run_server(
     let _ = done_tx.send(true);
     transport::drain(serving).await;
     result
+}
+
+/// `model.init`'s weights for `spec`, unless the run resumes from a checkpoint; a file that does
+/// not fit the network stops the start.
+fn initial_weights(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    checkpoint: Option<&Checkpoint>,
+) -> Result<Option<Vec<f32>>, ServerError> {
+    let (Some(path), None) = (&config.model.init, checkpoint) else {
+        return Ok(None);
+    };
+    let refuse = |e: String| {
+        ServerError::Config(ConfigError::Invalid(format!(
+            "model.init {}: {e}",
+            path.display()
+        )))
+    };
+    let bytes = std::fs::read(path).map_err(|e| refuse(e.to_string()))?;
+    model_file::decode(spec, &bytes).map(Some).map_err(refuse)
 }
 
 /// Warns when a shared token is short enough to be guessed back from its digest.

@@ -40,8 +40,8 @@ struct Args {
     /// eta: local learning rate.
     #[arg(long)]
     lr: Option<f32>,
-    /// Model: mlp or logistic.
-    #[arg(long, value_parser = parse_kind)]
+    /// Model: mlp, logistic, fedavg-cnn or lenet5 (a `cnn` of your own layers needs a config).
+    #[arg(long)]
     model: Option<ModelKind>,
     /// Hidden widths of the MLP, comma-separated.
     #[arg(long, value_delimiter = ',')]
@@ -91,14 +91,6 @@ struct Args {
     /// (only --listen may change).
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     resume: Option<PathBuf>,
-}
-
-fn parse_kind(s: &str) -> Result<ModelKind, String> {
-    match s {
-        "mlp" => Ok(ModelKind::Mlp),
-        "logistic" => Ok(ModelKind::Logistic),
-        _ => Err(format!("unknown model `{s}` (mlp or logistic)")),
-    }
 }
 
 impl Args {

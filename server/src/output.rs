@@ -2,6 +2,7 @@
 //! Files are written to a temporary name and renamed, so a reader never sees half a file.
 
 use crate::local_accounts::{ClientSpend, LocalPrivacySummary};
+use crate::model_file;
 use fl_common::model::ModelSpec;
 use serde::Serialize;
 use std::io::Write;
@@ -240,37 +241,11 @@ impl RunFolder {
         write_atomic(&self.dir.join("local_privacy.json"), &text)
     }
 
-    /// Writes the model as `model.safetensors`, one tensor per layer weight and bias, with the
-    /// architecture in the metadata under `layer_sizes`.
+    /// Writes the model as `model.safetensors` (see [`model_file`]).
     pub fn write_model(&self, spec: &ModelSpec, params: &[f32]) -> std::io::Result<()> {
-        let bytes = model_safetensors(spec, params)?;
+        let bytes = model_file::encode(spec, params)?;
         write_atomic(&self.dir.join("model.safetensors"), &bytes)
     }
-}
-
-/// Serialises `params` as safetensors.
-pub fn model_safetensors(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Vec<u8>> {
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = spec
-        .named_tensors(params)
-        .into_iter()
-        .map(|(name, shape, values)| {
-            (
-                name,
-                shape,
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            )
-        })
-        .collect();
-    let views = tensors
-        .iter()
-        .map(|(name, shape, bytes)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                .map(|view| (name.clone(), view))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(std::io::Error::other)?;
-    let metadata = std::collections::HashMap::from([("layer_sizes".to_string(), spec.to_string())]);
-    safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
 }
 
 /// Writes `path` via a temporary file, fsync, rename and an fsync of the directory, so that after
@@ -285,21 +260,4 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn safetensors_roundtrip_keeps_layers_and_values() {
-        let spec = ModelSpec::mlp(3, &[2], 2).unwrap();
-        let params: Vec<f32> = (0..spec.num_params()).map(|i| i as f32).collect();
-        let bytes = model_safetensors(&spec, &params).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let w1 = st.tensor("layers.1.weight").unwrap();
-        assert_eq!(w1.shape(), &[2, 2]);
-        let first = f32::from_le_bytes(w1.data()[..4].try_into().unwrap());
-        assert_eq!(first, 8.0); // after 3x2 weights and 2 biases
-    }
 }

@@ -1,6 +1,8 @@
 //! Every shipped configuration parses and passes start-up validation (including, for private
-//! runs, that the budget allows at least one round).
+//! runs, that the budget allows at least one round), and its network fits MNIST.
 
+use fl_common::data::DataSource;
+use fl_common::model::Shape;
 use fl_server::config::RunConfig;
 use std::path::Path;
 
@@ -11,7 +13,17 @@ fn shipped_configs_are_valid() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            RunConfig::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let config =
+                RunConfig::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if let DataSource::Mnist(_) = config.data.source {
+                let digit = Shape {
+                    height: 28,
+                    width: 28,
+                    channels: 1,
+                };
+                (config.model.spec(digit, 10))
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
             seen += 1;
         }
     }

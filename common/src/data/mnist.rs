@@ -5,6 +5,7 @@
 //! dimensions, the dimensions as big-endian u32, then the u8 values. Pixels are scaled to [0, 1].
 
 use super::{DataError, Dataset, read_file};
+use crate::model::Shape;
 use flate2::read::GzDecoder;
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
@@ -51,11 +52,17 @@ pub fn load_mnist(dir: &Path, split: Split) -> Result<Dataset, DataError> {
         pixels.iter().map(|&p| f32::from(p) / 255.0).collect(),
     )
     .expect("IDX dimensions were checked against the payload length");
+    let shape = Shape {
+        height: img_dims[1],
+        width: img_dims[2],
+        channels: 1,
+    };
     Dataset::new(
         features,
         label_bytes.iter().map(|&l| u32::from(l)).collect(),
         10,
-    )
+    )?
+    .with_shape(shape)
 }
 
 /// Checksums listed in `dir/SHA256SUMS.decompressed` (file name -> lower-case hex), empty when

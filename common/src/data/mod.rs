@@ -8,6 +8,7 @@ pub use self::csv::load_csv;
 pub use mnist::{Split, load_mnist};
 pub use partition::{Partition, PartitionScheme};
 
+use crate::model::Shape;
 use ndarray::{Array2, ArrayView1};
 use std::path::PathBuf;
 
@@ -51,6 +52,7 @@ pub struct Dataset {
     features: Array2<f32>,
     labels: Vec<u32>,
     num_classes: usize,
+    shape: Shape,
 }
 
 impl Dataset {
@@ -74,10 +76,32 @@ impl Dataset {
             )));
         }
         Ok(Self {
+            shape: Shape::flat(features.ncols()),
             features,
             labels,
             num_classes,
         })
+    }
+
+    /// The same examples, each row read as an image of `shape` (HWC); `shape` must hold exactly
+    /// the features of a row.
+    pub fn with_shape(mut self, shape: Shape) -> Result<Self, DataError> {
+        if shape.len() != self.num_features() {
+            return Err(DataError::Spec(format!(
+                "a {}x{}x{} image is not {} features",
+                shape.height,
+                shape.width,
+                shape.channels,
+                self.num_features()
+            )));
+        }
+        self.shape = shape;
+        Ok(self)
+    }
+
+    /// The shape of one example: an image's height, width and channels, or a flat vector.
+    pub fn example_shape(&self) -> Shape {
+        self.shape
     }
 
     /// Number of examples.

@@ -1,9 +1,10 @@
 //! Models as flat parameter vectors: the architecture ([`ModelSpec`]), the forward and backward
 //! passes, local SGD training, evaluation, and the aggregation of client updates.
 //!
-//! Every model is a fully connected network with ReLU between layers; two layer widths make
-//! multinomial logistic regression. Parameters live in one `Vec<f32>` in a stable order: for each
-//! layer `l`, its weight matrix W_l (row-major, inputs x outputs), then its bias b_l.
+//! A model is a fully connected network with ReLU between layers (two layer widths make
+//! multinomial logistic regression), or a convolutional network ([`cnn`]). Parameters live in one
+//! `Vec<f32>` in a stable order: for each layer `l` with parameters, its weight matrix W_l
+//! (row-major, fan-in x outputs), then its bias b_l.
 
 mod aggregate;
 pub mod cnn;
@@ -16,8 +17,9 @@ mod training;
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
 };
+pub use cnn::{Cnn, LayerSpec, Shape};
 pub use matmul::mat_mul;
-pub use network::{Workspace, forward, loss_and_grad, loss_and_grad_in, loss_and_step_in};
+pub use network::{Workspace, logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
 };
@@ -31,6 +33,9 @@ pub enum ModelError {
     /// Fewer than two layer widths, a zero width, or too many parameters.
     #[error("invalid layer sizes {0:?}: need inputs, optional hidden widths, classes, all > 0")]
     BadSizes(Vec<usize>),
+    /// A convolutional network whose layers do not fit together (the message names the layer).
+    #[error("invalid network: {0}")]
+    BadLayers(String),
 }
 
 /// The shape of one dense layer inside the flat parameter vector.
@@ -46,11 +51,32 @@ pub struct Layer {
     pub bias_offset: usize,
 }
 
-/// Architecture of a fully connected ReLU network: widths from inputs through hidden layers to
-/// classes.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// What a model is: its layers from the input to the class logits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Architecture {
+    /// A fully connected ReLU network: widths from inputs through hidden layers to classes.
+    Dense(Vec<usize>),
+    /// A convolutional network, its layers placed after the input's shape.
+    Conv(Cnn),
+}
+
+/// A validated architecture: every constructor checks it, so the passes can trust it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSpec {
-    layer_sizes: Vec<usize>,
+    architecture: Architecture,
+}
+
+/// One weight matrix W and its bias b in the flat parameter vector.
+struct Block {
+    /// Position of the layer in the architecture's list.
+    layer: usize,
+    /// W's shape as it is named: (fan-in, outputs), or (k, k, C_in, C_out) for a convolution.
+    shape: Vec<usize>,
+    /// Rows of W.
+    fan_in: usize,
+    weight_offset: usize,
+    bias_offset: usize,
+    end: usize,
 }
 
 /// Largest model accepted: 2^28 parameters (1 GiB of f32), far above anything trained here; it
@@ -58,11 +84,8 @@ pub struct ModelSpec {
 pub const MAX_PARAMS: usize = 1 << 28;
 
 impl ModelSpec {
-    /// A network with these widths (inputs, hidden..., classes).
+    /// A fully connected network with these widths (inputs, hidden..., classes).
     pub fn new(layer_sizes: Vec<usize>) -> Result<Self, ModelError> {
-        let spec = ModelSpec {
-            layer_sizes: layer_sizes.clone(),
-        };
         let ok = layer_sizes.len() >= 2
             && layer_sizes.iter().all(|&w| w > 0 && w <= MAX_PARAMS)
             && layer_sizes
@@ -74,7 +97,9 @@ impl ModelSpec {
                 })
                 .is_some_and(|n| n <= MAX_PARAMS);
         if ok {
-            Ok(spec)
+            Ok(ModelSpec {
+                architecture: Architecture::Dense(layer_sizes),
+            })
         } else {
             Err(ModelError::BadSizes(layer_sizes))
         }
@@ -93,80 +118,109 @@ impl ModelSpec {
         Self::new(sizes)
     }
 
-    /// The widths, inputs first.
-    pub fn layer_sizes(&self) -> &[usize] {
-        &self.layer_sizes
+    /// A convolutional network of `layers` over inputs of shape `input`.
+    pub fn cnn(input: Shape, layers: &[LayerSpec]) -> Result<Self, ModelError> {
+        Ok(ModelSpec {
+            architecture: Architecture::Conv(
+                Cnn::new(input, layers).map_err(ModelError::BadLayers)?,
+            ),
+        })
     }
 
-    /// Input width.
+    /// The architecture.
+    pub fn architecture(&self) -> &Architecture {
+        &self.architecture
+    }
+
+    /// Values per input example.
     pub fn inputs(&self) -> usize {
-        self.layer_sizes[0]
+        match &self.architecture {
+            Architecture::Dense(sizes) => sizes[0],
+            Architecture::Conv(cnn) => cnn.inputs(),
+        }
     }
 
     /// Number of classes (output width).
     pub fn classes(&self) -> usize {
-        *self.layer_sizes.last().expect("at least two widths")
-    }
-
-    /// The layers in parameter order.
-    pub fn layers(&self) -> Vec<Layer> {
-        self.layer_iter().collect()
-    }
-
-    /// The layers in parameter order, without allocating.
-    pub(crate) fn layer_iter(&self) -> impl Iterator<Item = Layer> + '_ {
-        let mut offset = 0;
-        self.layer_sizes.windows(2).map(move |w| {
-            let layer = Layer {
-                inputs: w[0],
-                outputs: w[1],
-                weight_offset: offset,
-                bias_offset: offset + w[0] * w[1],
-            };
-            offset += w[0] * w[1] + w[1];
-            layer
-        })
+        match &self.architecture {
+            Architecture::Dense(sizes) => sizes[sizes.len() - 1],
+            Architecture::Conv(cnn) => cnn.classes(),
+        }
     }
 
     /// Length of the flat parameter vector.
     pub fn num_params(&self) -> usize {
-        self.layer_sizes
-            .windows(2)
-            .map(|w| w[0] * w[1] + w[1])
-            .sum()
+        match &self.architecture {
+            Architecture::Dense(sizes) => sizes.windows(2).map(|w| w[0] * w[1] + w[1]).sum(),
+            Architecture::Conv(cnn) => cnn.num_params(),
+        }
     }
 
-    /// Fresh parameters: He-uniform weights, U(-sqrt(6/n_in), sqrt(6/n_in)) (He et al. 2015),
-    /// and zero biases.
+    /// Every weight matrix and bias, in parameter order.
+    fn blocks(&self) -> Vec<Block> {
+        match &self.architecture {
+            Architecture::Dense(sizes) => dense_layers(sizes)
+                .enumerate()
+                .map(|(l, layer)| Block {
+                    layer: l,
+                    shape: vec![layer.inputs, layer.outputs],
+                    fan_in: layer.inputs,
+                    weight_offset: layer.weight_offset,
+                    bias_offset: layer.bias_offset,
+                    end: layer.bias_offset + layer.outputs,
+                })
+                .collect(),
+            Architecture::Conv(cnn) => (cnn.layers().iter().enumerate())
+                .filter(|(_, p)| p.outputs_per_position() > 0)
+                .map(|(l, p)| Block {
+                    layer: l,
+                    shape: match p.spec {
+                        LayerSpec::Conv { kernel, .. } => {
+                            vec![kernel, kernel, p.input.channels, p.output.channels]
+                        }
+                        _ => vec![p.fan_in(), p.outputs_per_position()],
+                    },
+                    fan_in: p.fan_in(),
+                    weight_offset: p.weight_offset,
+                    bias_offset: p.bias_offset,
+                    end: p.end(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Fresh parameters: He-uniform weights, U(-sqrt(6/n_in), sqrt(6/n_in)) with n_in the fan-in
+    /// (He et al. 2015), and zero biases.
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
         let mut params = vec![0.0f32; self.num_params()];
-        for layer in self.layers() {
-            let limit = (6.0 / layer.inputs as f32).sqrt();
+        for block in self.blocks() {
+            let limit = (6.0 / block.fan_in as f32).sqrt();
             let dist = Uniform::new_inclusive(-limit, limit).expect("finite, ordered bounds");
-            for p in &mut params[layer.weight_offset..layer.bias_offset] {
+            for p in &mut params[block.weight_offset..block.bias_offset] {
                 *p = dist.sample(rng);
             }
         }
         params
     }
 
-    /// The named tensors of `params`, in order, as (name, shape, values); names follow the
-    /// `layers.{l}.weight` / `layers.{l}.bias` convention.
+    /// The named tensors of `params`, in order, as (name, shape, values): `layers.{l}.weight`
+    /// and `layers.{l}.bias`, `l` the layer's position in the architecture's list (for a
+    /// convolutional network, counting the layers without parameters too). A dense weight's shape
+    /// is (fan-in, outputs), a convolution's (k, k, C_in, C_out), both row-major.
     pub fn named_tensors<'a>(&self, params: &'a [f32]) -> Vec<(String, Vec<usize>, &'a [f32])> {
-        self.layers()
-            .iter()
-            .enumerate()
-            .flat_map(|(l, layer)| {
+        self.blocks()
+            .into_iter()
+            .flat_map(|b| {
                 [
                     (
-                        format!("layers.{l}.weight"),
-                        vec![layer.inputs, layer.outputs],
-                        &params[layer.weight_offset..layer.bias_offset],
+                        format!("layers.{}.weight", b.layer),
+                        b.shape,
+                        &params[b.weight_offset..b.bias_offset],
                     ),
                     (
-                        format!("layers.{l}.bias"),
-                        vec![layer.outputs],
-                        &params[layer.bias_offset..layer.bias_offset + layer.outputs],
+                        format!("layers.{}.bias", b.layer),
+                        vec![b.end - b.bias_offset],
+                        &params[b.bias_offset..b.end],
                     ),
                 ]
             })
@@ -174,10 +228,38 @@ impl ModelSpec {
     }
 }
 
+/// The layers of a fully connected network of widths `sizes`, in parameter order.
+pub(crate) fn dense_layers(sizes: &[usize]) -> impl Iterator<Item = Layer> + '_ {
+    let mut offset = 0;
+    sizes.windows(2).map(move |w| {
+        let layer = Layer {
+            inputs: w[0],
+            outputs: w[1],
+            weight_offset: offset,
+            bias_offset: offset + w[0] * w[1],
+        };
+        offset += w[0] * w[1] + w[1];
+        layer
+    })
+}
+
+/// `784-600-100-10` for a fully connected network; `28x28x1 conv:32:5:pad2 relu ... dense:10`
+/// for a convolutional one.
 impl std::fmt::Display for ModelSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let widths: Vec<String> = self.layer_sizes.iter().map(usize::to_string).collect();
-        write!(f, "{}", widths.join("-"))
+        match &self.architecture {
+            Architecture::Dense(sizes) => {
+                let widths: Vec<String> = sizes.iter().map(usize::to_string).collect();
+                write!(f, "{}", widths.join("-"))
+            }
+            Architecture::Conv(cnn) => {
+                let i = cnn.layers()[0].input;
+                write!(f, "{}x{}x{}", i.height, i.width, i.channels)?;
+                cnn.layers()
+                    .iter()
+                    .try_for_each(|layer| write!(f, " {}", layer.spec))
+            }
+        }
     }
 }
 
@@ -192,7 +274,7 @@ mod tests {
             spec.num_params(),
             784 * 600 + 600 + 600 * 100 + 100 + 100 * 10 + 10
         );
-        let layers = spec.layers();
+        let layers: Vec<Layer> = dense_layers(&[784, 600, 100, 10]).collect();
         assert_eq!(layers[1].weight_offset, 784 * 600 + 600);
         assert_eq!(spec.to_string(), "784-600-100-10");
         let params = vec![0.0; spec.num_params()];

@@ -4,19 +4,23 @@
 //! Z_L are the logits. The loss is the mean softmax cross-entropy over the batch. Backward
 //! (standard backpropagation): dZ_L = (softmax(Z_L) - onehot(y)) / B; dW_l = A_{l-1}^T dZ_l;
 //! db_l = sum over the batch of dZ_l; dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0].
+//!
+//! The public passes take any [`ModelSpec`] and hand a convolutional one to [`super::cnn`].
 
-use super::{Layer, ModelSpec, mat_mul};
-use ndarray::{Array2, ArrayView2, ArrayViewMut2};
+use super::cnn::CnnWorkspace;
+use super::{Architecture, Layer, ModelSpec, dense_layers, mat_mul};
+use ndarray::{ArrayView2, ArrayViewMut2};
 
 /// Buffers of a forward and backward pass, kept from step to step so that training allocates
 /// nothing per batch once the first batch has sized them: each layer's output and the
-/// backpropagated deltas dZ_l, dZ_{l-1}.
+/// backpropagated deltas dZ_l, dZ_{l-1} (a convolutional network's in `conv`).
 #[derive(Debug, Default)]
 pub struct Workspace {
     layers: Vec<Layer>,
     outs: Vec<Vec<f32>>,
     delta: Vec<f32>,
     prev: Vec<f32>,
+    conv: CnnWorkspace,
 }
 
 /// Sets `buf` to `len` values, reusing its memory; the values are to be overwritten.
@@ -61,16 +65,25 @@ fn forward_into(
     }
 }
 
-/// Outputs of every layer for the batch `x`: hidden layers after ReLU, the last one the logits.
-pub fn forward(spec: &ModelSpec, params: &[f32], x: ArrayView2<'_, f32>) -> Vec<Array2<f32>> {
+/// The logits of the batch `x` (examples x classes), in the workspace.
+pub fn logits_in<'w>(
+    spec: &ModelSpec,
+    params: &[f32],
+    x: ArrayView2<'_, f32>,
+    workspace: &'w mut Workspace,
+) -> ArrayView2<'w, f32> {
     assert_eq!(params.len(), spec.num_params(), "parameter vector length");
-    let layers = spec.layers();
-    let mut outs = Vec::new();
-    forward_into(&layers, params, x, &mut outs);
-    let shapes = layers.iter().map(|layer| (x.nrows(), layer.outputs));
-    (outs.into_iter().zip(shapes))
-        .map(|(out, shape)| Array2::from_shape_vec(shape, out).expect("outputs sized by the layer"))
-        .collect()
+    let logits: &[f32] = match spec.architecture() {
+        Architecture::Dense(sizes) => {
+            let Workspace { layers, outs, .. } = workspace;
+            layers.clear();
+            layers.extend(dense_layers(sizes));
+            forward_into(layers, params, x, outs);
+            &outs[layers.len() - 1]
+        }
+        Architecture::Conv(cnn) => cnn.logits(params, x, &mut workspace.conv),
+    };
+    ArrayView2::from_shape((x.nrows(), spec.classes()), logits).expect("one row per example")
 }
 
 /// Turns logits into probabilities in place (row-wise softmax, max-shifted for stability) and
@@ -126,7 +139,12 @@ pub fn loss_and_grad_in(
     workspace: &mut Workspace,
 ) -> f32 {
     assert_eq!(grad.len(), params.len(), "gradient buffer length");
-    backprop(spec, Target::Gradient { params, grad }, x, y, workspace)
+    match spec.architecture() {
+        Architecture::Dense(sizes) => {
+            backprop(sizes, Target::Gradient { params, grad }, x, y, workspace)
+        }
+        Architecture::Conv(cnn) => cnn.loss_and_grad(params, x, y, grad, &mut workspace.conv),
+    }
 }
 
 /// Mean cross-entropy loss of the batch (`x`, `y`) at `params`, and one SGD step on it,
@@ -141,7 +159,12 @@ pub fn loss_and_step_in(
     y: &[u32],
     workspace: &mut Workspace,
 ) -> f32 {
-    backprop(spec, Target::Step { params, eta }, x, y, workspace)
+    match spec.architecture() {
+        Architecture::Dense(sizes) => {
+            backprop(sizes, Target::Step { params, eta }, x, y, workspace)
+        }
+        Architecture::Conv(cnn) => cnn.loss_and_step(params, eta, x, y, &mut workspace.conv),
+    }
 }
 
 /// What backpropagation does with each layer's gradient (dW_l, db_l).
@@ -176,27 +199,28 @@ impl Target<'_> {
 /// dZ_{l-1} is formed from W_l before W_l's gradient is sent, so a step uses the gradient at the
 /// parameters the forward pass saw.
 fn backprop(
-    spec: &ModelSpec,
+    sizes: &[usize],
     mut target: Target<'_>,
     x: ArrayView2<'_, f32>,
     y: &[u32],
     workspace: &mut Workspace,
 ) -> f32 {
     assert_eq!(x.nrows(), y.len(), "one label per example");
-    assert_eq!(
-        target.params().len(),
-        spec.num_params(),
-        "parameter vector length"
-    );
     let rows = x.nrows();
     let Workspace {
         layers,
         outs,
         delta,
         prev,
+        ..
     } = workspace;
     layers.clear();
-    layers.extend(spec.layer_iter());
+    layers.extend(dense_layers(sizes));
+    assert_eq!(
+        target.params().len(),
+        layers.last().map_or(0, |l| l.bias_offset + l.outputs),
+        "parameter vector length"
+    );
     forward_into(layers, target.params(), x, outs);
     let last = layers.len() - 1;
     let loss = output_delta(&outs[last], layers[last].outputs, y, delta);
@@ -249,6 +273,7 @@ fn backprop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::Array2;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

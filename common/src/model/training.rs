@@ -1,6 +1,6 @@
 //! Local training (mini-batch SGD, McMahan et al. 2017's ClientUpdate) and evaluation.
 
-use super::{ModelSpec, Workspace, forward, loss_and_grad_in, loss_and_step_in};
+use super::{Architecture, ModelSpec, Workspace, loss_and_grad_in, loss_and_step_in};
 use crate::data::Dataset;
 use ndarray::ArrayView2;
 use rand::Rng;
@@ -181,14 +181,27 @@ pub fn clipped_gradient_sum(
     (sum, loss)
 }
 
-/// Examples per forward pass of [`evaluate`].
+/// Examples per forward pass of [`evaluate`] for a fully connected network.
 const EVAL_BATCH: usize = 1000;
+
+/// Values one forward pass of [`evaluate`] may keep (2^24 f32, 64 MiB) for a convolutional
+/// network, whose patch matrices are many times its input.
+const EVAL_VALUES: usize = 1 << 24;
+
+/// Examples per forward pass of [`evaluate`].
+fn eval_batch(spec: &ModelSpec) -> usize {
+    match spec.architecture() {
+        Architecture::Dense(_) => EVAL_BATCH,
+        Architecture::Conv(cnn) => (EVAL_VALUES / cnn.values_per_example()).clamp(1, EVAL_BATCH),
+    }
+}
 
 /// Accuracy and mean cross-entropy of `params` on all of `data`, its batches spread over the
 /// machine's cores (the server evaluates every round while the clients wait). The result does
 /// not depend on the number of cores: per-batch sums are added in batch order.
 pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation {
-    let starts: Vec<usize> = (0..data.len()).step_by(EVAL_BATCH).collect();
+    let batch = eval_batch(spec);
+    let starts: Vec<usize> = (0..data.len()).step_by(batch).collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let per_thread = starts.len().div_ceil(threads).max(1);
     let sums: Vec<(usize, f64)> = std::thread::scope(|scope| {
@@ -196,8 +209,12 @@ pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation 
             .chunks(per_thread)
             .map(|mine| {
                 scope.spawn(move || {
-                    let batch = |&start: &usize| evaluate_batch(spec, params, data, start);
-                    mine.iter().map(batch).collect::<Vec<_>>()
+                    let mut workspace = Workspace::default();
+                    let mut at = |&start: &usize| {
+                        let end = (start + batch).min(data.len());
+                        evaluate_batch(spec, params, data, start..end, &mut workspace)
+                    };
+                    mine.iter().map(&mut at).collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -216,14 +233,19 @@ pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation 
     }
 }
 
-/// Correct predictions and summed cross-entropy on the batch of `data` starting at `start`.
-fn evaluate_batch(spec: &ModelSpec, params: &[f32], data: &Dataset, start: usize) -> (usize, f64) {
-    let end = (start + EVAL_BATCH).min(data.len());
-    let x = data.features().slice(ndarray::s![start..end, ..]);
-    let logits = forward(spec, params, x).pop().expect("at least one layer");
+/// Correct predictions and summed cross-entropy on the examples `range` of `data`.
+fn evaluate_batch(
+    spec: &ModelSpec,
+    params: &[f32],
+    data: &Dataset,
+    range: std::ops::Range<usize>,
+    workspace: &mut Workspace,
+) -> (usize, f64) {
+    let x = data.features().slice(ndarray::s![range.clone(), ..]);
+    let logits = super::logits_in(spec, params, x, workspace);
     let mut correct = 0usize;
     let mut loss = 0.0f64;
-    for (row, &label) in logits.rows().into_iter().zip(&data.labels()[start..end]) {
+    for (row, &label) in logits.rows().into_iter().zip(&data.labels()[range]) {
         let (argmax, max) = row
             .iter()
             .enumerate()
@@ -372,9 +394,9 @@ mod tests {
         let data = Dataset::new(features, labels, 4).unwrap();
         let spec = ModelSpec::mlp(6, &[9], 4).unwrap();
         let params = spec.init(&mut rng);
-        let logits = forward(&spec, &params, data.features().view())
-            .pop()
-            .unwrap();
+        let mut workspace = Workspace::default();
+        let logits =
+            super::super::logits_in(&spec, &params, data.features().view(), &mut workspace);
         let (mut correct, mut loss) = (0usize, 0.0f64);
         for (row, &y) in logits.rows().into_iter().zip(data.labels()) {
             let p: Vec<f64> = row.iter().map(|&v| f64::from(v).exp()).collect();

@@ -94,7 +94,16 @@ impl std::fmt::Display for LayerSpec {
                 kernel,
                 stride,
                 pad,
-            } => write!(f, "conv:{channels}:{kernel}:stride{stride}:pad{pad}"),
+            } => {
+                write!(f, "conv:{channels}:{kernel}")?;
+                if stride != 1 {
+                    write!(f, ":stride{stride}")?;
+                }
+                if pad != 0 {
+                    write!(f, ":pad{pad}")?;
+                }
+                Ok(())
+            }
             Self::Relu => write!(f, "relu"),
             Self::MaxPool { size } => write!(f, "maxpool:{size}"),
             Self::Flatten => write!(f, "flatten"),
@@ -165,15 +174,45 @@ impl Placed {
         }
     }
 
+    /// Values the layer keeps per example in a pass: its output, and a convolution's patch
+    /// matrix (one row of fan-in values per output position).
+    pub fn values_per_example(&self) -> usize {
+        let patches = match self.spec {
+            LayerSpec::Conv { .. } => {
+                (self.output.height * self.output.width).saturating_mul(self.fan_in())
+            }
+            _ => 0,
+        };
+        self.output.len().saturating_add(patches)
+    }
+
     /// The end of the layer's parameters.
     pub fn end(&self) -> usize {
         self.bias_offset + self.outputs_per_position()
     }
 }
 
+/// Most layers in a network; with [`MAX_PARAMS`] and [`MAX_ACTIVATIONS`] it bounds what a
+/// network sent by a peer can make us allocate.
+pub const MAX_LAYERS: usize = 256;
+
+/// Most values one example's activations and patch matrices may take over the whole network
+/// (2^24 f32, 64 MiB): a network can have few parameters and yet huge activations.
+pub const MAX_ACTIVATIONS: usize = 1 << 24;
+
 /// Places `layers` after an input of shape `input`; refuses a layer that cannot follow the one
 /// before it, naming it (its position from 0 and its text).
 pub fn place(input: Shape, layers: &[LayerSpec]) -> Result<Vec<Placed>, String> {
+    if layers.is_empty() || layers.len() > MAX_LAYERS {
+        return Err(format!(
+            "a network has 1 to {MAX_LAYERS} layers, not {}",
+            layers.len()
+        ));
+    }
+    if input.is_empty() || input.len() > MAX_ACTIVATIONS {
+        return Err(format!("an input of {} values per example", input.len()));
+    }
+    let mut activations = 0usize;
     let mut placed = Vec::with_capacity(layers.len());
     let mut shape = input;
     let mut offset = 0usize;
@@ -195,6 +234,12 @@ pub fn place(input: Shape, layers: &[LayerSpec]) -> Result<Vec<Placed>, String> 
         if offset > MAX_PARAMS {
             return Err(named("the network has too many parameters".into()));
         }
+        activations = activations.saturating_add(layer.values_per_example());
+        if activations > MAX_ACTIVATIONS {
+            return Err(named(format!(
+                "the activations exceed {MAX_ACTIVATIONS} values per example"
+            )));
+        }
         placed.push(layer);
         shape = output;
     }
@@ -211,7 +256,9 @@ fn output_shape(spec: LayerSpec, input: Shape) -> Result<(Shape, usize), String>
             pad,
         } => {
             let span = |n: usize| {
-                (n + 2 * pad)
+                pad.checked_mul(2)
+                    .and_then(|p| p.checked_add(n))
+                    .ok_or_else(|| format!("a padding of {pad} is too large"))?
                     .checked_sub(kernel)
                     .map(|room| room / stride + 1)
                     .ok_or_else(|| {
@@ -223,8 +270,16 @@ fn output_shape(spec: LayerSpec, input: Shape) -> Result<(Shape, usize), String>
                 width: span(input.width)?,
                 channels,
             };
-            let weights = (kernel * kernel)
-                .checked_mul(input.channels)
+            let values = (output.height.checked_mul(output.width))
+                .and_then(|n| n.checked_mul(channels))
+                .filter(|&n| n <= MAX_ACTIVATIONS);
+            if values.is_none() {
+                return Err(format!(
+                    "the activations exceed {MAX_ACTIVATIONS} values per example"
+                ));
+            }
+            let weights = (kernel.checked_mul(kernel))
+                .and_then(|n| n.checked_mul(input.channels))
                 .and_then(|n| n.checked_mul(channels))
                 .ok_or("too many weights")?;
             Ok((output, weights))
@@ -283,6 +338,19 @@ mod tests {
     }
 
     #[test]
+    fn lenet5_has_its_parameter_count() {
+        let input = Shape {
+            height: 28,
+            width: 28,
+            channels: 1,
+        };
+        let placed = place(input, &parse(&super::super::LENET5)).unwrap();
+        // 156 + 2,416 + 48,120 + 10,164 + 850
+        assert_eq!(placed.last().unwrap().end(), 61_706);
+        assert_eq!(placed[6].input.len(), 16 * 5 * 5);
+    }
+
+    #[test]
     fn layer_texts_parse_and_print_back() {
         for text in [
             "conv:6:5:stride2:pad1",
@@ -328,10 +396,16 @@ mod tests {
             channels: 1,
         };
         let e = place(input, &parse(&["maxpool:2", "conv:3:5"])).unwrap_err();
-        assert!(e.starts_with("layer 1 (conv:3:5:stride1:pad0)"), "{e}");
+        assert!(e.starts_with("layer 1 (conv:3:5)"), "{e}");
         let e = place(input, &parse(&["maxpool:8"])).unwrap_err();
         assert!(e.starts_with("layer 0 (maxpool:8)"), "{e}");
         let e = place(input, &parse(&["dense:100000", "dense:100000"])).unwrap_err();
         assert!(e.contains("too many parameters"), "{e}");
+        // Few parameters, 2^24 activations per example.
+        let e = place(input, &parse(&["conv:1048576:1"])).unwrap_err();
+        assert!(e.starts_with("layer 0 (conv:1048576:1)"), "{e}");
+        assert!(e.contains("activations"), "{e}");
+        let e = place(input, &vec![LayerSpec::Relu; MAX_LAYERS + 1]).unwrap_err();
+        assert!(e.contains("layers"), "{e}");
     }
 }

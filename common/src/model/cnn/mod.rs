@@ -25,7 +25,7 @@
 
 mod layers;
 
-pub use layers::{LayerSpec, Placed, Shape, place};
+pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
 
 use super::mat_mul;
 use super::network::{Target, output_delta, set_len};
@@ -42,6 +42,25 @@ pub const FEDAVG_CNN: [&str; 9] = [
     "relu",
     "maxpool:2",
     "dense:512",
+    "relu",
+    "dense:10",
+];
+
+/// LeNet-5 (LeCun et al. 1998) as MindSpore Federated's LeNet trains it: 5x5 convolutions of 6
+/// and 16 channels, each followed by ReLU and 2x2 max pooling, dense layers of 120 and 84 with
+/// ReLU, and the logits. The first convolution pads by 2, so a 28 x 28 MNIST digit meets the
+/// network as the original's 32 x 32 input does (16 x 5 x 5 values into the first dense layer);
+/// 61,706 parameters.
+pub const LENET5: [&str; 11] = [
+    "conv:6:5:pad2",
+    "relu",
+    "maxpool:2",
+    "conv:16:5",
+    "relu",
+    "maxpool:2",
+    "dense:120",
+    "relu",
+    "dense:84",
     "relu",
     "dense:10",
 ];
@@ -92,6 +111,23 @@ impl Cnn {
     /// Number of classes.
     pub fn classes(&self) -> usize {
         self.layers[self.layers.len() - 1].output.len()
+    }
+
+    /// The logits of the batch `x` (examples x classes, row-major), in the workspace.
+    pub fn logits<'w>(
+        &self,
+        params: &[f32],
+        x: ArrayView2<'_, f32>,
+        ws: &'w mut CnnWorkspace,
+    ) -> &'w [f32] {
+        assert_eq!(params.len(), self.num_params(), "parameter vector length");
+        self.forward(params, x, ws);
+        &ws.outs[self.layers.len() - 1]
+    }
+
+    /// Values one example keeps over a pass: every layer's output and patch matrix.
+    pub fn values_per_example(&self) -> usize {
+        self.layers.iter().map(Placed::values_per_example).sum()
     }
 
     /// Mean cross-entropy of the batch (`x`, `y`) and its gradient with respect to `params`,
@@ -207,8 +243,17 @@ impl Cnn {
                 }
                 LayerSpec::MaxPool { .. } => {
                     ws.prev.fill(0.0);
-                    for (&d, &at) in ws.delta.iter().zip(&ws.argmax[l]) {
-                        ws.prev[at as usize] += d;
+                    let out = layer.output.len();
+                    let examples = ws
+                        .delta
+                        .chunks_exact(out)
+                        .zip(ws.argmax[l].chunks_exact(out));
+                    for (prev, (delta, argmax)) in
+                        ws.prev.chunks_exact_mut(layer.input.len()).zip(examples)
+                    {
+                        for (&d, &at) in delta.iter().zip(argmax) {
+                            prev[at as usize] += d;
+                        }
                     }
                 }
                 LayerSpec::Flatten => ws.prev.copy_from_slice(&ws.delta),
@@ -339,7 +384,7 @@ fn col2im(layer: &Placed, batch: usize, d_patches: &[f32], da: &mut [f32]) {
 }
 
 /// Max pooling over size x size windows; records where each maximum came from (its index in
-/// the batch's input). The channels of a position are contiguous, so each window position is
+/// its example's input, below [`MAX_ACTIVATIONS`] and so a u32). The channels of a position are contiguous, so each window position is
 /// compared with the best so far over C values at once.
 fn max_pool(
     layer: &Placed,
@@ -357,17 +402,17 @@ fn max_pool(
         .flat_map(|b| (0..o.height).flat_map(move |oy| (0..o.width).map(move |ox| (b, oy, ox))));
     let runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
     for ((b, oy, ox), (best, at)) in positions.zip(runs) {
-        let start =
-            |dy: usize, dx: usize| ((b * i.height + oy * size + dy) * i.width + ox * size + dx) * c;
+        let start = |dy: usize, dx: usize| ((oy * size + dy) * i.width + ox * size + dx) * c;
+        let example = &input[b * i.len()..(b + 1) * i.len()];
         for dy in 0..size {
             for dx in 0..size {
                 let from = start(dy, dx);
-                let run = &input[from..from + c];
+                let run = &example[from..from + c];
                 let first = dy == 0 && dx == 0;
                 for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
                     if first || v > *m {
                         *m = v;
-                        *a = u32::try_from(from + ch).expect("a batch's activations fit u32");
+                        *a = (from + ch) as u32;
                     }
                 }
             }

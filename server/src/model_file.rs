@@ -1,0 +1,134 @@
+//! The model as a file: `model.safetensors` in the run folder, and `model.init`'s starting
+//! weights, in one format so that a run's model loads back as another run's start.
+//!
+//! One f32 tensor per weight matrix and bias, named and shaped as
+//! [`ModelSpec::named_tensors`] says (`layers.{l}.weight`, `layers.{l}.bias`), with the
+//! architecture's text in the metadata under `architecture`.
+
+use fl_common::model::ModelSpec;
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use std::collections::HashMap;
+
+/// The metadata key of the architecture's text (`784-600-100-10`, `28x28x1 conv:32:5:pad2 ...`).
+pub const ARCHITECTURE: &str = "architecture";
+
+/// Serialises `params` of the network `spec`.
+pub fn encode(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Vec<u8>> {
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = spec
+        .named_tensors(params)
+        .into_iter()
+        .map(|(name, shape, values)| {
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (name, shape, bytes)
+        })
+        .collect();
+    let views = tensors
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytes).map(|view| (name.clone(), view))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let metadata = HashMap::from([(ARCHITECTURE.to_string(), spec.to_string())]);
+    safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
+}
+
+/// The parameters of `spec` in `bytes`: every tensor the network names must be there, f32, of
+/// its shape and finite, and no other tensor may be (a file for another network is refused,
+/// whatever its metadata says).
+pub fn decode(spec: &ModelSpec, bytes: &[u8]) -> Result<Vec<f32>, String> {
+    let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    let zeros = vec![0.0; spec.num_params()];
+    let names = spec.named_tensors(&zeros);
+    let mut present = file.names();
+    present.sort();
+    if let Some(extra) = (present.into_iter()).find(|n| !names.iter().any(|(name, ..)| name == *n))
+    {
+        return Err(format!("tensor {extra} is not part of the network {spec}"));
+    }
+    let mut params = Vec::with_capacity(spec.num_params());
+    for (name, shape, _) in &names {
+        let view = file
+            .tensor(name)
+            .map_err(|_| format!("tensor {name} is missing (the network is {spec})"))?;
+        if view.dtype() != Dtype::F32 {
+            return Err(format!("tensor {name} is {:?}, not F32", view.dtype()));
+        }
+        if view.shape() != shape.as_slice() {
+            return Err(format!(
+                "tensor {name} has shape {:?}, the network's is {shape:?}",
+                view.shape()
+            ));
+        }
+        let values = view.data().chunks_exact(4);
+        params.extend(values.map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    }
+    if let Some(bad) = params.iter().position(|v| !v.is_finite()) {
+        return Err(format!("parameter {bad} is not finite"));
+    }
+    Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fl_common::model::{LayerSpec, Shape};
+
+    #[test]
+    fn a_model_reads_back_and_keeps_its_layout() {
+        let spec = ModelSpec::mlp(3, &[2], 2).unwrap();
+        let params: Vec<f32> = (0..spec.num_params()).map(|i| i as f32).collect();
+        let bytes = encode(&spec, &params).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let w1 = st.tensor("layers.1.weight").unwrap();
+        assert_eq!(w1.shape(), &[2, 2]);
+        let first = f32::from_le_bytes(w1.data()[..4].try_into().unwrap());
+        assert_eq!(first, 8.0); // after 3x2 weights and 2 biases
+        assert_eq!(decode(&spec, &bytes).unwrap(), params);
+    }
+
+    fn small_cnn(channels: usize) -> ModelSpec {
+        let input = Shape {
+            height: 6,
+            width: 6,
+            channels: 1,
+        };
+        let layers: Vec<LayerSpec> = [
+            &format!("conv:{channels}:3:pad1"),
+            "relu",
+            "maxpool:2",
+            "dense:3",
+        ]
+        .iter()
+        .map(|t| t.parse().unwrap())
+        .collect();
+        ModelSpec::cnn(input, &layers).unwrap()
+    }
+
+    #[test]
+    fn a_cnn_names_its_layers_by_position_and_refuses_another_network() {
+        let spec = small_cnn(4);
+        let params: Vec<f32> = (0..spec.num_params()).map(|i| i as f32 / 10.0).collect();
+        let bytes = encode(&spec, &params).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        assert_eq!(st.tensor("layers.0.weight").unwrap().shape(), &[3, 3, 1, 4]);
+        assert_eq!(
+            st.tensor("layers.3.weight").unwrap().shape(),
+            &[3 * 3 * 4, 3]
+        );
+        assert_eq!(decode(&spec, &bytes).unwrap(), params);
+
+        let e = decode(&small_cnn(5), &bytes).unwrap_err();
+        assert!(e.contains("layers.0.weight has shape [3, 3, 1, 4]"), "{e}");
+        let mlp = ModelSpec::mlp(36, &[4], 3).unwrap();
+        let e = decode(&mlp, &bytes).unwrap_err();
+        assert!(e.contains("layers.3.bias is not part"), "{e}");
+        let e = decode(&spec, &encode(&mlp, &vec![0.0; mlp.num_params()]).unwrap()).unwrap_err();
+        assert!(e.contains("layers.1.bias is not part"), "{e}");
+        let mut nan = params.clone();
+        nan[7] = f32::NAN;
+        let e = decode(&spec, &encode(&spec, &nan).unwrap()).unwrap_err();
+        assert!(e.contains("parameter 7"), "{e}");
+        assert!(decode(&spec, b"not a file").is_err());
+    }
+}
