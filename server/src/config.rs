@@ -1269,6 +1269,43 @@ mod tests {
         assert!(c.validate().is_err());
     }
 
+    /// A bad layer list stops the start naming the layer: its text at validation, its fit to the
+    /// data's shape and classes when the network is built.
+    #[test]
+    fn cnn_layers_are_checked_and_named() {
+        let cnn = |layers: &str| {
+            toml::from_str::<RunConfig>(&format!("[model]\nkind = \"cnn\"\nlayers = {layers}\n"))
+                .unwrap()
+        };
+        let digit = Shape {
+            height: 28,
+            width: 28,
+            channels: 1,
+        };
+        let e = refused(&cnn(
+            r#"["conv:8:5", "relu", "maxpool:2", "conv:16:x", "dense:10"]"#,
+        ));
+        assert!(e.contains(r#"model.layers: layer 3 ("conv:16:x")"#), "{e}");
+        assert!(refused(&cnn("[]")).contains("needs its `layers`"));
+        let wrong_classes = cnn(r#"["conv:8:5", "relu", "dense:5"]"#);
+        wrong_classes.validate().unwrap();
+        let e = wrong_classes.model.spec(digit, 10).unwrap_err().to_string();
+        assert!(e.contains("layer 2 (dense:5)") && e.contains("10"), "{e}");
+        let too_big = cnn(r#"["conv:8:5", "maxpool:32", "dense:10"]"#);
+        let e = too_big.model.spec(digit, 10).unwrap_err().to_string();
+        assert!(e.contains("layer 1 (maxpool:32)"), "{e}");
+        let mut mlp_with_layers = cnn(r#"["dense:10"]"#);
+        mlp_with_layers.model.kind = ModelKind::Mlp;
+        assert!(refused(&mlp_with_layers).contains("model.layers is for kind"));
+        // The named networks end in the data's classes.
+        let mut lenet = RunConfig::default();
+        lenet.model.kind = "lenet5".parse().unwrap();
+        lenet.validate().unwrap();
+        let spec = lenet.model.spec(digit, 3).unwrap();
+        assert_eq!((spec.classes(), spec.num_params()), (3, 61_706 - 7 * 85));
+        assert!("resnet".parse::<ModelKind>().is_err());
+    }
+
     fn private() -> RunConfig {
         let mut c = RunConfig::default();
         c.privacy.mode = PrivacyMode::Central;
