@@ -11,7 +11,7 @@ use crate::config::{
 use crate::ledger::Ledger;
 use crate::local_accounts::LocalAccounts;
 use crate::strategy::{
-    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, LocalDp, NormBound, QuantileClip,
+    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, QuantileClip,
     ResidualBalancing, SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
 use fl_common::privacy::{Budget, LocalMechanism};
@@ -106,10 +106,9 @@ pub fn pipeline(
     };
     // Under a client-side mechanism every upload is a release the stack checks and accounts.
     let strategy = match local_mechanism {
-        Some(m) => Box::new(LocalDp::new(
-            strategy,
-            LocalAccounts::new(m, config.local.delta),
-        )),
+        Some(m) => {
+            Box::new(LocalDp::new(LocalAccounts::new(m, config.local.delta)).around(strategy))
+        }
         None => strategy,
     };
     Ok(Pipeline {
@@ -177,7 +176,7 @@ fn central_dp<S: SumStrategy + 'static>(
             count_noise: p.count_noise(config.clients_at(1) as f64),
         }),
     };
-    Box::new(CentralDp::new(inner, dim, rule, StdRng::from_os_rng()))
+    Box::new(CentralDp::new(dim, rule, StdRng::from_os_rng()).around(inner))
 }
 
 /// FedAvg over updates the server sees (non-private, or local releases) as `[robust]` asks: the
@@ -185,7 +184,7 @@ fn central_dp<S: SumStrategy + 'static>(
 fn plain_fedavg(robust: &RobustSection, dim: usize) -> Box<dyn Strategy> {
     fn bounded<S: Strategy + 'static>(inner: S, robust: &RobustSection) -> Box<dyn Strategy> {
         match robust.max_update_norm {
-            Some(bound) => Box::new(NormBound::new(inner, bound, robust.norm_action)),
+            Some(bound) => Box::new(NormBound::new(bound, robust.norm_action).around(inner)),
             None => Box::new(inner),
         }
     }

@@ -350,7 +350,8 @@ impl Coordinator {
                 self.config.server.min_clients
             ),
         };
-        tracing::warn!(%reason, "round skipped, model unchanged");
+        // Not logged here: the reason may name a value of the noised aggregate, and nothing of
+        // the round leaves the server before its checkpoint (`publish` logs it).
         Some(reason)
     }
 
@@ -483,6 +484,9 @@ impl Coordinator {
         evaluations.last = Some(eval);
         self.folder.append_round(&metrics)?;
         self.telemetry.observe(&metrics);
+        if let Some(reason) = &metrics.skipped {
+            tracing::warn!(round = metrics.round, %reason, "round skipped, model unchanged");
+        }
         tracing::info!(
             round = metrics.round,
             accuracy = format_args!("{:.4}", metrics.test_accuracy),

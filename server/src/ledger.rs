@@ -72,6 +72,20 @@ impl Ledger {
         for line in text.split_inclusive('\n') {
             match serde_json::from_str::<LedgerEntry>(line.trim_end()) {
                 Ok(entry) if line.ends_with('\n') => {
+                    // An entry another accountant wrote may not compose under this one (PLD takes
+                    // Poisson-subsampled Gaussian rounds only): refuse rather than guess.
+                    if entry.accountant != accountant.name() {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!(
+                                "{}: round {} was accounted by {}, this run's accountant is {}",
+                                path.display(),
+                                entry.round,
+                                entry.accountant,
+                                accountant.name()
+                            ),
+                        ));
+                    }
                     accountant.compose(&entry.event, 1);
                     keep += line.len();
                     if entry.round > checkpointed {
@@ -257,6 +271,32 @@ mod tests {
             replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
         assert_eq!(rounds, 5);
         assert!(eps > spent.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A ledger whose entries another accountant wrote is refused on reopening, naming both.
+    #[test]
+    fn a_ledger_of_another_accountant_is_not_reopened() {
+        let dir = std::env::temp_dir().join(format!("fl-ledger-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let budget = Budget::Epsilon {
+            epsilon: 100.0,
+            delta: 1e-5,
+        };
+        let mut ledger = Ledger::create(&dir, budget, AccountantKind::Rdp).unwrap();
+        ledger.spend(&entry(1, 1.0)).unwrap();
+        drop(ledger);
+        let e = Ledger::reopen(&dir, budget, AccountantKind::Pld, 1)
+            .err()
+            .expect("an RDP ledger reopened under PLD");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let message = e.to_string();
+        assert!(
+            message.contains("round 1 was accounted by rdp"),
+            "{message}"
+        );
+        assert!(message.contains("accountant is pld"), "{message}");
+        Ledger::reopen(&dir, budget, AccountantKind::Rdp, 1).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

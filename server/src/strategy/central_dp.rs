@@ -15,7 +15,7 @@
 //! multiplier.
 
 use super::{
-    RoundContext, RoundOutcome, Strategy, StrategyError, StrategyState, SumStrategy, Upload, moved,
+    Layer, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy, Upload, moved,
 };
 use crate::registry::ClientId;
 use fl_common::model::check_update;
@@ -57,9 +57,8 @@ pub enum ClipRule {
     Quantile(QuantileClip),
 }
 
-/// Central DP around `S`; see the module documentation.
-pub struct CentralDp<S> {
-    inner: S,
+/// Central DP, a [`Layer`] around a [`SumStrategy`]; see the module documentation.
+pub struct CentralDp {
     num_params: usize,
     rule: ClipRule,
     rng: StdRng,
@@ -86,12 +85,11 @@ impl ClipCounts {
     }
 }
 
-impl<S: SumStrategy> CentralDp<S> {
-    /// Central DP around `inner` over `num_params` parameters; `rng` must be a CSPRNG seeded
-    /// from the OS in production.
-    pub fn new(inner: S, num_params: usize, rule: ClipRule, rng: StdRng) -> Self {
+impl CentralDp {
+    /// Central DP over `num_params` parameters; `rng` must be a CSPRNG seeded from the OS in
+    /// production.
+    pub fn new(num_params: usize, rule: ClipRule, rng: StdRng) -> Self {
         Self {
-            inner,
             num_params,
             rule,
             rng,
@@ -110,8 +108,8 @@ impl<S: SumStrategy> CentralDp<S> {
     }
 
     /// Clips `values` to `bound` and hands them to the inner sum with weight 1.
-    fn clip_into_inner(
-        &mut self,
+    fn clip_into_inner<S: SumStrategy>(
+        inner: &mut S,
         ctx: &RoundContext,
         client: ClientId,
         mut values: Vec<f32>,
@@ -124,18 +122,22 @@ impl<S: SumStrategy> CentralDp<S> {
             values,
             release: None,
         };
-        self.inner.absorb(ctx, update.into())?;
+        inner.absorb(ctx, update.into())?;
         Ok(norm)
     }
 
     /// The median rule's S: the median of the held updates' norms, which are then clipped to it
     /// and summed.
-    fn clip_held_to_median(&mut self, ctx: &RoundContext) -> Option<f64> {
+    fn clip_held_to_median<S: SumStrategy>(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+    ) -> Option<f64> {
         let norms: Vec<f64> = self.held.iter().map(|u| l2_norm(u)).collect();
         let s = median(&norms)?;
         for values in std::mem::take(&mut self.held) {
             // Checked when held: the inner sum takes it.
-            let _ = self.clip_into_inner(ctx, 0, values, s);
+            let _ = Self::clip_into_inner(inner, ctx, 0, values, s);
         }
         Some(s)
     }
@@ -153,11 +155,7 @@ impl<S: SumStrategy> CentralDp<S> {
     }
 }
 
-impl<S: SumStrategy> Strategy for CentralDp<S> {
-    fn configure_round(&mut self, ctx: &RoundContext) -> super::RoundInstructions {
-        self.inner.configure_round(ctx)
-    }
-
+impl<S: SumStrategy> Layer<S> for CentralDp {
     fn state(&self) -> StrategyState {
         StrategyState {
             scalars: match self.rule {
@@ -168,7 +166,7 @@ impl<S: SumStrategy> Strategy for CentralDp<S> {
         }
     }
 
-    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
         if let ClipRule::Quantile(q) = &mut self.rule {
             let bound = state.scalars["clip_bound"]
                 .as_f64()
@@ -179,17 +177,22 @@ impl<S: SumStrategy> Strategy for CentralDp<S> {
         Ok(())
     }
 
-    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+    fn absorb(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        upload: Upload,
+    ) -> Result<(), StrategyError> {
         // A secure sum was clipped by the clients and says its own sensitivity.
         let update = match upload {
             Upload::Dense(update) => update,
-            other => return self.inner.absorb(ctx, other),
+            other => return inner.absorb(ctx, other),
         };
         check_update(&update.values, self.num_params)?;
         match self.current_bound() {
             None => self.held.push(update.values),
             Some(bound) => {
-                let norm = self.clip_into_inner(ctx, update.client, update.values, bound)?;
+                let norm = Self::clip_into_inner(inner, ctx, update.client, update.values, bound)?;
                 self.counts.absorbed += 1;
                 self.counts.unclipped += usize::from(norm <= bound);
             }
@@ -197,13 +200,13 @@ impl<S: SumStrategy> Strategy for CentralDp<S> {
         Ok(())
     }
 
-    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+    fn finish_round(&mut self, inner: &mut S, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         let bound = match self.rule {
-            ClipRule::Median => self.clip_held_to_median(ctx),
+            ClipRule::Median => self.clip_held_to_median(inner, ctx),
             _ => self.current_bound(),
         };
         let counts = std::mem::take(&mut self.counts);
-        let sum = self.inner.take_sum();
+        let sum = inner.take_sum();
         // No update and no median: nothing to release this round.
         let (Some(bound), Some(sum)) = (bound, sum) else {
             return RoundOutcome::default();
@@ -236,7 +239,7 @@ impl<S: SumStrategy> Strategy for CentralDp<S> {
 mod tests {
     use super::*;
     use crate::strategy::testing::ctx;
-    use crate::strategy::{Divisor, FedAvg, SecureSum, SumInput};
+    use crate::strategy::{Decorated, Divisor, FedAvg, SecureSum, Strategy, SumInput};
     use rand::SeedableRng;
 
     /// One client's update, claiming 7 examples (central DP must ignore the claim).
@@ -249,8 +252,8 @@ mod tests {
     }
 
     /// Central DP around FedAvg, over `d` parameters.
-    fn dp(d: usize, rule: ClipRule, seed: u64) -> CentralDp<FedAvg> {
-        CentralDp::new(FedAvg::new(d), d, rule, StdRng::seed_from_u64(seed))
+    fn dp(d: usize, rule: ClipRule, seed: u64) -> Decorated<CentralDp, FedAvg> {
+        CentralDp::new(d, rule, StdRng::seed_from_u64(seed)).around(FedAvg::new(d))
     }
 
     #[test]
@@ -299,7 +302,7 @@ mod tests {
             }
             s.finish_round(&c, &[0.0]);
         }
-        let ClipRule::Quantile(q) = s.rule else {
+        let ClipRule::Quantile(q) = s.layer.rule else {
             unreachable!()
         };
         assert!((q.bound - (0.3f64).exp()).abs() < 1e-6, "{}", q.bound);
@@ -367,7 +370,7 @@ mod tests {
     fn around_a_secure_sum_it_noises_with_the_quantised_sensitivity_and_the_expected_count() {
         let rule = ClipRule::Fixed(1.0);
         let inner = SecureSum::new(Divisor::Survivors);
-        let mut s = CentralDp::new(inner, 1000, rule, StdRng::seed_from_u64(2));
+        let mut s = CentralDp::new(1000, rule, StdRng::seed_from_u64(2)).around(inner);
         let c = plan(1, 5.0, 2.0);
         let input = SumInput {
             sum: vec![0.0; 1000],

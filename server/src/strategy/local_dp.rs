@@ -5,68 +5,62 @@
 //! what the clients declare they applied, which each client also logs for itself.
 
 use super::{
-    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
+    Layer, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState, Upload,
 };
 use crate::local_accounts::LocalAccounts;
-use crate::registry::ClientId;
 
-/// Local DP around `S`; see the module documentation.
-pub struct LocalDp<S> {
-    inner: S,
+/// Local DP, a [`Layer`] around any strategy; see the module documentation.
+pub struct LocalDp {
     accounts: LocalAccounts,
 }
 
-impl<S: Strategy> LocalDp<S> {
-    /// `inner` behind the mechanism of `accounts`.
-    pub fn new(inner: S, accounts: LocalAccounts) -> Self {
-        Self { inner, accounts }
+impl LocalDp {
+    /// The checks and ledgers of the mechanism of `accounts`.
+    pub fn new(accounts: LocalAccounts) -> Self {
+        Self { accounts }
     }
 }
 
-impl<S: Strategy> Strategy for LocalDp<S> {
-    fn configure_round(&mut self, ctx: &RoundContext) -> RoundInstructions {
+impl<S: Strategy> Layer<S> for LocalDp {
+    fn configure_round(&mut self, inner: &mut S, ctx: &RoundContext) -> RoundInstructions {
         RoundInstructions {
             local: Some(self.accounts.mechanism()),
-            ..self.inner.configure_round(ctx)
+            ..inner.configure_round(ctx)
         }
     }
 
-    fn absorb(&mut self, ctx: &RoundContext, mut upload: Upload) -> Result<(), StrategyError> {
+    fn absorb(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        mut upload: Upload,
+    ) -> Result<(), StrategyError> {
         let Some((client, declared)) = upload.take_release() else {
-            return self.inner.absorb(ctx, upload);
+            return inner.absorb(ctx, upload);
         };
         let release = self
             .accounts
             .admit(declared.as_ref())
             .map_err(StrategyError::Release)?;
-        self.inner.absorb(ctx, upload)?;
+        inner.absorb(ctx, upload)?;
         self.accounts.record(client, &release);
         Ok(())
-    }
-
-    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
-        self.inner.client_tensor(client, global)
     }
 
     fn state(&self) -> StrategyState {
         StrategyState {
             local_ledgers: self.accounts.ledgers().clone(),
-            ..self.inner.state()
+            ..StrategyState::default()
         }
     }
 
-    fn restore(&mut self, mut state: StrategyState) -> Result<(), String> {
-        self.accounts
-            .restore(std::mem::take(&mut state.local_ledgers));
-        self.inner.restore(state)
+    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
+        self.accounts.restore(state.local_ledgers.clone());
+        Ok(())
     }
 
     fn local_accounts(&self) -> Option<&LocalAccounts> {
         Some(&self.accounts)
-    }
-
-    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
-        self.inner.finish_round(ctx, global)
     }
 }
 
@@ -89,7 +83,7 @@ mod tests {
             epsilon: 0.5,
             clip: 1.0,
         };
-        let mut s = LocalDp::new(FedAvg::new(2), LocalAccounts::new(mechanism, 1e-5));
+        let mut s = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
         let c = ctx(1, 2.0, None);
         assert_eq!(s.configure_round(&c).local, Some(mechanism));
         assert!(s.absorb(&c, released(1, None)).is_err());
@@ -100,7 +94,7 @@ mod tests {
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         assert_eq!(s.local_accounts().unwrap().per_client()[0].releases, 2);
         assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![1.0, 2.0]));
-        let mut restored = LocalDp::new(FedAvg::new(2), LocalAccounts::new(mechanism, 1e-5));
+        let mut restored = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
         restored.restore(s.state()).unwrap();
         assert_eq!(restored.local_accounts().unwrap().max_epsilon(), 1.0);
     }

@@ -4,14 +4,17 @@
 //! between calls, never the round's plan.
 //!
 //! Aggregation rules: [`FedAvg`], [`TrimmedMean`], [`SecureSum`], [`SignDsAvg`], [`Iadmm`].
-//! Decorators around an inner rule: [`CentralDp`] (clip, Gaussian noise, divide by the expected
-//! count; wraps only a [`SumStrategy`]), [`LocalDp`] (checks each upload's local release and
-//! keeps the clients' local ledgers) and [`NormBound`] (an operator's bound on update norms).
+//! Decorators around an inner rule, each a [`Layer`] that [`Decorated`] stacks on its inner
+//! strategy (one forwarding mechanism: no decorator can drop its inner strategy's state):
+//! [`CentralDp`] (clip, Gaussian noise, divide by the expected count; wraps only a
+//! [`SumStrategy`]), [`LocalDp`] (checks each upload's local release and keeps the clients' local
+//! ledgers) and [`NormBound`] (an operator's bound on update norms).
 //! `crate::build` is the one place that stacks them for a run.
 
 mod central_dp;
 mod fedavg;
 mod iadmm;
+mod layer;
 mod local_dp;
 mod norm_bound;
 mod secure_sum;
@@ -21,6 +24,7 @@ mod trimmed_mean;
 pub use central_dp::{CentralDp, ClipRule, QuantileClip};
 pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
+pub use layer::{Decorated, Layer};
 pub use local_dp::LocalDp;
 pub use norm_bound::NormBound;
 pub use secure_sum::{Divisor, SecureSum};

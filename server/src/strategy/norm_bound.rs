@@ -2,80 +2,49 @@
 //! defence against one client's update dragging the model arbitrarily far (plain FedAvg has no
 //! clipping of its own).
 
-use super::{
-    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
-};
+use super::{Layer, RoundContext, Strategy, StrategyError, Upload};
 use crate::config::NormAction;
-use crate::registry::ClientId;
+use fl_common::privacy::{clip_l2, l2_norm};
 
 /// Refuses, or scales down to `bound`, every update u with ||u||_2 > bound, then hands it on.
 #[derive(Debug)]
-pub struct NormBound<S> {
-    inner: S,
+pub struct NormBound {
     bound: f64,
     action: NormAction,
 }
 
-impl<S: Strategy> NormBound<S> {
-    /// `inner` behind the bound ||u||_2 <= `bound`.
-    pub fn new(inner: S, bound: f64, action: NormAction) -> Self {
-        Self {
-            inner,
-            bound,
-            action,
-        }
+impl NormBound {
+    /// The bound ||u||_2 <= `bound`.
+    pub fn new(bound: f64, action: NormAction) -> Self {
+        Self { bound, action }
     }
 }
 
-impl<S: Strategy> Strategy for NormBound<S> {
-    fn configure_round(&mut self, ctx: &RoundContext) -> RoundInstructions {
-        self.inner.configure_round(ctx)
-    }
-
-    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+impl<S: Strategy> Layer<S> for NormBound {
+    fn absorb(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        upload: Upload,
+    ) -> Result<(), StrategyError> {
         let Upload::Dense(mut update) = upload else {
-            return self.inner.absorb(ctx, upload);
+            return inner.absorb(ctx, upload);
         };
-        let norm = update
-            .values
-            .iter()
-            .map(|&v| f64::from(v).powi(2))
-            .sum::<f64>()
-            .sqrt();
-        if norm > self.bound {
-            match self.action {
-                NormAction::Refuse => {
-                    return Err(StrategyError::NormTooLarge {
-                        norm,
-                        bound: self.bound,
-                    });
-                }
-                // u * min(1, S / ||u||), as in clipping (Abadi et al. 2016, Alg. 1).
-                NormAction::Clip => {
-                    let scale = self.bound / norm;
-                    for v in &mut update.values {
-                        *v = (f64::from(*v) * scale) as f32;
-                    }
-                }
+        let norm = l2_norm(&update.values);
+        match self.action {
+            NormAction::Refuse if norm > self.bound => {
+                return Err(StrategyError::NormTooLarge {
+                    norm,
+                    bound: self.bound,
+                });
             }
+            // u * min(1, S / ||u||), as in clipping (Abadi et al. 2016, Alg. 1).
+            NormAction::Clip => {
+                clip_l2(&mut update.values, self.bound);
+            }
+            NormAction::Refuse => {}
         }
-        self.inner.absorb(ctx, update.into())
-    }
-
-    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
-        self.inner.client_tensor(client, global)
-    }
-
-    fn state(&self) -> StrategyState {
-        self.inner.state()
-    }
-
-    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
-        self.inner.restore(state)
-    }
-
-    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
-        self.inner.finish_round(ctx, global)
+        inner.absorb(ctx, update.into())
     }
 }
 
@@ -89,13 +58,13 @@ mod tests {
         FedAvg::new(2)
     }
 
-    fn update(client: ClientId, values: Vec<f32>) -> Upload {
+    fn update(client: crate::registry::ClientId, values: Vec<f32>) -> Upload {
         crate::strategy::testing::update(client, 1, values).into()
     }
 
     #[test]
     fn refuses_updates_beyond_the_bound_and_keeps_the_others() {
-        let mut s = NormBound::new(fedavg(), 5.0, NormAction::Refuse);
+        let mut s = NormBound::new(5.0, NormAction::Refuse).around(fedavg());
         let c = ctx(1, 2.0, None);
         s.absorb(&c, update(0, vec![3.0, 4.0])).unwrap();
         let err = s.absorb(&c, update(1, vec![3.0, 4.001])).unwrap_err();
@@ -106,9 +75,28 @@ mod tests {
         assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![3.0, 4.0]));
     }
 
+    /// Scaling by S / ||u|| in f32 can leave ||u|| a few ulps above S; the clipped update never
+    /// is (fixed seed, 2,000 random updates of 100 values).
+    #[test]
+    fn a_clipped_update_is_never_above_the_bound() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let bound = 1.0;
+        for _ in 0..2000 {
+            let values: Vec<f32> = (0..100).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let mut s = NormBound::new(bound, NormAction::Clip).around(FedAvg::new(100));
+            let c = ctx(1, 1.0, None);
+            s.absorb(&c, crate::strategy::testing::update(0, 1, values).into())
+                .unwrap();
+            let clipped = s.finish_round(&c, &[0.0; 100]).model.unwrap();
+            let norm = l2_norm(&clipped);
+            assert!(norm <= bound, "clipped to {norm:e} > {bound}");
+        }
+    }
+
     #[test]
     fn clips_updates_beyond_the_bound_to_it() {
-        let mut s = NormBound::new(fedavg(), 5.0, NormAction::Clip);
+        let mut s = NormBound::new(5.0, NormAction::Clip).around(fedavg());
         let c = ctx(1, 2.0, None);
         s.absorb(&c, update(0, vec![30.0, 40.0])).unwrap();
         s.absorb(&c, update(1, vec![1e38, 0.0])).unwrap();

@@ -166,6 +166,15 @@ pub fn evil_config(out: &Path) -> RunConfig {
     c
 }
 
+/// The run folder of [`run_with_evil_client`] called on this thread.
+pub fn evil_out_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "fl-bad-input-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ))
+}
+
 /// Builds what the evil client sends once it holds round `round`'s task for a model of `n`
 /// parameters.
 pub type Behaviour = fn(round: u64, n: usize) -> Vec<client_message::Body>;
@@ -177,11 +186,7 @@ pub async fn run_with_evil_client(
     configure: fn(&mut RunConfig),
     evil: Behaviour,
 ) -> (tonic::Status, Vec<RoundMetrics>, u64) {
-    let out = std::env::temp_dir().join(format!(
-        "fl-bad-input-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let out = evil_out_dir();
     let data = Arc::new(blobs(200));
     let mut config = evil_config(&out);
     configure(&mut config);
