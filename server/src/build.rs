@@ -1,21 +1,24 @@
-//! The one place that reads the privacy mode and the algorithm: it turns a validated
-//! configuration into the run's [`Pipeline`], i.e. the strategy stack, the collection, the
-//! privacy ledger and the release rule. ARCHITECTURE.md lists every
-//! mode as its stack. The coordinator and the collections never branch on the mode.
+//! The one place that turns the privacy plan into the run: it returns the run's [`Pipeline`],
+//! i.e. the round policy, the strategy stack, the collection, the privacy ledger and the release
+//! rule. ARCHITECTURE.md lists every mode as its stack. The coordinator, the policies and the
+//! collections never branch on the mode.
 
 use crate::ServerError;
 use crate::collection::{Collection, PlainCollection, SecureCollection};
-use crate::config::{
-    Aggregator, Algorithm, ClipMode, PrivacyMode, RobustSection, RunConfig, SecAggNoise,
+use crate::config::plan::{
+    Aggregation, CentralNoise, IadmmPlan, LocalAccounting, LocalPlan, LocalRule, SecureNoise,
+    SecurePlan,
 };
-use crate::ledger::Ledger;
+use crate::config::{Aggregator, PrivacyPlan, RunConfig};
+use crate::ledger::{Ledger, LedgerTerms};
 use crate::local_accounts::LocalAccounts;
+use crate::policy::{Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian};
 use crate::strategy::{
-    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, QuantileClip,
-    ResidualBalancing, SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, ResidualBalancing,
+    SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
-use fl_common::privacy::{Budget, LocalMechanism};
-use fl_common::secagg::PlainInputs;
+use fl_common::privacy::LocalMechanism;
+use fl_common::secagg::{PlainInputs, RoundShape};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -42,8 +45,10 @@ impl ReleaseRule {
     }
 }
 
-/// Everything of a run that depends on its privacy mode and algorithm.
+/// Everything of a run that depends on its privacy plan.
 pub struct Pipeline {
+    /// Whom each round samples, its context and its privacy event.
+    pub policy: Box<dyn RoundPolicy>,
     /// The strategy stack.
     pub strategy: Box<dyn Strategy>,
     /// How results come in.
@@ -55,63 +60,57 @@ pub struct Pipeline {
 }
 
 /// Builds the pipeline of `config` over `dim` parameters; `open_ledger` creates (or reopens) the
-/// ledger of a private run, `oracle` (simulation only) checks secure sums.
+/// ledger of a run that keeps one, `oracle` (simulation only) checks secure sums.
 pub fn pipeline(
     config: &RunConfig,
     dim: usize,
     oracle: Option<Arc<PlainInputs>>,
-    open_ledger: impl FnOnce(Budget) -> std::io::Result<Ledger>,
+    open_ledger: impl FnOnce(LedgerTerms) -> std::io::Result<Ledger>,
 ) -> Result<Pipeline, ServerError> {
-    let local_mechanism = config.local_mechanism(dim)?;
-    let ledger = match config.is_private() {
-        true => Some(open_ledger(config.privacy.budget())?),
-        false => None,
-    };
-    let plain = Collection::Plain(PlainCollection {
-        round_timeout: Duration::from_secs_f64(config.server.round_timeout_secs),
-        reconnect_grace: Duration::from_secs_f64(config.server.reconnect_grace_secs),
-        update_moments: config.train.algorithm == Algorithm::FedAvg,
-    });
-    let min_results = ReleaseRule::MinResults(config.server.min_clients);
-    let (strategy, collection, release) = match config.privacy.mode {
-        _ if config.train.algorithm == Algorithm::Iadmm => (iadmm(config, dim), plain, min_results),
-        PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => {
-            (plain_fedavg(&config.robust, dim), plain, min_results)
+    let plan = config.plan()?;
+    let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
+    let builder = Builder { config, dim };
+    let (policy, strategy, collection, release) = match plan {
+        PrivacyPlan::None(aggregation) => {
+            let strategy = plain_fedavg(aggregation, dim);
+            (
+                builder.plain(),
+                strategy,
+                builder.collect_plain(),
+                builder.min(),
+            )
         }
-        PrivacyMode::SignDs => (
-            signds(config, dim, local_mechanism.as_ref())?,
-            plain,
-            min_results,
-        ),
-        PrivacyMode::Central => {
-            let dp = central_dp(config, FedAvg::new(dim), dim);
-            (dp, plain, ReleaseRule::Always)
+        PrivacyPlan::Central(noise) => {
+            let strategy = builder.central_dp(&noise, FedAvg::new(dim));
+            let policy = builder.sampled_gaussian(noise);
+            (
+                policy,
+                strategy,
+                builder.collect_plain(),
+                ReleaseRule::Always,
+            )
         }
-        PrivacyMode::SecAgg => {
-            let secure = Collection::Secure(SecureCollection {
-                settings: config.secagg.clone(),
-                round_timeout: Duration::from_secs_f64(config.server.round_timeout_secs),
-                clip: config.privacy.clip_bound,
-                dim,
-                distributed_noise: config.secagg.noise == SecAggNoise::Distributed,
-                oracle,
-            });
-            let strategy: Box<dyn Strategy> = match config.secagg.noise {
-                SecAggNoise::None => Box::new(SecureSum::new(Divisor::Survivors)),
-                SecAggNoise::Distributed => Box::new(SecureSum::new(Divisor::Expected)),
-                SecAggNoise::Central => central_dp(config, SecureSum::new(Divisor::Survivors), dim),
-            };
-            (strategy, secure, min_results)
+        PrivacyPlan::Local(local) => {
+            let strategy = builder.local(local)?;
+            (
+                builder.plain(),
+                strategy,
+                builder.collect_plain(),
+                builder.min(),
+            )
         }
-    };
-    // Under a client-side mechanism every upload is a release the stack checks and accounts.
-    let strategy = match local_mechanism {
-        Some(m) => {
-            Box::new(LocalDp::new(LocalAccounts::new(m, config.local.delta)).around(strategy))
+        PrivacyPlan::Iadmm(iadmm) => {
+            let strategy = builder.iadmm(iadmm)?;
+            let collection = builder.collect_uploads(false);
+            (builder.plain(), strategy, collection, builder.min())
         }
-        None => strategy,
+        PrivacyPlan::Secure(secure) => {
+            let (policy, strategy, collection) = builder.secure(secure, oracle);
+            (policy, strategy, collection, builder.min())
+        }
     };
     Ok(Pipeline {
+        policy,
         strategy,
         collection,
         ledger,
@@ -119,24 +118,162 @@ pub fn pipeline(
     })
 }
 
-/// Inexact ADMM, under any local mechanism the clients apply.
-fn iadmm(config: &RunConfig, dim: usize) -> Box<dyn Strategy> {
-    let a = &config.admm;
-    let balancing = a.balance.then_some(ResidualBalancing {
-        mu: a.balance_mu,
-        tau: a.balance_tau,
-    });
-    let total = a.total_examples.unwrap_or(0);
-    Box::new(Iadmm::new(dim, a.rho, balancing, total))
+/// The run's settings beside its plan.
+struct Builder<'a> {
+    config: &'a RunConfig,
+    dim: usize,
+}
+
+impl Builder<'_> {
+    /// K, m_t and T.
+    fn cohort(&self) -> Cohort {
+        let s = &self.config.server;
+        Cohort {
+            clients: s.clients,
+            per_round: s.clients_per_round.clone(),
+            rounds: s.rounds,
+        }
+    }
+
+    /// Rounds without central accounting.
+    fn plain(&self) -> Box<dyn RoundPolicy> {
+        Box::new(Plain {
+            cohort: self.cohort(),
+        })
+    }
+
+    /// Rounds of central noise.
+    fn sampled_gaussian(&self, noise: CentralNoise) -> Box<dyn RoundPolicy> {
+        Box::new(SampledGaussian {
+            cohort: self.cohort(),
+            sampling: noise.sampling,
+            noise_multiplier: noise.noise_multiplier,
+        })
+    }
+
+    /// Release at `server.min_clients` results.
+    fn min(&self) -> ReleaseRule {
+        ReleaseRule::MinResults(self.config.server.min_clients)
+    }
+
+    /// Individual uploads (FedAvg's: their moments are tallied for V_c and U_s).
+    fn collect_plain(&self) -> Collection {
+        self.collect_uploads(true)
+    }
+
+    /// Individual uploads, their moments tallied or not.
+    fn collect_uploads(&self, update_moments: bool) -> Collection {
+        let s = &self.config.server;
+        Collection::Plain(PlainCollection {
+            round_timeout: Duration::from_secs_f64(s.round_timeout_secs),
+            reconnect_grace: Duration::from_secs_f64(s.reconnect_grace_secs),
+            update_moments,
+        })
+    }
+
+    /// Central DP around `inner`, with the plan's clip rule; its noise always comes from a
+    /// generator seeded by the OS, even in seeded runs.
+    fn central_dp<S: SumStrategy + 'static>(
+        &self,
+        noise: &CentralNoise,
+        inner: S,
+    ) -> Box<dyn Strategy> {
+        if matches!(noise.clip, ClipRule::Median) {
+            tracing::warn!(
+                "clip = median: S is the median of the clients' update norms, which is NOT \
+                 private; the reported epsilon does not cover it"
+            );
+        }
+        let layer = CentralDp::new(self.dim, noise.clip, StdRng::from_os_rng());
+        Box::new(layer.around(inner))
+    }
+
+    /// The mechanism of a client-side mode, for this model.
+    fn mechanism(&self, local: &LocalAccounting) -> Result<LocalAccounts, ServerError> {
+        let mechanism = local.mechanism.resolve(self.dim)?;
+        Ok(LocalAccounts::new(mechanism, local.delta))
+    }
+
+    /// A client-side mode: every upload is a release the stack checks and accounts.
+    fn local(&self, local: LocalPlan) -> Result<Box<dyn Strategy>, ServerError> {
+        let accounts = self.mechanism(&local.accounting)?;
+        let rule = match local.rule {
+            LocalRule::FedAvg(aggregation) => plain_fedavg(aggregation, self.dim),
+            LocalRule::SignDs { learning_rate } => {
+                signds(&accounts.mechanism(), self.dim, learning_rate)?
+            }
+        };
+        Ok(Box::new(LocalDp::new(accounts).around(rule)))
+    }
+
+    /// Inexact ADMM, under the Laplace mechanism if the clients apply it.
+    fn iadmm(&self, plan: IadmmPlan) -> Result<Box<dyn Strategy>, ServerError> {
+        let a = &plan.admm;
+        let balancing = a.balance.then_some(ResidualBalancing {
+            mu: a.balance_mu,
+            tau: a.balance_tau,
+        });
+        let total = a.total_examples.unwrap_or(0);
+        let rule = Iadmm::new(self.dim, a.rho, balancing, total);
+        Ok(match &plan.laplace {
+            Some(local) => Box::new(LocalDp::new(self.mechanism(local)?).around(rule)),
+            None => Box::new(rule),
+        })
+    }
+
+    /// Secure aggregation: its policy, strategy and collection.
+    fn secure(
+        &self,
+        plan: SecurePlan,
+        oracle: Option<Arc<PlainInputs>>,
+    ) -> (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection) {
+        let s = &plan.settings;
+        let collection = Collection::Secure(SecureCollection {
+            settings: s.clone(),
+            round_timeout: Duration::from_secs_f64(self.config.server.round_timeout_secs),
+            clip: plan.clip,
+            dim: self.dim,
+            oracle,
+        });
+        let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
+            SecureNoise::None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),
+            SecureNoise::Central(noise) => {
+                let strategy = self.central_dp(&noise, SecureSum::new(Divisor::Survivors));
+                (self.sampled_gaussian(noise), strategy)
+            }
+            SecureNoise::Distributed {
+                noise_multiplier, ..
+            } => {
+                let policy = Box::new(DistributedNoise {
+                    cohort: self.cohort(),
+                    noise_multiplier,
+                    shape: RoundShape {
+                        ring_bits: s.bits,
+                        clip: plan.clip,
+                        dim: self.dim,
+                        planned: 0,
+                        sampled: 0,
+                        min_survivor_fraction: s.min_survivors,
+                        distributed_noise: None,
+                    },
+                });
+                (
+                    policy as Box<dyn RoundPolicy>,
+                    Box::new(SecureSum::new(Divisor::Expected)),
+                )
+            }
+        };
+        (policy, strategy, collection)
+    }
 }
 
 /// SignDS's aggregation of (s, J) uploads.
 fn signds(
-    config: &RunConfig,
+    mechanism: &LocalMechanism,
     dim: usize,
-    mechanism: Option<&LocalMechanism>,
+    learning_rate: f64,
 ) -> Result<Box<dyn Strategy>, ServerError> {
-    let Some(&LocalMechanism::SignDs { k, h, epsilon }) = mechanism else {
+    let &LocalMechanism::SignDs { k, h, epsilon } = mechanism else {
         return Err(ServerError::Internal(
             "a signds run without its SignDS mechanism".into(),
         ));
@@ -148,48 +285,23 @@ fn signds(
         epsilon,
         "SignDS: each upload is a sign and h indices"
     );
-    let lr = config.signds.global_learning_rate as f32;
-    Ok(Box::new(SignDsAvg::new(dim, h, lr)))
+    Ok(Box::new(SignDsAvg::new(dim, h, learning_rate as f32)))
 }
 
-/// Central DP around `inner`, with the configured clip rule; its noise always comes from a
-/// generator seeded by the OS, even in seeded runs.
-fn central_dp<S: SumStrategy + 'static>(
-    config: &RunConfig,
-    inner: S,
-    dim: usize,
-) -> Box<dyn Strategy> {
-    let p = &config.privacy;
-    let rule = match p.clip {
-        ClipMode::Fixed => ClipRule::Fixed(p.clip_bound),
-        ClipMode::Median => {
-            tracing::warn!(
-                "clip = median: S is the median of the clients' update norms, which is NOT \
-                 private; the reported epsilon does not cover it"
-            );
-            ClipRule::Median
-        }
-        ClipMode::Quantile => ClipRule::Quantile(QuantileClip {
-            bound: p.clip_bound,
-            target: p.target_quantile,
-            learning_rate: p.clip_learning_rate,
-            count_noise: p.count_noise(config.clients_at(1) as f64),
-        }),
-    };
-    Box::new(CentralDp::new(dim, rule, StdRng::from_os_rng()).around(inner))
-}
-
-/// FedAvg over updates the server sees (non-private, or local releases) as `[robust]` asks: the
+/// FedAvg over updates the server sees (non-private, or local releases) as the plan asks: the
 /// weighted or the trimmed mean, behind the update-norm bound if there is one.
-fn plain_fedavg(robust: &RobustSection, dim: usize) -> Box<dyn Strategy> {
-    fn bounded<S: Strategy + 'static>(inner: S, robust: &RobustSection) -> Box<dyn Strategy> {
-        match robust.max_update_norm {
-            Some(bound) => Box::new(NormBound::new(bound, robust.norm_action).around(inner)),
+fn plain_fedavg(aggregation: Aggregation, dim: usize) -> Box<dyn Strategy> {
+    fn bounded<S: Strategy + 'static>(inner: S, aggregation: Aggregation) -> Box<dyn Strategy> {
+        match aggregation.norm_bound {
+            Some((bound, action)) => Box::new(NormBound::new(bound, action).around(inner)),
             None => Box::new(inner),
         }
     }
-    match robust.aggregator {
-        Aggregator::Mean => bounded(FedAvg::new(dim), robust),
-        Aggregator::TrimmedMean => bounded(TrimmedMean::new(dim, robust.trim_fraction), robust),
+    match aggregation.rule {
+        Aggregator::Mean => bounded(FedAvg::new(dim), aggregation),
+        Aggregator::TrimmedMean => bounded(
+            TrimmedMean::new(dim, aggregation.trim_fraction),
+            aggregation,
+        ),
     }
 }

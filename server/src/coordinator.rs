@@ -10,7 +10,7 @@ use crate::checkpoint::{Checkpoint, Progress};
 use crate::clients::Clients;
 use crate::collection::{RoundWork, Tally};
 use crate::config::RunConfig;
-use crate::ledger::{Ledger, LedgerEntry};
+use crate::ledger::Ledger;
 use crate::local_accounts::LocalAccounts;
 use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
 use crate::registry::ClientId;
@@ -20,8 +20,7 @@ use crate::wire::{RoundTasks, TaskSpec};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{Evaluation, ModelSpec, check_model, evaluate};
-use fl_common::privacy::{GaussianRound, PrivacyEvent, Sampling};
-use rand::Rng;
+use fl_common::privacy::PrivacyEvent;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -275,27 +274,13 @@ impl Coordinator {
             tracing::error!(round, "no client is connected: training ends");
             return Ok(Err(StoppedBy::Error));
         }
-        let m = self.config.clients_at(round);
-        let central = self.round_event(round, m, connected.len());
-        let sampled = self.sample(&connected, m, central.as_ref());
-        let z = (self.config.privacy.noise_multiplier).at(round, self.config.server.rounds);
-        let prepared = self.pipeline.collection.prepare(m, sampled.len(), z)?;
-        let event = central.map(PrivacyEvent::from).or(prepared.event());
-        if !self.spend(round, event.as_ref())? {
+        let plan = (self.pipeline.policy).plan(round, &connected, &mut self.rng)?;
+        let prepared = self.pipeline.collection.prepare(&plan)?;
+        if !self.spend(round, plan.event.as_ref())? {
             tracing::info!(round, "privacy budget reached: training stops");
             return Ok(Err(StoppedBy::Budget));
         }
-        // Under Poisson sampling the divisor is the public expectation q K = m_t, never the
-        // private number of participants.
-        let expected_clients = match central.map(|e| e.sampling) {
-            Some(Sampling::Poisson) => m as f64,
-            _ => sampled.len().max(1) as f64,
-        };
-        let ctx = RoundContext {
-            round,
-            expected_clients,
-            noise_multiplier: event.is_some().then_some(z),
-        };
+        let (ctx, sampled) = (plan.ctx, plan.sampled);
         Ok(Ok(Planned {
             ctx,
             sampled,
@@ -316,14 +301,7 @@ impl Coordinator {
         if !ledger.allows(event) {
             return Ok(false);
         }
-        ledger.spend(&LedgerEntry {
-            round,
-            event: *event,
-            clip_mode: self.config.privacy.clip,
-            clip_bound_leaks: self.config.clip_bound_leaks(),
-            sampling_seeded: self.config.server.seed.is_some(),
-            accountant: ledger.accountant_name().into(),
-        })?;
+        ledger.spend(round, event)?;
         Ok(true)
     }
 
@@ -353,51 +331,6 @@ impl Coordinator {
         // Not logged here: the reason may name a value of the noised aggregate, and nothing of
         // the round leaves the server before its checkpoint (`publish` logs it).
         Some(reason)
-    }
-
-    /// The accountant's view of the round, or `None` in a non-private run. Fixed-size sampling
-    /// draws m of the connected clients, so its rate is taken as m / min(K, connected): when
-    /// fewer than K are connected the real rate is higher than m/K, and this errs towards a
-    /// larger epsilon.
-    fn round_event(&self, round: u64, m: usize, connected: usize) -> Option<GaussianRound> {
-        let mut event = self.config.round_event(round)?;
-        if event.sampling == Sampling::Fixed {
-            let population = self.config.server.clients.min(connected).max(m).max(1);
-            event.q = m as f64 / population as f64;
-        }
-        Some(event)
-    }
-
-    /// Z_t: Poisson sampling includes each connected client independently with probability q_t;
-    /// otherwise m_t clients are drawn uniformly without replacement. Both from the CSPRNG.
-    fn sample(
-        &mut self,
-        connected: &[ClientId],
-        m: usize,
-        event: Option<&GaussianRound>,
-    ) -> BTreeSet<ClientId> {
-        if let Some(GaussianRound {
-            q,
-            sampling: Sampling::Poisson,
-            ..
-        }) = event
-        {
-            let rng = &mut self.rng;
-            return connected
-                .iter()
-                .copied()
-                .filter(|_| rng.random_bool(*q))
-                .collect();
-        }
-        if m > connected.len() {
-            let connected = connected.len();
-            tracing::warn!(connected, m, "fewer clients connected than m");
-        }
-        let m = m.min(connected.len());
-        rand::seq::index::sample(&mut self.rng, connected.len(), m)
-            .into_iter()
-            .map(|i| connected[i])
-            .collect()
     }
 
     /// Sends each sampled client its task and the global model (or what the strategy sends it
@@ -537,10 +470,9 @@ impl Coordinator {
         stopped_by: StoppedBy,
         wall_seconds: f64,
     ) -> Result<Summary, ServerError> {
-        let privacy = &self.config.privacy;
         let ledger = self.pipeline.ledger.as_ref();
+        let terms = ledger.map(Ledger::terms);
         let (epsilon, delta) = ledger.map(Ledger::spent).unzip();
-        let accounted_sampling = ledger.is_some() && self.config.round_event(1).is_some();
         Ok(Summary {
             rounds_completed: totals.rounds_completed,
             test_accuracy: eval.accuracy,
@@ -548,13 +480,10 @@ impl Coordinator {
             epsilon,
             delta,
             accountant: ledger.map(|l| l.accountant_name().to_string()),
-            sampling: match accounted_sampling {
-                true => privacy.sampling.to_string(),
-                false => Sampling::Fixed.to_string(),
-            },
-            clip_mode: ledger.map(|_| privacy.clip.to_string()),
-            clip_bound_leaks: ledger.is_some() && self.config.clip_bound_leaks(),
-            sampling_seeded: ledger.is_some() && self.config.server.seed.is_some(),
+            sampling: self.pipeline.policy.sampling().to_string(),
+            clip_mode: terms.map(|t| t.clip_mode.to_string()),
+            clip_bound_leaks: terms.is_some_and(|t| t.clip_bound_leaks),
+            sampling_seeded: terms.is_some_and(|t| t.sampling_seeded),
             stopped_by,
             client_updates: totals.client_updates,
             bytes_up: totals.bytes_up,

@@ -2,11 +2,47 @@
 //! round's noised aggregate can leave the server, so the privacy spent is never under-counted.
 //! The ledger holds events, not a running epsilon: [`replay`] recomputes the budget from the file.
 
-use crate::config::ClipMode;
 use fl_common::privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
+
+/// How the clip bound S is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClipMode {
+    /// S = `clip_bound` every round.
+    Fixed,
+    /// S = median of the round's update norms (Geyer et al.); NOT private, marked as leaking.
+    Median,
+    /// S adapted towards `target_quantile` of the norms with a noised count (Andrew et al. 2021).
+    Quantile,
+}
+
+impl std::fmt::Display for ClipMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClipMode::Fixed => "fixed",
+            ClipMode::Median => "median",
+            ClipMode::Quantile => "quantile",
+        })
+    }
+}
+
+/// What a run's ledger records beside each round's event, and the budget it enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LedgerTerms {
+    /// The budget.
+    pub budget: Budget,
+    /// The accountant that reads the ledger.
+    pub accountant: AccountantKind,
+    /// How S is chosen.
+    pub clip_mode: ClipMode,
+    /// Whether S itself leaks (the non-private median).
+    pub clip_bound_leaks: bool,
+    /// Whether participants are drawn from a seeded generator.
+    pub sampling_seeded: bool,
+}
 
 /// One round as the ledger records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,24 +69,24 @@ pub struct LedgerEntry {
 pub struct Ledger {
     file: std::fs::File,
     accountant: Box<dyn Accountant>,
-    budget: Budget,
+    terms: LedgerTerms,
     /// A round spent just before a crash whose result never left the server (see
     /// [`Ledger::reopen`]).
     unreleased: Option<LedgerEntry>,
 }
 
 impl Ledger {
-    /// Starts `dir/ledger.jsonl` afresh under `budget`, read by an accountant of `kind`.
-    pub fn create(dir: &Path, budget: Budget, kind: AccountantKind) -> std::io::Result<Self> {
+    /// Starts `dir/ledger.jsonl` afresh under `terms`.
+    pub fn create(dir: &Path, terms: LedgerTerms) -> std::io::Result<Self> {
         Ok(Self {
             file: std::fs::File::create(dir.join("ledger.jsonl"))?,
-            accountant: kind.accountant(),
-            budget,
+            accountant: terms.accountant.accountant(),
+            terms,
             unreleased: None,
         })
     }
 
-    /// Reopens the ledger of an interrupted run under `budget`, whose checkpoint holds the model
+    /// Reopens the ledger of an interrupted run under `terms`, whose checkpoint holds the model
     /// after round `checkpointed`. Every complete entry is composed again: a round written
     /// before the crash stays spent. A line cut by the crash is dropped: its write had not
     /// returned, so nothing of its round had left the server. The entry of round
@@ -58,15 +94,10 @@ impl Ledger {
     /// model reaches clients only after its checkpoint is durable): when that round runs again
     /// with the same mechanism it uses this entry instead of a second one
     /// ([`Ledger::take_unreleased`]). New rounds are appended.
-    pub fn reopen(
-        dir: &Path,
-        budget: Budget,
-        kind: AccountantKind,
-        checkpointed: u64,
-    ) -> std::io::Result<Self> {
+    pub fn reopen(dir: &Path, terms: LedgerTerms, checkpointed: u64) -> std::io::Result<Self> {
         let path = dir.join("ledger.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let mut accountant = kind.accountant();
+        let mut accountant = terms.accountant.accountant();
         let mut keep = 0;
         let mut after = Vec::new();
         for line in text.split_inclusive('\n') {
@@ -108,7 +139,7 @@ impl Ledger {
         Ok(Self {
             file,
             accountant,
-            budget,
+            terms,
             unreleased,
         })
     }
@@ -144,12 +175,21 @@ impl Ledger {
     pub fn allows(&self, event: &PrivacyEvent) -> bool {
         let mut next = self.accountant.boxed();
         next.compose(event, 1);
-        self.budget.allows(next.as_ref())
+        self.terms.budget.allows(next.as_ref())
     }
 
-    /// Records a round as spent: appended, synced, then composed.
-    pub fn spend(&mut self, entry: &LedgerEntry) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+    /// Records round `round` as spent with `event`: appended, synced, then composed.
+    pub fn spend(&mut self, round: u64, event: &PrivacyEvent) -> std::io::Result<()> {
+        let t = &self.terms;
+        let entry = LedgerEntry {
+            round,
+            event: *event,
+            clip_mode: t.clip_mode,
+            clip_bound_leaks: t.clip_bound_leaks,
+            sampling_seeded: t.sampling_seeded,
+            accountant: self.accountant.name().into(),
+        };
+        let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
         line.push(b'\n');
         self.file.write_all(&line)?;
         self.file.sync_data()?;
@@ -160,7 +200,12 @@ impl Ledger {
     /// (epsilon, delta) spent so far, stated the way the budget is: epsilon at the budget's
     /// delta, or delta at the budget's epsilon.
     pub fn spent(&self) -> (f64, f64) {
-        spent(self.accountant.as_ref(), &self.budget)
+        spent(self.accountant.as_ref(), &self.terms.budget)
+    }
+
+    /// What the ledger records beside each event, and its budget.
+    pub fn terms(&self) -> &LedgerTerms {
+        &self.terms
     }
 
     /// Name of the accountant.
@@ -203,8 +248,21 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ClipMode;
     use fl_common::privacy::{GaussianRound, Sampling};
+
+    /// The terms of the tests' ledgers: an epsilon of 100 at delta 1e-5, read by `kind`.
+    fn terms(kind: AccountantKind) -> LedgerTerms {
+        LedgerTerms {
+            budget: Budget::Epsilon {
+                epsilon: 100.0,
+                delta: 1e-5,
+            },
+            accountant: kind,
+            clip_mode: ClipMode::Fixed,
+            clip_bound_leaks: false,
+            sampling_seeded: false,
+        }
+    }
 
     fn entry(round: u64, z: f64) -> LedgerEntry {
         LedgerEntry {
@@ -227,13 +285,10 @@ mod tests {
     fn a_reopened_ledger_keeps_what_was_spent() {
         let dir = std::env::temp_dir().join(format!("fl-ledger-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let budget = Budget::Epsilon {
-            epsilon: 100.0,
-            delta: 1e-5,
-        };
-        let mut ledger = Ledger::create(&dir, budget, AccountantKind::Rdp).unwrap();
+        let budget = terms(AccountantKind::Rdp).budget;
+        let mut ledger = Ledger::create(&dir, terms(AccountantKind::Rdp)).unwrap();
         for round in 1..=3 {
-            ledger.spend(&entry(round, 1.0)).unwrap();
+            ledger.spend(round, &entry(round, 1.0).event).unwrap();
         }
         let spent = ledger.spent();
         drop(ledger);
@@ -243,16 +298,16 @@ mod tests {
             .unwrap();
         file.write_all(b"{\"round\":4,\"q\"").unwrap();
         // The checkpoint holds round 2: round 3 was spent, not released.
-        let mut reopened = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
+        let mut reopened = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
         assert_eq!(reopened.spent(), spent);
         let event = entry(3, 1.0).event;
         assert!(!reopened.take_unreleased(2, &event));
-        let mut again = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
+        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
         assert!(!again.take_unreleased(3, &entry(3, 2.0).event));
-        let mut again = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 2).unwrap();
+        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
         assert!(again.take_unreleased(3, &event));
         assert!(!again.take_unreleased(3, &event), "only once");
-        again.spend(&entry(4, 1.0)).unwrap();
+        again.spend(4, &entry(4, 1.0).event).unwrap();
         // Distributed noise: the server may have seen the sum, so the round is spent again.
         let ddg = LedgerEntry {
             round: 5,
@@ -264,8 +319,8 @@ mod tests {
             }),
             ..entry(5, 1.0)
         };
-        again.spend(&ddg).unwrap();
-        let mut after_ddg = Ledger::reopen(&dir, budget, AccountantKind::Rdp, 4).unwrap();
+        again.spend(ddg.round, &ddg.event).unwrap();
+        let mut after_ddg = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 4).unwrap();
         assert!(!after_ddg.take_unreleased(5, &ddg.event));
         let ((eps, _), rounds) =
             replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
@@ -279,14 +334,10 @@ mod tests {
     fn a_ledger_of_another_accountant_is_not_reopened() {
         let dir = std::env::temp_dir().join(format!("fl-ledger-kind-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let budget = Budget::Epsilon {
-            epsilon: 100.0,
-            delta: 1e-5,
-        };
-        let mut ledger = Ledger::create(&dir, budget, AccountantKind::Rdp).unwrap();
-        ledger.spend(&entry(1, 1.0)).unwrap();
+        let mut ledger = Ledger::create(&dir, terms(AccountantKind::Rdp)).unwrap();
+        ledger.spend(1, &entry(1, 1.0).event).unwrap();
         drop(ledger);
-        let e = Ledger::reopen(&dir, budget, AccountantKind::Pld, 1)
+        let e = Ledger::reopen(&dir, terms(AccountantKind::Pld), 1)
             .err()
             .expect("an RDP ledger reopened under PLD");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
@@ -296,7 +347,7 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("accountant is pld"), "{message}");
-        Ledger::reopen(&dir, budget, AccountantKind::Rdp, 1).unwrap();
+        Ledger::reopen(&dir, terms(AccountantKind::Rdp), 1).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod local_accounts;
 pub mod model_file;
 pub mod output;
+pub mod policy;
 pub mod registry;
 pub mod rejection;
 pub mod service;
@@ -149,17 +150,14 @@ async fn run_server(
         }
         None => RunFolder::create(&config.server.out)?,
     };
-    let (checkpointed, accountant) = (
-        checkpoint.as_ref().map(|c| c.progress.round),
-        config.accountant(),
-    );
+    let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
     let pipeline = build::pipeline(
         &config,
         spec.num_params(),
         oracle,
-        |budget| match checkpointed {
-            Some(round) => Ledger::reopen(folder.dir(), budget, accountant, round),
-            None => Ledger::create(folder.dir(), budget, accountant),
+        |terms| match checkpointed {
+            Some(round) => Ledger::reopen(folder.dir(), terms, round),
+            None => Ledger::create(folder.dir(), terms),
         },
     )?;
     let (shared, events) = shared_state(&config, checkpoint.as_ref(), spec.num_params())?;

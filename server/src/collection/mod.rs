@@ -8,15 +8,16 @@ mod plain;
 mod secure;
 
 pub use plain::PlainCollection;
-pub use secure::SecureCollection;
+pub use secure::{DropoutStage, SecureCollection};
 
 use crate::ServerError;
 use crate::clients::Clients;
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
+use crate::policy::RoundPlan;
 use crate::registry::ClientId;
 use crate::strategy::{RoundContext, Strategy};
 use crate::wire::RoundTasks;
-use fl_common::privacy::{PrivacyEvent, UpdateMoments};
+use fl_common::privacy::UpdateMoments;
 use fl_common::secagg::Calibration;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
@@ -87,20 +88,12 @@ pub enum Collection {
     Secure(SecureCollection),
 }
 
-impl Prepared {
-    /// The collection's own privacy event (a secure round's distributed noise), for the ledger.
-    pub fn event(&self) -> Option<PrivacyEvent> {
-        self.calibration.and_then(|c| c.ddg).map(PrivacyEvent::from)
-    }
-}
-
 impl Collection {
-    /// Fixes what round `round` needs before its tasks go out: `planned` is m_t, `sampled` the
-    /// clients drawn, `z` the round's noise multiplier.
-    pub fn prepare(&self, planned: usize, sampled: usize, z: f64) -> Result<Prepared, ServerError> {
+    /// Fixes what the round its policy planned needs before its tasks go out.
+    pub fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
         match self {
             Collection::Plain(_) => Ok(Prepared::default()),
-            Collection::Secure(s) => s.prepare(planned, sampled, z),
+            Collection::Secure(s) => s.prepare(plan),
         }
     }
 

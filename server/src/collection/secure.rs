@@ -8,6 +8,7 @@ use crate::ServerError;
 use crate::clients::{Clients, Next};
 use crate::config::{ConfigError, SecAggSection};
 use crate::output::SecAggRoundMetrics;
+use crate::policy::RoundPlan;
 use crate::registry::ClientId;
 use crate::rejection::Rejection;
 use crate::service::{Event, SecAggMessage, for_log};
@@ -20,9 +21,33 @@ use fl_common::secagg::{
 use fl_proto::ring_elements;
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// When the simulation's dropout injector drops clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropoutStage {
+    /// After advertising keys, before sharing them.
+    BeforeShares,
+    /// After sharing keys, before the masked input (their masks must be recovered).
+    AfterShares,
+    /// After the masked input, before unmasking.
+    AfterMasked,
+}
+
+impl DropoutStage {
+    /// The stage whose message the injector's clients do not receive.
+    pub fn withheld(self) -> Stage {
+        match self {
+            DropoutStage::BeforeShares => Stage::ShareKeys,
+            DropoutStage::AfterShares => Stage::CheckShares,
+            DropoutStage::AfterMasked => Stage::Unmasking,
+        }
+    }
+}
 
 /// See the module documentation.
 pub struct SecureCollection {
@@ -34,8 +59,6 @@ pub struct SecureCollection {
     pub clip: f64,
     /// d.
     pub dim: usize,
-    /// Whether the clients add distributed discrete Gaussian noise.
-    pub distributed_noise: bool,
     /// Simulation only: the plain inputs, to measure the error of the unmasked sum.
     pub oracle: Option<Arc<PlainInputs>>,
 }
@@ -54,18 +77,22 @@ struct Stages {
 }
 
 impl SecureCollection {
-    /// Fixes the round's quantisation and noise ([`Calibration::plan`]).
-    pub fn prepare(&self, planned: usize, sampled: usize, z: f64) -> Result<Prepared, ServerError> {
-        let calibration = Calibration::plan(&RoundShape {
-            ring_bits: self.settings.bits,
-            clip: self.clip,
-            dim: self.dim,
-            planned,
-            sampled,
-            min_survivor_fraction: self.settings.min_survivors,
-            distributed_noise: self.distributed_noise.then_some(z),
-        })
-        .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
+    /// The round's quantisation and noise: the policy's, when it fixed them with its noise, or
+    /// a noiseless code for the round's size ([`Calibration::plan`]).
+    pub fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
+        let calibration = match plan.calibration {
+            Some(c) => c,
+            None => Calibration::plan(&RoundShape {
+                ring_bits: self.settings.bits,
+                clip: self.clip,
+                dim: self.dim,
+                planned: plan.planned,
+                sampled: plan.sampled.len(),
+                min_survivor_fraction: self.settings.min_survivors,
+                distributed_noise: None,
+            })
+            .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?,
+        };
         Ok(Prepared {
             calibration: Some(calibration),
         })

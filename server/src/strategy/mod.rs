@@ -26,7 +26,7 @@ pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
 pub use layer::{Decorated, Layer};
 pub use local_dp::LocalDp;
-pub use norm_bound::NormBound;
+pub use norm_bound::{NormAction, NormBound};
 pub use secure_sum::{Divisor, SecureSum};
 pub use signds_avg::SignDsAvg;
 pub use trimmed_mean::TrimmedMean;

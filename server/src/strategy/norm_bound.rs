@@ -3,8 +3,18 @@
 //! clipping of its own).
 
 use super::{Layer, RoundContext, Strategy, StrategyError, Upload};
-use crate::config::NormAction;
 use fl_common::privacy::{clip_l2, l2_norm};
+use serde::{Deserialize, Serialize};
+
+/// What the server does with an update whose L2 norm exceeds `robust.max_update_norm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormAction {
+    /// Refuse it (the client gets INVALID_ARGUMENT and is dropped from the round).
+    Refuse,
+    /// Scale it down to the bound: u * min(1, bound / ||u||).
+    Clip,
+}
 
 /// Refuses, or scales down to `bound`, every update u with ||u||_2 > bound, then hands it on.
 #[derive(Debug)]

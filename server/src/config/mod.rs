@@ -1,0 +1,172 @@
+//! The run configuration: one TOML file with `[server]`, `[model]`, `[train]`, `[data]`,
+//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]` and `[robust]` sections, every key
+//! optional with the defaults of each section's file, unknown keys refused. Each section
+//! validates itself; [`plan`] parses the privacy mode with the sections it uses into one
+//! [`PrivacyPlan`].
+
+mod admm;
+mod data;
+mod local;
+mod model;
+pub mod plan;
+mod privacy;
+mod robust;
+mod secagg;
+mod server;
+mod train;
+
+pub use crate::collection::DropoutStage;
+pub use crate::ledger::ClipMode;
+pub use crate::strategy::NormAction;
+pub use admm::AdmmSection;
+pub use data::DataSection;
+pub use local::{LocalSection, SignDsSection};
+pub use model::{ModelKind, ModelSection};
+pub use plan::PrivacyPlan;
+pub use privacy::{BudgetKind, PrivacyMode, PrivacySection};
+pub use robust::{Aggregator, RobustSection};
+pub use secagg::{SecAggGraph, SecAggNoise, SecAggSection};
+pub use server::ServerSection;
+pub use train::{Algorithm, TrainSection};
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Why a configuration is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        source: toml::de::Error,
+    },
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Everything a run needs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Networking, rounds and outputs.
+    pub server: ServerSection,
+    /// The model architecture.
+    pub model: ModelSection,
+    /// Local training, sent to clients each round.
+    pub train: TrainSection,
+    /// The dataset (the server evaluates on its test split; `fl sim` partitions its training
+    /// split across the simulated clients).
+    pub data: DataSection,
+    /// Client-level differential privacy.
+    pub privacy: PrivacySection,
+    /// Secure aggregation (with `privacy.mode = "secagg"`).
+    pub secagg: SecAggSection,
+    /// Client-side mechanisms (with `privacy.mode = "ldp-gaussian"`, `"ldp-laplace"` or
+    /// `"signds"`).
+    pub local: LocalSection,
+    /// SignDS (with `privacy.mode = "signds"`).
+    pub signds: SignDsSection,
+    /// Inexact ADMM (with `train.algorithm = "iadmm"`).
+    pub admm: AdmmSection,
+    /// Defences against hostile updates: the aggregate's bound, and for non-private FedAvg an
+    /// update-norm bound and the trimmed mean.
+    pub robust: RobustSection,
+}
+
+impl RunConfig {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, &[])
+    }
+
+    /// Reads a TOML file, applies `overrides` (`section.key=VALUE`, VALUE in TOML syntax or a
+    /// bare string, e.g. `local.epsilon=2` or `data.partition=iid`), and validates the result.
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let parse = |source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(parse)?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        let config: RunConfig = table.try_into().map_err(parse)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and consistency; every run calls this before it starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.server.validate()?;
+        (self.train.local_config().check())
+            .map_err(|e| ConfigError::Invalid(format!("train.{e}")))?;
+        self.model.validate()?;
+        self.plan().map(drop)
+    }
+
+    /// m_t, rounded to a whole number of clients.
+    pub fn clients_at(&self, round: u64) -> usize {
+        self.server
+            .clients_per_round
+            .at(round, self.server.rounds)
+            .round() as usize
+    }
+
+    /// Checks what only a server needs and a simulation fills in itself: IADMM's public I.
+    pub fn validate_for_server(&self) -> Result<(), ConfigError> {
+        if self.train.algorithm == Algorithm::Iadmm
+            && self.admm.total_examples.is_none_or(|i| i == 0)
+        {
+            return Err(ConfigError::Invalid(
+                "train.algorithm = \"iadmm\" needs admm.total_examples, the public number I of \
+                 examples over all clients (clients do not send their counts)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sets `section.key` (any depth) of `table` to VALUE from a `section.key=VALUE` override.
+fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
+    let bad = || ConfigError::Invalid(format!("override {o:?}: expected section.key=VALUE"));
+    let (path, raw) = o.split_once('=').ok_or_else(bad)?;
+    let keys: Vec<&str> = path.trim().split('.').collect();
+    let (last, sections) = keys.split_last().ok_or_else(bad)?;
+    if last.is_empty() || sections.is_empty() {
+        return Err(bad());
+    }
+    let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+    let mut here = table;
+    for key in sections {
+        here = here
+            .entry(key.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(bad)?;
+    }
+    here.insert(last.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

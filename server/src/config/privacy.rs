@@ -1,0 +1,111 @@
+//! `[privacy]`: client-level differential privacy.
+
+use crate::ledger::ClipMode;
+use fl_common::privacy::{AccountantKind, Budget, Sampling};
+use fl_common::schedule::Schedule;
+use serde::{Deserialize, Serialize};
+
+/// Whether and how the server protects clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivacyMode {
+    /// Plain FedAvg.
+    None,
+    /// Client-level central DP (Geyer et al.): clipping, Gaussian noise on the sum, accountant.
+    Central,
+    /// Secure aggregation: the server sees only the sum of clipped, quantised updates (with
+    /// optional central or distributed noise, see `[secagg]`).
+    SecAgg,
+    /// Each client clips its update and adds Gaussian noise (W_p = W + G), see `[local]`.
+    #[serde(rename = "ldp-gaussian")]
+    LdpGaussian,
+    /// Each client trains on L1-clipped per-example gradients and adds Laplace noise to its
+    /// output (APPFL), see `[local]`.
+    #[serde(rename = "ldp-laplace")]
+    LdpLaplace,
+    /// Each client uploads only a sign and a few dimensions (SignDS, EM-MDS), see `[signds]`.
+    #[serde(rename = "signds")]
+    SignDs,
+}
+
+/// Which quantity the budget caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetKind {
+    /// epsilon(delta) <= `epsilon` at `delta`.
+    Epsilon,
+    /// delta(epsilon) <= `delta` at fixed `epsilon` (Geyer et al.'s Q).
+    Delta,
+}
+
+/// `[privacy]`: client-level differential privacy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrivacySection {
+    /// `none` or `central`.
+    pub mode: PrivacyMode,
+    /// `poisson` (each client with probability q_t = m_t/K; exact accounting) or `fixed`
+    /// (exactly m_t; accounted with a valid but looser bound).
+    pub sampling: Sampling,
+    /// z_t: noise standard deviation over S; a number or a schedule.
+    pub noise_multiplier: Schedule,
+    /// `fixed`, `median` or `quantile`.
+    pub clip: ClipMode,
+    /// S (the starting S for `quantile`).
+    pub clip_bound: f64,
+    /// gamma: target quantile of update norms (`quantile`).
+    pub target_quantile: f64,
+    /// eta_C: geometric step of the adaptive bound (`quantile`).
+    pub clip_learning_rate: f64,
+    /// sigma_b: noise standard deviation on the unclipped count (`quantile`); default m/20 as
+    /// Andrew et al. suggest.
+    pub clip_count_noise: Option<f64>,
+    /// `epsilon` (cap epsilon at `delta`) or `delta` (cap delta at fixed `epsilon`).
+    pub budget: BudgetKind,
+    /// The epsilon of the budget.
+    pub epsilon: f64,
+    /// The delta of the budget (the threshold Q for `budget = "delta"`).
+    pub delta: f64,
+    /// `pld` or `rdp`; unset: PLD for Poisson sampling, RDP otherwise (`RunConfig::plan`).
+    pub accountant: Option<AccountantKind>,
+}
+
+impl Default for PrivacySection {
+    fn default() -> Self {
+        Self {
+            mode: PrivacyMode::None,
+            sampling: Sampling::Poisson,
+            noise_multiplier: Schedule::Constant(1.0),
+            clip: ClipMode::Fixed,
+            clip_bound: 1.0,
+            target_quantile: 0.5,
+            clip_learning_rate: 0.2,
+            clip_count_noise: None,
+            budget: BudgetKind::Epsilon,
+            epsilon: 8.0,
+            delta: 1e-5,
+            accountant: None,
+        }
+    }
+}
+
+impl PrivacySection {
+    /// The budget the ledger enforces.
+    pub fn budget(&self) -> Budget {
+        match self.budget {
+            BudgetKind::Epsilon => Budget::Epsilon {
+                epsilon: self.epsilon,
+                delta: self.delta,
+            },
+            BudgetKind::Delta => Budget::Delta {
+                epsilon: self.epsilon,
+                delta: self.delta,
+            },
+        }
+    }
+
+    /// sigma_b for a round of `m` clients.
+    pub fn count_noise(&self, m: f64) -> f64 {
+        self.clip_count_noise.unwrap_or(m / 20.0)
+    }
+}

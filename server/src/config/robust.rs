@@ -1,0 +1,82 @@
+//! `[robust]`: defences against hostile clients.
+
+use super::{ConfigError, NormAction, PrivacyMode};
+use serde::{Deserialize, Serialize};
+
+/// How non-private FedAvg combines the round's updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Aggregator {
+    /// The example-weighted mean (McMahan et al. 2017).
+    Mean,
+    /// The coordinate-wise trimmed mean (Yin et al. 2018): unweighted, robust to a fraction
+    /// `trim_fraction` of arbitrary updates; holds the round's updates in memory.
+    TrimmedMean,
+}
+
+/// `[robust]`: defences against hostile clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RobustSection {
+    /// Largest |w_j| a released model may hold; a round whose aggregate has a larger or a
+    /// non-finite parameter is skipped, with the reason in `metrics.jsonl` (every mode).
+    pub max_parameter_abs: f64,
+    /// Bound on each update's L2 norm (`privacy.mode = "none"`, FedAvg only; off when absent).
+    pub max_update_norm: Option<f64>,
+    /// What happens to an update beyond `max_update_norm`.
+    pub norm_action: NormAction,
+    /// `mean` or `trimmed-mean` (FedAvg with `privacy.mode` `none` or `ldp-*`).
+    pub aggregator: Aggregator,
+    /// beta: the fraction of values dropped at each end of every coordinate by the trimmed mean.
+    pub trim_fraction: f64,
+}
+
+impl Default for RobustSection {
+    fn default() -> Self {
+        Self {
+            max_parameter_abs: 1e6,
+            max_update_norm: None,
+            norm_action: NormAction::Refuse,
+            aggregator: Aggregator::Mean,
+            trim_fraction: 0.1,
+        }
+    }
+}
+
+impl RobustSection {
+    /// Checks the ranges, and that the update-norm bound and the trimmed mean go only where the
+    /// server sees each update: privacy `mode` with FedAvg (`fedavg`) or not.
+    pub(super) fn validate_for(&self, mode: PrivacyMode, fedavg: bool) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if !(self.max_parameter_abs > 0.0 && self.max_parameter_abs <= f64::from(f32::MAX)) {
+            return bad("robust.max_parameter_abs must be positive and at most 3.4e38");
+        }
+        if self
+            .max_update_norm
+            .is_some_and(|b| !(b > 0.0 && b.is_finite()))
+        {
+            return bad("robust.max_update_norm must be positive");
+        }
+        if !(0.0..0.5).contains(&self.trim_fraction) {
+            return bad("robust.trim_fraction must be in [0, 0.5)");
+        }
+        if self.max_update_norm.is_some() && !(fedavg && mode == PrivacyMode::None) {
+            return bad(
+                "robust.max_update_norm applies to privacy.mode = \"none\" with FedAvg only: \
+                 private modes bound updates by their own clipping",
+            );
+        }
+        let sees_updates = matches!(
+            mode,
+            PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace
+        );
+        if self.aggregator != Aggregator::Mean && !(fedavg && sees_updates) {
+            return bad(
+                "robust.aggregator = \"trimmed-mean\" applies to FedAvg with privacy.mode \
+                 \"none\", \"ldp-gaussian\" or \"ldp-laplace\": the server must see each \
+                 (released) update",
+            );
+        }
+        Ok(())
+    }
+}

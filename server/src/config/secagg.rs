@@ -1,0 +1,116 @@
+//! `[secagg]`: secure aggregation.
+
+use super::{ConfigError, DropoutStage};
+use fl_common::secagg::{GraphKind, auto_degree};
+use serde::{Deserialize, Serialize};
+
+/// Where the noise of a secure-aggregation run comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecAggNoise {
+    /// No noise: updates are hidden, the sum is not differentially private.
+    None,
+    /// The server adds Gaussian noise to the unmasked sum (trusted to add it, not to see updates).
+    Central,
+    /// Each client adds discrete Gaussian noise; the server never sees a noiseless sum (Kairouz,
+    /// Liu, Steinke 2021).
+    Distributed,
+}
+
+/// The neighbour graph of a secure-aggregation round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecAggGraph {
+    /// Every pair masks (Bonawitz et al. 2017).
+    Complete,
+    /// A random k-regular graph (SecAgg+, Bell et al. 2020); k = `degree`, or O(log n) when 0.
+    Regular,
+}
+
+impl SecAggSection {
+    /// The neighbour graph of a round of `sampled` clients.
+    pub fn graph(&self, sampled: usize) -> GraphKind {
+        match self.graph {
+            SecAggGraph::Complete => GraphKind::Complete,
+            SecAggGraph::Regular if self.degree == 0 => GraphKind::Regular(auto_degree(sampled)),
+            SecAggGraph::Regular => GraphKind::Regular(self.degree),
+        }
+    }
+}
+
+/// `[secagg]`: secure aggregation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecAggSection {
+    /// `none`, `central` or `distributed`.
+    pub noise: SecAggNoise,
+    /// b: ring bit width, 32 or 64.
+    pub bits: u32,
+    /// Shamir threshold as a fraction of a client's neighbours (t = ceil(fraction * |N|), and
+    /// always more than half).
+    pub threshold: f64,
+    /// Fewest survivors of each stage, as a fraction of the expected m_t; below it the round
+    /// aborts. Distributed noise is calibrated so that this many clients' noise suffices.
+    pub min_survivors: f64,
+    /// `complete` or `regular`.
+    pub graph: SecAggGraph,
+    /// k for the regular graph; 0 picks O(log n).
+    pub degree: usize,
+    /// Seconds each stage after the first waits for answers.
+    pub stage_timeout_secs: f64,
+    /// `fl sim` only: fraction of each round's clients the dropout injector drops.
+    pub sim_dropout: f64,
+    /// `fl sim` only: the stage at which they drop.
+    pub sim_dropout_stage: DropoutStage,
+}
+
+impl Default for SecAggSection {
+    fn default() -> Self {
+        Self {
+            noise: SecAggNoise::None,
+            bits: 32,
+            threshold: 0.6,
+            min_survivors: 0.5,
+            graph: SecAggGraph::Complete,
+            degree: 0,
+            stage_timeout_secs: 60.0,
+            sim_dropout: 0.0,
+            sim_dropout_stage: DropoutStage::AfterShares,
+        }
+    }
+}
+
+impl SecAggSection {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let checks = [
+            (
+                self.bits == 32 || self.bits == 64,
+                "secagg.bits must be 32 or 64",
+            ),
+            (
+                self.threshold > 0.5 && self.threshold <= 1.0,
+                "secagg.threshold must be in (0.5, 1]: a minority must never hold t shares",
+            ),
+            (
+                self.min_survivors > 0.0 && self.min_survivors <= 1.0,
+                "secagg.min_survivors must be in (0, 1]",
+            ),
+            (
+                self.stage_timeout_secs > 0.0 && self.stage_timeout_secs.is_finite(),
+                "secagg.stage_timeout_secs must be positive",
+            ),
+            (
+                (0.0..1.0).contains(&self.sim_dropout),
+                "secagg.sim_dropout must be in [0, 1)",
+            ),
+            (
+                self.graph == SecAggGraph::Complete || self.degree == 0 || self.degree >= 2,
+                "secagg.degree must be 0 (automatic) or at least 2",
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, message)) => Err(ConfigError::Invalid(message.into())),
+            None => Ok(()),
+        }
+    }
+}

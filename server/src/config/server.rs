@@ -1,0 +1,178 @@
+//! `[server]`: networking, rounds and outputs.
+
+use super::ConfigError;
+use crate::credentials::Token;
+use fl_common::schedule::Schedule;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// `[server]`: networking, rounds and outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// Address to listen on (`fl sim` always uses a free loopback port instead).
+    pub listen: String,
+    /// K: clients expected; the first round starts once K are connected.
+    pub clients: usize,
+    /// m_t: clients sampled per round (all connected ones when fewer are connected); a number
+    /// or a schedule. Under Poisson sampling each client is included with q_t = m_t / K.
+    pub clients_per_round: Schedule,
+    /// Fewest results for a round to update the model; otherwise the round is skipped.
+    pub min_clients: usize,
+    /// T: number of rounds.
+    pub rounds: u64,
+    /// Seconds a round waits for results before dropping the sampled clients that have not
+    /// answered.
+    pub round_timeout_secs: f64,
+    /// Seconds to wait for K clients before giving up.
+    pub join_timeout_secs: f64,
+    /// Run folder for metrics, summary and model.
+    pub out: PathBuf,
+    /// Seed for sampling and initialisation; reproducible experiments only, never for privacy.
+    pub seed: Option<u64>,
+    /// Enrollment token every client must present at Join (in clear, or as `sha256:HEX`; always
+    /// written out as its digest); none admits any client. Excludes `enrollment`.
+    pub token: Option<Token>,
+    /// Enrollment file naming each client with its own token or certificate, which can revoke
+    /// clients while the server runs (see [`crate::credentials`]).
+    pub enrollment: Option<PathBuf>,
+    /// Seconds a sampled client that lost its stream has to come back with the same identity and
+    /// receive its task again before the round counts it as dropped (plain rounds; 0: dropped at
+    /// once).
+    pub reconnect_grace_secs: f64,
+    /// Seconds a client may pause in the middle of sending a tensor before it is dropped.
+    pub upload_stall_secs: f64,
+    /// Seconds a new connection has to send its first bytes (the HTTP/2 preface, or the TLS
+    /// ClientHello) before it is closed.
+    pub handshake_timeout_secs: f64,
+    /// Seconds a client without a live stream (joined but never opened its Session, or gone) is
+    /// remembered; after that it must join again.
+    pub forget_after_secs: f64,
+    /// Most clients without a live stream held at once; Join is refused with RESOURCE_EXHAUSTED
+    /// beyond it.
+    pub max_idle_clients: usize,
+    /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
+    pub metrics_listen: Option<String>,
+    /// Joins (and partition requests) allowed per second from one address; more get
+    /// RESOURCE_EXHAUSTED and retry later.
+    pub join_rate: f64,
+    /// Joins one address may make at once before `join_rate` applies.
+    pub join_burst: u32,
+    /// PEM certificate (chain) of the server: TLS is on when it and `tls_key` are set.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signs client certificates: with it, only clients that
+    /// present a certificate from this CA can connect (mutual TLS).
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:50051".into(),
+            clients: 100,
+            clients_per_round: Schedule::Constant(10.0),
+            min_clients: 1,
+            rounds: 50,
+            round_timeout_secs: 300.0,
+            join_timeout_secs: 600.0,
+            out: "runs/latest".into(),
+            seed: None,
+            token: None,
+            enrollment: None,
+            reconnect_grace_secs: 10.0,
+            upload_stall_secs: 60.0,
+            handshake_timeout_secs: 10.0,
+            forget_after_secs: 120.0,
+            max_idle_clients: 20_000,
+            metrics_listen: None,
+            join_rate: 100.0,
+            join_burst: 2000,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+        }
+    }
+}
+
+impl ServerSection {
+    /// Checks the server's ranges and consistency.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let s = self;
+        let m = &s.clients_per_round;
+        let checks = [
+            (
+                s.clients >= 1,
+                "server.clients (K) must be at least 1".to_string(),
+            ),
+            (s.rounds >= 1, "server.rounds must be at least 1".into()),
+            (
+                s.min_clients >= 1
+                    && m.values()
+                        .iter()
+                        .all(|&v| s.min_clients as f64 <= v.round()),
+                format!(
+                    "server.min_clients ({}) must be between 1 and clients_per_round ({m})",
+                    s.min_clients
+                ),
+            ),
+            (
+                s.round_timeout_secs > 0.0 && s.round_timeout_secs.is_finite(),
+                "server.round_timeout_secs must be positive".into(),
+            ),
+            (
+                s.join_timeout_secs > 0.0 && s.join_timeout_secs.is_finite(),
+                "server.join_timeout_secs must be positive".into(),
+            ),
+            (
+                s.reconnect_grace_secs >= 0.0 && s.reconnect_grace_secs.is_finite(),
+                "server.reconnect_grace_secs must be 0 or more".into(),
+            ),
+            (
+                s.upload_stall_secs > 0.0 && s.upload_stall_secs.is_finite(),
+                "server.upload_stall_secs must be positive".into(),
+            ),
+            (
+                s.handshake_timeout_secs > 0.0 && s.handshake_timeout_secs.is_finite(),
+                "server.handshake_timeout_secs must be positive".into(),
+            ),
+            (
+                s.forget_after_secs.is_finite()
+                    && s.forget_after_secs >= s.reconnect_grace_secs
+                    && s.forget_after_secs > 0.0,
+                "server.forget_after_secs must be positive and at least reconnect_grace_secs"
+                    .into(),
+            ),
+            (
+                s.max_idle_clients >= 1,
+                "server.max_idle_clients must be at least 1".into(),
+            ),
+            (
+                s.token.is_none() || s.enrollment.is_none(),
+                "server.token and server.enrollment exclude each other: enrolled clients each \
+                 have their own token"
+                    .into(),
+            ),
+            (
+                s.join_rate > 0.0 && s.join_rate.is_finite() && s.join_burst >= 1,
+                "server.join_rate must be positive and server.join_burst at least 1".into(),
+            ),
+            (
+                s.tls_cert.is_some() == s.tls_key.is_some()
+                    && (s.tls_client_ca.is_none() || s.tls_cert.is_some()),
+                "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
+                    .into(),
+            ),
+        ];
+        if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
+            return Err(ConfigError::Invalid(message));
+        }
+        m.check(
+            "server.clients_per_round",
+            |v| v.round() >= 1.0 && v.round() <= s.clients as f64,
+            &format!("between 1 and clients (K = {})", s.clients),
+        )
+        .map_err(ConfigError::Invalid)
+    }
+}

@@ -1,0 +1,63 @@
+//! The configuration as a whole: defaults, unknown keys, overrides.
+
+use super::*;
+use fl_common::data::PartitionScheme;
+use fl_common::model::Shape;
+use fl_common::schedule::Schedule;
+
+#[test]
+fn parses_partial_files_over_defaults() {
+    let c: RunConfig = toml::from_str(
+        "[server]\nclients = 20\nclients_per_round = 5\n[model]\nkind = \"logistic\"\n\
+         [data]\npartition = \"dirichlet:0.3\"\n",
+    )
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.server.clients, 20);
+    assert_eq!(c.server.rounds, 50);
+    assert_eq!(c.data.partition, PartitionScheme::Dirichlet { alpha: 0.3 });
+    assert_eq!(
+        c.model.spec(Shape::flat(784), 10).unwrap().num_params(),
+        7850
+    );
+}
+
+#[test]
+fn refuses_unknown_keys_and_inconsistent_values() {
+    assert!(toml::from_str::<RunConfig>("[server]\nclient = 3\n").is_err());
+    assert!(toml::from_str::<RunConfig>("[data]\nsource = \"ftp:x\"\n").is_err());
+    let mut c = RunConfig::default();
+    c.server.clients_per_round = Schedule::Constant(101.0);
+    assert!(
+        c.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("clients_per_round")
+    );
+    let mut c = RunConfig::default();
+    c.train.learning_rate = f32::NAN;
+    assert!(c.validate().is_err());
+    let mut c = RunConfig::default();
+    c.server.min_clients = 11;
+    assert!(c.validate().is_err());
+}
+
+#[test]
+fn overrides_set_keys_in_any_section() {
+    let dir = std::env::temp_dir().join(format!("fl-override-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.toml");
+    std::fs::write(&path, "[server]\nclients = 20\n").unwrap();
+    let set = |o: &[&str]| {
+        let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+        RunConfig::load_with(&path, &o)
+    };
+    let c = set(&["local.epsilon=2.5", "data.partition=iid", "server.rounds=7"]).unwrap();
+    assert_eq!(c.local.epsilon, 2.5);
+    assert_eq!(c.data.partition, PartitionScheme::Iid);
+    assert_eq!((c.server.clients, c.server.rounds), (20, 7));
+    assert!(set(&["epsilon=2"]).is_err());
+    assert!(set(&["local.nonsense=2"]).is_err());
+    assert!(set(&["server.clients=0"]).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,61 @@
+//! The distributed discrete Gaussian under secure aggregation (Kairouz, Liu, Steinke 2021): m_t
+//! clients drawn uniformly; each adds discrete Gaussian noise to its quantised update, calibrated
+//! ([`Calibration::plan`]) so that the fewest survivors the round accepts carry noise of
+//! multiplier z_t; the round's event is that calibration's.
+
+use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
+use crate::ServerError;
+use crate::config::ConfigError;
+use crate::registry::ClientId;
+use crate::strategy::RoundContext;
+use fl_common::privacy::{PrivacyEvent, Sampling};
+use fl_common::schedule::Schedule;
+use fl_common::secagg::{Calibration, RoundShape};
+use rand::rngs::StdRng;
+
+/// See the module documentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DistributedNoise {
+    /// Who takes part.
+    pub cohort: Cohort,
+    /// z_t.
+    pub noise_multiplier: Schedule,
+    /// The round's ring, clip bound, dimension and survivor fraction; `planned`, `sampled` and
+    /// `distributed_noise` are filled in each round.
+    pub shape: RoundShape,
+}
+
+impl RoundPolicy for DistributedNoise {
+    fn plan(
+        &self,
+        round: u64,
+        connected: &[ClientId],
+        rng: &mut StdRng,
+    ) -> Result<RoundPlan, ServerError> {
+        let planned = self.cohort.at(round);
+        let sampled = fixed_size(connected, planned, rng);
+        let z = self.noise_multiplier.at(round, self.cohort.rounds);
+        let calibration = Calibration::plan(&RoundShape {
+            planned,
+            sampled: sampled.len(),
+            distributed_noise: Some(z),
+            ..self.shape
+        })
+        .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
+        Ok(RoundPlan {
+            planned,
+            ctx: RoundContext {
+                round,
+                expected_clients: sampled.len().max(1) as f64,
+                noise_multiplier: Some(z),
+            },
+            sampled,
+            event: calibration.ddg.map(PrivacyEvent::from),
+            calibration: Some(calibration),
+        })
+    }
+
+    fn sampling(&self) -> Sampling {
+        Sampling::Fixed
+    }
+}
