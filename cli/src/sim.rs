@@ -2,7 +2,7 @@
 
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
-use fl_client::{ClientOptions, ClientPrivacy, LocalData, run_client};
+use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
 use fl_common::data::Partition;
 use fl_common::secagg::PlainInputs;
 use fl_server::config::RunConfig;
@@ -131,22 +131,16 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
 
     let train = Arc::new(train);
     let join_timeout = Duration::from_secs_f64(join_timeout_secs);
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        std::thread::available_parallelism().map_or(1, usize::from),
-    ));
+    let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
     let template = ClientOptions {
-        endpoint: endpoint.clone(),
         token,
         name: String::new(),
-        seed: None,
         // The server waits this long for all K: clients keep retrying (its join limiter admits
         // them in turn) as long.
         connect_timeout: join_timeout,
         training_slots: slots,
         oracle: oracle.clone(),
-        privacy: ClientPrivacy::default(),
-        tls: None,
-        connection: None,
+        ..ClientOptions::new(&endpoint)
     };
     let connections = fl_client::shared_connections(&template, shares.len())?;
     let mut clients = tokio::task::JoinSet::new();

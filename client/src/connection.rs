@@ -2,7 +2,7 @@
 //! clients, retries with jittered back-off, and opening a Session (Join, then Hello; Hello alone
 //! when the client holds an identity).
 
-use crate::upload::send;
+use crate::wire::send;
 use crate::{ClientError, ClientOptions, MAX_MESSAGE_BYTES};
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
@@ -26,12 +26,17 @@ pub const CLIENTS_PER_CONNECTION: usize = 100;
 pub fn shared_connections(
     opts: &ClientOptions,
     clients: usize,
-) -> Result<Vec<Channel>, ClientError> {
+) -> Result<Vec<Connection>, ClientError> {
     let ep = endpoint(opts)?;
     Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
-        .map(|_| ep.connect_lazy())
+        .map(|_| Connection(ep.connect_lazy()))
         .collect())
 }
+
+/// A connection to the server that clients of one process share (HTTP/2 streams multiplexed on
+/// it); it reconnects by itself when lost.
+#[derive(Debug, Clone)]
+pub struct Connection(Channel);
 
 /// The endpoint of `opts.endpoint` with keep-alive and TLS settings.
 fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
@@ -90,7 +95,7 @@ where
     loop {
         let attempt = async {
             let channel = match &opts.connection {
-                Some(shared) => shared.clone(),
+                Some(shared) => shared.0.clone(),
                 None => ep.connect().await.map_err(connect_error)?,
             };
             let grpc = FederationClient::new(channel)

@@ -1,18 +1,25 @@
-//! The federated-learning client: joins the server, keeps one Session stream open, and for each
-//! round it is sampled into, receives the global model w_t, trains locally (E epochs of SGD with
-//! batch size B) and uploads its update u = w_local - w_t.
+//! The federated-learning client as a library: joins the server, keeps one Session stream open,
+//! and for each round it is sampled into, receives the global model w_t, has its [`Trainer`]
+//! train locally, and sends its update u = w_k - w_t under the round's protection (the trusted
+//! curator's plain upload, a local mechanism's release, or secure aggregation's masked input).
+//! [`run`] takes any trainer; [`run_client`] the built-in [`SgdTrainer`]. The protocol and the
+//! privacy are the library's: a trainer only trains.
 
 #![deny(missing_docs)]
 
 mod connection;
-mod local_round;
+mod engine;
+mod round;
 mod secure;
 mod session;
-mod task;
-mod upload;
+mod trainer;
+mod wire;
 
-pub use connection::{CLIENTS_PER_CONNECTION, ClientTls, assigned_partition, shared_connections};
-pub use session::run_client;
+pub use connection::{
+    CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
+};
+pub use session::{run, run_client};
+pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
 use fl_common::data::Dataset;
 
@@ -20,9 +27,8 @@ use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::PlainInputs;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
-use tonic::transport::Channel;
 
 /// Largest gRPC message accepted or sent ([`fl_proto::MAX_MESSAGE_BYTES`]).
 pub(crate) const MAX_MESSAGE_BYTES: usize = fl_proto::MAX_MESSAGE_BYTES;
@@ -90,7 +96,7 @@ pub struct ClientOptions {
     /// How long to keep retrying the first connection (the server may still be starting).
     pub connect_timeout: Duration,
     /// Limits how many clients of this process train at once (one per core is best).
-    pub training_slots: Arc<Semaphore>,
+    pub training_slots: TrainingSlots,
     /// Simulation only: where to record plain secure-aggregation inputs (never sent).
     pub oracle: Option<Arc<PlainInputs>>,
     /// The protection this client insists on, whatever the server asks.
@@ -99,7 +105,44 @@ pub struct ClientOptions {
     pub tls: Option<ClientTls>,
     /// A connection shared with other clients of this process (see [`shared_connections`]);
     /// `None`: this client opens its own.
-    pub connection: Option<Channel>,
+    pub connection: Option<Connection>,
+}
+
+impl ClientOptions {
+    /// A client of the server at `endpoint` (e.g. `http://127.0.0.1:50051`) with no token, its
+    /// own connection and one training slot, following the rounds' privacy, retrying its first
+    /// connection for 240 s.
+    pub fn new(endpoint: &str) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            token: String::new(),
+            name: "client".into(),
+            seed: None,
+            connect_timeout: Duration::from_secs(240),
+            training_slots: TrainingSlots::new(1),
+            oracle: None,
+            privacy: ClientPrivacy::default(),
+            tls: None,
+            connection: None,
+        }
+    }
+}
+
+/// How many clients of a process train at once: clients given clones of one `TrainingSlots`
+/// share its slots.
+#[derive(Debug, Clone)]
+pub struct TrainingSlots(Arc<Semaphore>);
+
+impl TrainingSlots {
+    /// `slots` at once (at least one).
+    pub fn new(slots: usize) -> Self {
+        Self(Arc::new(Semaphore::new(slots.max(1))))
+    }
+
+    /// Waits for a slot; it is freed when the permit is dropped.
+    pub(crate) async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().acquire_owned().await.ok()
+    }
 }
 
 /// A client's own privacy requirements.
@@ -122,4 +165,9 @@ pub struct ClientReport {
     pub local_releases: u64,
     /// Their composed epsilon (at the releases' delta; 0 when there were none).
     pub local_epsilon: f64,
+    /// Tasks this client refused (its data, its privacy requirements or its trainer did not fit
+    /// the round), and the last refusal's reason.
+    pub tasks_refused: u64,
+    /// The reason of the last refusal.
+    pub last_refusal: Option<String>,
 }

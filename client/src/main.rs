@@ -4,7 +4,8 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use fl_client::{
-    ClientOptions, ClientPrivacy, ClientTls, LocalData, assigned_partition, run_client,
+    ClientOptions, ClientPrivacy, ClientTls, Connection, LocalData, TrainingSlots,
+    assigned_partition, run_client,
 };
 use fl_common::data::{DataSource, Partition};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
@@ -137,16 +138,13 @@ fn options(
     tls: Option<ClientTls>,
 ) -> ClientOptions {
     ClientOptions {
-        endpoint: args.server.clone(),
         token: args.token.clone(),
         name,
         seed: args.seed.zip(index).map(|(s, i)| s.wrapping_add(i)),
         connect_timeout: Duration::from_secs_f64(args.connect_timeout),
-        training_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-        oracle: None,
         privacy,
         tls,
-        connection: None,
+        ..ClientOptions::new(&args.server)
     }
 }
 
@@ -174,9 +172,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let shares = shares(&args, &data, privacy, &tls).await?;
     let connections = connections(&args, shares.len(), privacy, &tls)?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        std::thread::available_parallelism().map_or(1, usize::from),
-    ));
+    let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (index, indices)) in shares.into_iter().enumerate() {
         let name = args
@@ -277,7 +273,7 @@ fn connections(
     clients: usize,
     privacy: ClientPrivacy,
     tls: &Option<ClientTls>,
-) -> anyhow::Result<Vec<tonic::transport::Channel>> {
+) -> anyhow::Result<Vec<Connection>> {
     let connections = match clients {
         1 => Vec::new(),
         n => {

@@ -176,16 +176,11 @@ async fn record(mechanism: local_privacy::Mechanism, local: LocalData) -> Record
             .serve_with_incoming(incoming),
     );
     let opts = ClientOptions {
-        endpoint,
         token: "token".into(),
         name: "site".into(),
         seed: Some(1),
         connect_timeout: Duration::from_secs(10),
-        training_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-        oracle: None,
-        privacy: Default::default(),
-        tls: None,
-        connection: None,
+        ..ClientOptions::new(&endpoint)
     };
     let report = tokio::time::timeout(Duration::from_secs(60), run_client(opts, local))
         .await

@@ -15,3 +15,4 @@ pub mod rng;
 pub mod schedule;
 pub mod secagg;
 pub mod signds;
+pub mod task;

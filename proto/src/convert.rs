@@ -3,8 +3,12 @@
 use crate::v1;
 use fl_common::model::cnn::MAX_LAYERS;
 use fl_common::model::{Architecture, LayerSpec, LocalConfig, ModelError, ModelSpec, Shape};
-use fl_common::privacy::{LocalMechanism, Release, ReleaseKind};
-use fl_common::secagg::{AdvertisedKeys, RevealedShare, Ring, SealedShares, SecretKind, Share};
+use fl_common::privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
+use fl_common::secagg::{
+    AdvertisedKeys, Neighbourhood, Proceed, Quantizer, RevealedShare, Ring, SealedShares,
+    SecretKind, ServerStage, Share, StageMessage,
+};
+use fl_common::task::{AdmmStep, SecureTask, Task};
 
 /// A wire message whose fields cannot be what the protocol says.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -288,6 +292,154 @@ impl TryFrom<&v1::LocalRelease> for Release {
             sensitivity: r.sensitivity,
         })
     }
+}
+
+/// A task the client can act on, or why it cannot: the model and settings read, the secure
+/// round's code checked (positive finite S, gamma >= 1/S, noise within the sampler's range), an
+/// IADMM step's rho and I checked.
+impl TryFrom<&v1::RoundTask> for Task {
+    type Error = WireError;
+    fn try_from(t: &v1::RoundTask) -> Result<Self, WireError> {
+        let bad = |m: String| WireError(m);
+        let model = ModelSpec::try_from(
+            t.model
+                .as_ref()
+                .ok_or(bad("task without a model spec".into()))?,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let config = LocalConfig::from(t.config.ok_or(bad("task without a local config".into()))?);
+        let local = (t.local_privacy.as_ref())
+            .map(LocalMechanism::try_from)
+            .transpose()?;
+        let secure = t.secagg.map(secure_task).transpose()?;
+        let admm = match t.admm {
+            None => None,
+            Some(a) if a.rho > 0.0 && a.rho.is_finite() && a.total_examples > 0 => Some(AdmmStep {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
+            Some(a) => {
+                return Err(bad(format!(
+                    "unusable IADMM step rho = {}, I = {}",
+                    a.rho, a.total_examples
+                )));
+            }
+        };
+        Ok(Task {
+            round: t.round,
+            model,
+            config,
+            local,
+            secure,
+            admm,
+        })
+    }
+}
+
+/// The secure round of a task: its code and noise, checked.
+fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
+    let ring = Ring::new(task.ring_bits).map_err(WireError)?;
+    if !(task.clip_bound > 0.0
+        && task.clip_bound.is_finite()
+        && task.scale >= 1.0 / task.clip_bound
+        && task.scale.is_finite())
+    {
+        return Err(WireError(format!(
+            "unusable quantisation S = {}, gamma = {}",
+            task.clip_bound, task.scale
+        )));
+    }
+    if task.noise_variance > MAX_VARIANCE {
+        return Err(WireError(format!(
+            "noise variance {} is beyond the sampler's range",
+            task.noise_variance
+        )));
+    }
+    Ok(SecureTask {
+        quantizer: Quantizer {
+            ring,
+            clip: task.clip_bound,
+            scale: task.scale,
+        },
+        noise_variance: task.noise_variance,
+    })
+}
+
+/// A server's secure-aggregation stage message as (its round, the stage), or `None` for a body
+/// of another kind.
+pub fn server_stage(
+    body: &v1::server_message::Body,
+) -> Option<Result<(u64, ServerStage), WireError>> {
+    use v1::server_message::Body;
+    let stage = match body {
+        Body::SecaggNeighbours(n) => (n.neighbours.iter())
+            .map(AdvertisedKeys::try_from)
+            .collect::<Result<_, _>>()
+            .map(|neighbours| {
+                let threshold = n.threshold as usize;
+                let hood = Neighbourhood {
+                    threshold,
+                    neighbours,
+                };
+                (n.round, ServerStage::Neighbours(hood))
+            }),
+        Body::SecaggShareInbox(inbox) => (inbox.shares.iter())
+            .map(SealedShares::try_from)
+            .collect::<Result<_, _>>()
+            .map(|shares| (inbox.round, ServerStage::ShareInbox(shares))),
+        Body::SecaggProceed(p) => Ok((
+            p.round,
+            ServerStage::Proceed(Proceed {
+                excluded: p.excluded.clone(),
+                unpaired: p.unpaired.clone(),
+            }),
+        )),
+        Body::SecaggSurvivors(s) => Ok((s.round, ServerStage::Survivors(s.survivors.clone()))),
+        Body::Task(_) | Body::ModelChunk(_) | Body::Shutdown(_) => return None,
+    };
+    Some(stage)
+}
+
+/// The messages that carry a client's stage message of round `round` in a ring of `ring`: one
+/// message, or for the masked input a header and its chunks.
+pub fn client_stage(
+    round: u64,
+    ring: Ring,
+    message: &StageMessage,
+) -> Vec<v1::client_message::Body> {
+    use v1::client_message::Body;
+    let one = match message {
+        StageMessage::Keys(k) => Body::SecaggKeys(v1::SecAggKeys {
+            round,
+            cipher_public: k.cipher_public.to_vec(),
+            mask_public: k.mask_public.to_vec(),
+        }),
+        StageMessage::Shares(sealed) => Body::SecaggShares(v1::SecAggShares {
+            round,
+            shares: sealed.iter().map(v1::SealedShare::from).collect(),
+        }),
+        StageMessage::Check(refused) => Body::SecaggCheck(v1::SecAggCheck {
+            round,
+            refused: refused.clone(),
+        }),
+        StageMessage::Reveal(reveals) => Body::SecaggReveal(v1::SecAggReveal {
+            round,
+            shares: reveals.iter().map(v1::RevealedShare::from).collect(),
+        }),
+        StageMessage::Masked(y) => {
+            let words = ring_words(ring, y);
+            let header = Body::MaskedInputHeader(v1::MaskedInputHeader {
+                round,
+                num_words: words.len() as u64,
+                num_chunks: crate::chunk_count(words.len()),
+            });
+            let chunks = crate::encode_word_chunks(round, words.len(), |i| words[i]);
+            return std::iter::once(header)
+                .chain(chunks.map(Body::UpdateChunk))
+                .collect();
+        }
+    };
+    vec![one]
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_re
         }
     });
     let server = support::start_server(config, data.clone(), Some(observer), None).await;
-    let slots = Arc::new(tokio::sync::Semaphore::new(2));
+    let slots = fl_client::TrainingSlots::new(2);
     let clients: Vec<_> = (0..3)
         .map(|i| {
             let opts = fl_client::ClientOptions {

@@ -7,7 +7,7 @@
 
 mod support;
 
-use fl_client::{ClientError, ClientOptions, ClientPrivacy, ClientTls, LocalData, run_client};
+use fl_client::{ClientError, ClientOptions, ClientTls, LocalData, run_client};
 use fl_server::credentials::{Digest, EnrollmentList};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use std::sync::Arc;
@@ -79,16 +79,10 @@ async fn only_clients_with_the_federations_certificate_get_in() {
     // Refused: a certificate from another CA, no certificate, plain HTTP/2.
     let intruder = |endpoint: &str, tls: Option<ClientTls>| {
         let opts = ClientOptions {
-            endpoint: endpoint.to_string(),
-            token: String::new(),
             name: "intruder".into(),
-            seed: None,
             connect_timeout: Duration::from_secs(2),
-            training_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-            oracle: None,
-            privacy: ClientPrivacy::default(),
             tls,
-            connection: None,
+            ..ClientOptions::new(endpoint)
         };
         let local = LocalData {
             data: data.clone(),

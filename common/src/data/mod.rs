@@ -99,6 +99,17 @@ impl Dataset {
         Ok(self)
     }
 
+    /// The examples `indices` (each below [`Dataset::len`]), in that order, as a dataset of
+    /// their own.
+    pub fn subset(&self, indices: &[usize]) -> Dataset {
+        Self {
+            features: self.features.select(ndarray::Axis(0), indices),
+            labels: indices.iter().map(|&i| self.labels[i]).collect(),
+            num_classes: self.num_classes,
+            shape: self.shape,
+        }
+    }
+
     /// The shape of one example: an image's height, width and channels, or a flat vector.
     pub fn example_shape(&self) -> Shape {
         self.shape

@@ -7,18 +7,27 @@
 //! - Laplace: SGD on per-example gradients clipped in L1 to C, plus Laplace(Delta / eps) with
 //!   Delta = 2 C eta (1/B_min + steps - 1) ([`sgd_l1_sensitivity`]; B_min is the smallest batch).
 //! - SignDS: the update's sign s and h dimensions J (EM-MDS) instead of the update.
-//! - Inexact ADMM's primal step: Laplace only, at Delta = 2C/(rho I) (seed 004, Example 2).
+//! - Inexact ADMM's primal step: Laplace only, at Delta = 2C/(rho I) (seed 004, Example 2;
+//!   [`LocalMechanism::protect_admm_step`]).
 
 use super::{
     LocalMechanism, Release, add_gaussian_noise, add_laplace_noise, clip_l2, sgd_l1_sensitivity,
 };
+use crate::admm::laplace_sensitivity;
 use crate::model::{GradientRule, LocalConfig};
 use crate::signds::SignDs;
 use rand::{CryptoRng, Rng};
 
-/// What a local mechanism released: the only thing a client under a local mode sends.
+/// What a local mechanism released: the only thing a client under a local mode sends. Its
+/// contents are private: only the mechanisms of this module build one, so holding a `Protected`
+/// means the mechanism ran.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Protected {
+pub struct Protected(Released);
+
+/// The contents of a [`Protected`] value, for encoding it (a `Released` cannot be turned back
+/// into a `Protected`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Released {
     /// A dense release.
     Dense {
         /// The protected values.
@@ -40,8 +49,21 @@ pub enum Protected {
 impl Protected {
     /// The privacy loss of the release.
     pub fn release(&self) -> &Release {
-        match self {
-            Protected::Dense { release, .. } | Protected::Sign { release, .. } => release,
+        match &self.0 {
+            Released::Dense { release, .. } | Released::Sign { release, .. } => release,
+        }
+    }
+
+    /// The released values, for encoding.
+    pub fn into_released(self) -> Released {
+        self.0
+    }
+
+    /// The dense values, if the release is dense.
+    pub fn values(&self) -> Option<&[f32]> {
+        match &self.0 {
+            Released::Dense { values, .. } => Some(values),
+            Released::Sign { .. } => None,
         }
     }
 }
@@ -91,26 +113,45 @@ impl LocalMechanism {
                 let mechanism = SignDs::new(u.len(), k, h, epsilon).map_err(|e| e.to_string())?;
                 let (sign, indices) = mechanism.release(&u, rng);
                 let release = Release::signds(epsilon);
-                return Ok(Protected::Sign {
+                return Ok(Protected(Released::Sign {
                     sign,
                     indices,
                     release,
-                });
+                }));
             }
         };
-        Ok(Protected::Dense { values: u, release })
+        Ok(Protected(Released::Dense { values: u, release }))
     }
 
-    /// The L1 clip bound C and epsilon of an inexact-ADMM primal step under this mechanism;
-    /// only the Laplace mechanism protects one.
-    pub fn admm_laplace(&self) -> Result<(f64, f64), String> {
+    /// The L1 clip bound C of the per-example gradients an inexact-ADMM primal step under this
+    /// mechanism must use; only the Laplace mechanism protects one.
+    pub fn admm_clip(&self) -> Result<f64, String> {
         match *self {
-            LocalMechanism::Laplace { epsilon, clip } => Ok((clip, epsilon)),
+            LocalMechanism::Laplace { clip, .. } => Ok(clip),
             LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => Err(format!(
                 "IADMM rounds support ldp-laplace only, not {}",
                 self.name()
             )),
         }
+    }
+
+    /// Protects an inexact-ADMM primal iterate z_p, computed from per-example gradients clipped
+    /// in L1 to [`LocalMechanism::admm_clip`] with penalty `rho` over `total_examples` examples:
+    /// z_p + Laplace(Delta / eps), Delta = 2C/(rho I) (seed 004, Example 2).
+    pub fn protect_admm_step<R: Rng + CryptoRng>(
+        &self,
+        mut z: Vec<f32>,
+        rho: f64,
+        total_examples: u64,
+        rng: &mut R,
+    ) -> Result<Protected, String> {
+        let clip = self.admm_clip()?;
+        let LocalMechanism::Laplace { epsilon, .. } = *self else {
+            unreachable!("admm_clip accepts the Laplace mechanism only");
+        };
+        let release = Release::laplace(epsilon, laplace_sensitivity(clip, rho, total_examples));
+        add_laplace_noise(&mut z, release.noise, rng);
+        Ok(Protected(Released::Dense { values: z, release }))
     }
 }
 
@@ -160,8 +201,10 @@ mod tests {
             delta: 1e-5,
             clip: 1.0,
         };
-        let Protected::Dense { values, release } =
-            gaussian.protect_update(u.clone(), &SGD, &mut rng).unwrap()
+        let Released::Dense { values, release } = gaussian
+            .protect_update(u.clone(), &SGD, &mut rng)
+            .unwrap()
+            .into_released()
         else {
             panic!("the Gaussian mechanism releases a dense update");
         };
@@ -172,9 +215,11 @@ mod tests {
             h: 2,
         };
         let out = signds.protect_update(u, &SGD, &mut rng).unwrap();
-        assert!(matches!(&out, Protected::Sign { indices, .. } if indices.len() == 2));
         assert_eq!(out.release().epsilon, 2.0);
-        assert!(gaussian.admm_laplace().is_err());
+        assert!(
+            matches!(out.into_released(), Released::Sign { indices, .. } if indices.len() == 2)
+        );
+        assert!(gaussian.admm_clip().is_err());
         assert_eq!(gaussian.gradient_rule(), GradientRule::Mean);
     }
 }

@@ -87,3 +87,16 @@ impl StageMessage {
         }
     }
 }
+
+/// A server's stage message to a client, between the client's stages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerStage {
+    /// Stage 1's start: the client's neighbours and the threshold.
+    Neighbours(Neighbourhood),
+    /// The check's start: the shares sealed for the client.
+    ShareInbox(Vec<SealedShares>),
+    /// Stage 2's start: who is excluded and who goes unpaired.
+    Proceed(Proceed),
+    /// Stage 3's start: U3, the clients whose masked inputs are in the sum.
+    Survivors(Vec<u64>),
+}

@@ -36,7 +36,7 @@ pub use client::ClientRound;
 pub use graph::{GraphKind, auto_degree, build as build_graph};
 pub use keys::{KeyError, KeyPair, SecretKind, check_public, pair_seed, share_commitment};
 pub use messages::{
-    AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares, StageMessage,
+    AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares, ServerStage, StageMessage,
 };
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};

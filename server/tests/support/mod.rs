@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use fl_client::{
-    ClientError, ClientOptions, ClientPrivacy, ClientReport, ClientTls, LocalData, run_client,
+    ClientError, ClientOptions, ClientReport, ClientTls, LocalData, TrainingSlots, run_client,
 };
 use fl_common::data::Dataset;
 use fl_common::privacy::Release;
@@ -54,7 +54,7 @@ pub fn spawn_clients_with(
     oracle: Option<Arc<PlainInputs>>,
     tls: Option<ClientTls>,
 ) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(2));
+    let slots = TrainingSlots::new(2);
     (0..count)
         .map(|i| {
             let opts = ClientOptions {
@@ -69,22 +69,13 @@ pub fn spawn_clients_with(
 }
 
 /// The options of honest client `i`: no token, seed i, 10 s to connect.
-pub fn client_options(
-    endpoint: &str,
-    i: usize,
-    slots: &Arc<tokio::sync::Semaphore>,
-) -> ClientOptions {
+pub fn client_options(endpoint: &str, i: usize, slots: &TrainingSlots) -> ClientOptions {
     ClientOptions {
-        endpoint: endpoint.to_string(),
-        token: String::new(),
         name: format!("client-{i}"),
         seed: Some(i as u64),
         connect_timeout: Duration::from_secs(10),
         training_slots: slots.clone(),
-        oracle: None,
-        privacy: ClientPrivacy::default(),
-        tls: None,
-        connection: None,
+        ..ClientOptions::new(endpoint)
     }
 }
 

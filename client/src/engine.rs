@@ -1,0 +1,348 @@
+//! The client engine, without I/O: domain inputs in (a task and its tensor, what the round
+//! computed, the server's stage messages), what to send out. It checks each task against the
+//! client's trainer and its own privacy requirements, keeps the secure-aggregation round and the
+//! client's local privacy ledger, and never sends a result with less protection than the client
+//! requires. `crate::session` drives it over gRPC; nothing here knows the wire.
+
+use crate::ClientPrivacy;
+use crate::round::{Computed, Work, needs_built_in};
+use crate::secure::{SecureRound, Step};
+use crate::trainer::Trainer;
+use fl_common::privacy::LocalLedger;
+use fl_common::secagg::{PlainInputs, Ring, ServerStage, StageMessage, check_combination};
+use fl_common::task::Task;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+/// What the engine asks its driver to send.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// A round's result: plain (for a trusted curator) or a local mechanism's release.
+    Upload {
+        /// t.
+        round: u64,
+        /// The result.
+        computed: Computed,
+    },
+    /// A secure-aggregation stage message.
+    Stage {
+        /// t.
+        round: u64,
+        /// The ring the round's masked input is in.
+        ring: Ring,
+        /// The message.
+        message: StageMessage,
+    },
+    /// The client cannot do round `round`'s task.
+    Failed {
+        /// t.
+        round: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A client's state across its sessions; see the module documentation.
+pub(crate) struct Engine {
+    trainer: Arc<dyn Trainer>,
+    privacy: ClientPrivacy,
+    /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
+    oracle: Option<Arc<PlainInputs>>,
+    /// Local shuffling (seeded in reproducible experiments).
+    shuffle: StdRng,
+    /// Keys, masks, shares, rounding and noise: always from the OS, even in seeded runs.
+    secret: StdRng,
+    /// The secure-aggregation round this client is in.
+    secure: Option<SecureRound>,
+    /// Rounds trained, tasks refused and the last refusal's reason.
+    pub(crate) rounds_trained: u64,
+    pub(crate) tasks_refused: u64,
+    pub(crate) last_refusal: Option<String>,
+    /// What this client's local releases have cost it, at the delta of its releases.
+    pub(crate) spent: LocalLedger,
+    pub(crate) spent_delta: f64,
+}
+
+impl Engine {
+    /// A client training with `trainer` under its own `privacy`; `seed` fixes the local examples'
+    /// order (reproducible experiments only).
+    pub(crate) fn new(
+        trainer: Arc<dyn Trainer>,
+        privacy: ClientPrivacy,
+        oracle: Option<Arc<PlainInputs>>,
+        seed: Option<u64>,
+    ) -> Self {
+        Self {
+            trainer,
+            privacy,
+            oracle,
+            shuffle: fl_common::rng::reproducible(seed),
+            secret: StdRng::from_os_rng(),
+            secure: None,
+            rounds_trained: 0,
+            tasks_refused: 0,
+            last_refusal: None,
+            spent: LocalLedger::default(),
+            spent_delta: 0.0,
+        }
+    }
+
+    /// The trainer.
+    pub(crate) fn trainer(&self) -> Arc<dyn Trainer> {
+        self.trainer.clone()
+    }
+
+    /// The round of the secure-aggregation round this client is in, if any.
+    pub(crate) fn secure_round(&self) -> Option<u64> {
+        self.secure.as_ref().map(|s| s.round)
+    }
+
+    /// A new session: a secure round of the old one is over.
+    pub(crate) fn new_session(&mut self) {
+        self.secure = None;
+    }
+
+    /// A task and the tensor it carries arrived: the work to compute, or the refusal to send.
+    pub(crate) fn task(&mut self, task: Task, received: Vec<f32>) -> Result<Work, Outgoing> {
+        let round = task.round;
+        match self.plan(task, received) {
+            Ok(work) => Ok(work),
+            Err(reason) => Err(self.refuse(round, reason)),
+        }
+    }
+
+    /// The client cannot do round `round`: the refusal to send.
+    pub(crate) fn refuse(&mut self, round: u64, reason: String) -> Outgoing {
+        tracing::warn!(round, %reason, "cannot do this round's task");
+        self.tasks_refused += 1;
+        self.last_refusal = Some(reason.clone());
+        Outgoing::Failed { round, reason }
+    }
+
+    /// Checks a task against the trainer and this client's privacy requirements. The client
+    /// never uploads with less protection than it requires: its limits only tighten the round's
+    /// mechanism, and a round of another kind is refused.
+    fn plan(&mut self, mut task: Task, received: Vec<f32>) -> Result<Work, String> {
+        let d = task.model.num_params();
+        if received.len() != task.tensor_len() {
+            return Err(format!(
+                "model {} has {d} parameters but {} values were sent",
+                task.model,
+                received.len()
+            ));
+        }
+        self.trainer.check(&task.model)?;
+        (task.config.check())
+            .map_err(|e| format!("unusable local config {:?}: {e}", task.config))?;
+        let asked = task.local.map_or("none", |m| m.name());
+        if let Some(required) = self.privacy.require
+            && required.name() != asked
+        {
+            return Err(format!(
+                "this client uploads only with {}; the round asks for {asked}",
+                required.name()
+            ));
+        }
+        if task.secure.is_some() {
+            check_combination(task.local.is_some(), task.admm.is_some())?;
+        }
+        task.local = task.local.map(|m| m.tightened(&self.privacy.limits));
+        if let Some(m) = &task.local {
+            m.check(d).map_err(|e| e.to_string())?;
+        }
+        if self.trainer.built_in().is_none()
+            && let Some(reason) = needs_built_in(&task)
+        {
+            return Err(reason);
+        }
+        let seed = self.shuffle.random();
+        Ok(Work {
+            task,
+            received,
+            seed,
+        })
+    }
+
+    /// What client `me` sends once `work` is computed: the upload, the first stage message of
+    /// the secure round, or the reason it could not.
+    pub(crate) fn computed(
+        &mut self,
+        me: u64,
+        work: &Work,
+        computed: Result<Computed, String>,
+    ) -> Outgoing {
+        self.rounds_trained += 1;
+        let round = work.task.round;
+        match (computed, work.task.secure) {
+            (Ok(Computed::Plain { values, .. }), Some(task)) => {
+                let oracle = self.oracle.as_ref();
+                let started =
+                    SecureRound::start((me, round), task, &values, oracle, &mut self.secret);
+                let (state, keys) = started;
+                let ring = state.ring;
+                self.secure = Some(state);
+                Outgoing::Stage {
+                    round,
+                    ring,
+                    message: keys,
+                }
+            }
+            (Ok(Computed::Protected(_)), Some(_)) => self.refuse(
+                round,
+                "a local release cannot enter secure aggregation".into(),
+            ),
+            (Ok(computed), None) => {
+                self.record(round, &computed);
+                Outgoing::Upload { round, computed }
+            }
+            (Err(reason), _) => self.refuse(round, reason),
+        }
+    }
+
+    /// A secure-aggregation stage message of round `round` (or why it did not read): the answer,
+    /// if any. Messages outside the client's secure round are ignored.
+    pub(crate) fn stage(
+        &mut self,
+        round: u64,
+        stage: Result<ServerStage, String>,
+    ) -> Option<Outgoing> {
+        let state = self.secure.as_mut().filter(|s| s.round == round)?;
+        let ring = state.ring;
+        match stage.and_then(|stage| state.step(stage, &mut self.secret)) {
+            Ok(Step::Send(message)) => Some(Outgoing::Stage {
+                round,
+                ring,
+                message,
+            }),
+            Ok(Step::Done(message)) => {
+                self.secure = None;
+                Some(Outgoing::Stage {
+                    round,
+                    ring,
+                    message,
+                })
+            }
+            Err(reason) => {
+                self.secure = None;
+                Some(self.refuse(round, reason))
+            }
+        }
+    }
+
+    /// Adds a result's local release, if any, to what this client has spent.
+    fn record(&mut self, round: u64, computed: &Computed) {
+        let Some(release) = computed.release() else {
+            return;
+        };
+        self.spent.record(release);
+        self.spent_delta = self.spent_delta.max(release.delta);
+        tracing::info!(
+            round,
+            mechanism = release.kind.name(),
+            epsilon = release.epsilon,
+            releases = self.spent.releases(),
+            composed_epsilon = self.spent.epsilon(self.spent_delta),
+            "local privacy spent"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::compute;
+    use crate::trainer::SgdTrainer;
+    use crate::{ClientPrivacy, LocalData};
+    use fl_common::data::Dataset;
+    use fl_common::model::{LocalConfig, ModelSpec};
+    use fl_common::privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
+
+    fn local() -> LocalData {
+        let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
+        let data = Dataset::new(features, vec![0, 1, 0, 1, 0, 1], 2).unwrap();
+        LocalData {
+            data: Arc::new(data),
+            indices: (0..6).collect(),
+        }
+    }
+
+    fn task(local: Option<LocalMechanism>) -> Task {
+        Task {
+            round: 1,
+            model: ModelSpec::logistic(3, 2).unwrap(),
+            config: LocalConfig {
+                epochs: 1,
+                batch_size: 2,
+                learning_rate: 0.1,
+            },
+            local,
+            secure: None,
+            admm: None,
+        }
+    }
+
+    fn gaussian(epsilon: f64) -> Option<LocalMechanism> {
+        Some(LocalMechanism::Gaussian {
+            epsilon,
+            delta: 1e-5,
+            clip: 1.0,
+        })
+    }
+
+    fn engine(privacy: ClientPrivacy) -> Engine {
+        Engine::new(Arc::new(SgdTrainer::new(local())), privacy, None, Some(1))
+    }
+
+    fn refusal(outcome: Result<Work, Outgoing>) -> String {
+        match outcome {
+            Err(Outgoing::Failed { reason, .. }) => reason,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_client_refuses_rounds_below_its_requirements_and_tightens_the_rest() {
+        let mut follow = engine(ClientPrivacy::default());
+        let err = refusal(follow.task(task(gaussian(0.0)), vec![0.0; 8]));
+        assert!(err.contains("local epsilon = 0"), "{err}");
+        let laplace_only = ClientPrivacy {
+            require: Some(ReleaseKind::Laplace),
+            ..ClientPrivacy::default()
+        };
+        let err = refusal(engine(laplace_only).task(task(gaussian(2.0)), vec![0.0; 8]));
+        assert!(err.contains("uploads only with ldp-laplace"));
+        let err = refusal(engine(laplace_only).task(task(None), vec![0.0; 8]));
+        assert!(err.contains("the round asks for none"));
+        let strict = ClientPrivacy {
+            require: Some(ReleaseKind::Laplace),
+            limits: ClientLimits {
+                epsilon: Some(0.5),
+                ..ClientLimits::default()
+            },
+        };
+        let laplace = Some(LocalMechanism::Laplace {
+            epsilon: 2.0,
+            clip: 1.0,
+        });
+        let mut strict = engine(strict);
+        let work = strict.task(task(laplace), vec![0.0; 8]).unwrap();
+        assert!(work.task.secure.is_none());
+        assert_eq!(
+            work.task.local,
+            Some(LocalMechanism::Laplace {
+                epsilon: 0.5,
+                clip: 1.0
+            })
+        );
+        // The upload carries the tightened loss, which the round admits.
+        let computed = compute(&work, &*strict.trainer()).unwrap();
+        let release: &Release = computed.release().unwrap();
+        assert_eq!(release.epsilon, 0.5);
+        let round = LocalMechanism::Laplace {
+            epsilon: 2.0,
+            clip: 1.0,
+        };
+        round.admits(release).unwrap();
+    }
+}

@@ -1,0 +1,182 @@
+//! What a client computes for a round, without I/O: the trainer's work, then the update and the
+//! round's local mechanism (`fl_common::privacy::Protected`) before anything leaves the device.
+//!
+//! - FedAvg, no mechanism: u = w_k - w_t, with the loss and n_k for the trusted curator.
+//! - FedAvg under the Gaussian mechanism or SignDS: `LocalMechanism::protect_update` on u.
+//! - FedAvg under the Laplace mechanism: the built-in trainer's L1-clipped SGD, then
+//!   `protect_update`.
+//! - IADMM: z_p = a_p - (1/(rho I)) sum_i clip_1(grad f_i(z_p^t)) by the built-in trainer, plus
+//!   `LocalMechanism::protect_admm_step` under `ldp-laplace` (seed 004, Example 2).
+//!
+//! Noise and SignDS draws come from an OS-seeded CSPRNG, even in seeded runs; the seed only fixes
+//! the order of local examples.
+
+use crate::trainer::{SgdTrainer, TrainRequest, Trainer};
+use fl_common::admm::primal_step;
+use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
+use fl_common::task::{AdmmStep, Task};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+/// A round's work, after the client's own limits were applied to its task.
+#[derive(Debug, Clone)]
+pub(crate) struct Work {
+    /// The task, its mechanism tightened.
+    pub task: Task,
+    /// The global model (IADMM: the anchor, then the point).
+    pub received: Vec<f32>,
+    /// The seed of the local examples' order.
+    pub seed: u64,
+}
+
+/// What a round produced. Under a local mechanism the server is the adversary, so the result is
+/// the mechanism's [`Protected`] output alone (no loss, no example count).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Computed {
+    /// No local mechanism (the curator is trusted, or secure aggregation hides it): u for FedAvg
+    /// or z_p for IADMM, with the training loss and n_k.
+    Plain {
+        /// The values.
+        values: Vec<f32>,
+        /// Mean training loss.
+        loss: f32,
+        /// n_k.
+        examples: u64,
+    },
+    /// A local mechanism's release.
+    Protected(Protected),
+}
+
+impl Computed {
+    /// The privacy loss of the result, if protected.
+    pub(crate) fn release(&self) -> Option<&Release> {
+        match self {
+            Self::Plain { .. } => None,
+            Self::Protected(p) => Some(p.release()),
+        }
+    }
+}
+
+/// Why a trainer other than the built-in one cannot take a round of `task`'s kind, if it cannot.
+pub(crate) fn needs_built_in(task: &Task) -> Option<String> {
+    let why = match (task.admm, task.local) {
+        (Some(_), _) => "an IADMM round",
+        (None, Some(LocalMechanism::Laplace { .. })) => "the ldp-laplace mechanism",
+        _ => return None,
+    };
+    Some(format!(
+        "{why} needs per-example L1 clipping inside training, which only the built-in trainer \
+         (fl_client::SgdTrainer) does: this client's trainer cannot take part"
+    ))
+}
+
+/// Runs the round's local computation with `trainer` and protects the result.
+pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> {
+    let built_in = || {
+        let reason = needs_built_in(&work.task).unwrap_or_default();
+        trainer.built_in().ok_or(reason)
+    };
+    let mut noise_rng = StdRng::from_os_rng();
+    let computed = match work.task.admm {
+        Some(step) => admm_step(work, step, built_in()?, &mut noise_rng)?,
+        None => fedavg(work, trainer, &mut noise_rng)?,
+    };
+    let values = match &computed {
+        Computed::Plain { values, .. } => Some(values.as_slice()),
+        Computed::Protected(p) => p.values(),
+    };
+    if values.is_some_and(|v| !v.iter().all(|x| x.is_finite())) {
+        return Err("local training diverged (non-finite parameters)".into());
+    }
+    Ok(computed)
+}
+
+/// The request the trainer gets.
+fn request(work: &Work) -> TrainRequest {
+    TrainRequest {
+        round: work.task.round,
+        model: work.task.model.clone(),
+        config: work.task.config,
+        seed: work.seed,
+    }
+}
+
+/// FedAvg's local training from w_t, then the round's mechanism on u = w_k - w_t.
+fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<Computed, String> {
+    let global = &work.received;
+    let request = request(work);
+    let mechanism = work.task.local.as_ref();
+    let (weights, loss, examples) = match mechanism {
+        Some(&LocalMechanism::Laplace { clip, .. }) => {
+            let sgd = trainer
+                .built_in()
+                .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
+            let (weights, loss) = sgd.train_clipped_l1(&request, global, clip);
+            (weights, loss, sgd.examples())
+        }
+        _ => {
+            let t = trainer.train(&request, global)?;
+            (t.weights, t.loss, t.examples)
+        }
+    };
+    if weights.len() != global.len() {
+        return Err(format!(
+            "the trainer returned {} values for a model of {} parameters",
+            weights.len(),
+            global.len()
+        ));
+    }
+    let mut u = weights;
+    for (p, g) in u.iter_mut().zip(global) {
+        *p -= g;
+    }
+    let Some(mechanism) = mechanism else {
+        return Ok(Computed::Plain {
+            values: u,
+            loss,
+            examples,
+        });
+    };
+    let sgd = LocalSgd {
+        examples: examples as usize,
+        config: work.task.config,
+    };
+    mechanism
+        .protect_update(u, &sgd, noise_rng)
+        .map(Computed::Protected)
+}
+
+/// One inexact-ADMM primal step from the anchor and point the task carries.
+fn admm_step(
+    work: &Work,
+    step: AdmmStep,
+    sgd: &SgdTrainer,
+    noise_rng: &mut StdRng,
+) -> Result<Computed, String> {
+    let d = work.task.model.num_params();
+    let received = &work.received;
+    if received.len() != 2 * d {
+        return Err(format!(
+            "an IADMM task carries 2 x {d} values (anchor and point), not {}",
+            received.len()
+        ));
+    }
+    let (anchor, point) = received.split_at(d);
+    let mechanism = work.task.local;
+    let clip = match &mechanism {
+        None => f64::INFINITY,
+        Some(m) => m.admm_clip()?,
+    };
+    let (gradient_sum, loss) = sgd.clipped_gradient_sum(&work.task.model, point, clip);
+    let z = primal_step(anchor, &gradient_sum, step.rho, step.total_examples);
+    match mechanism {
+        None => Ok(Computed::Plain {
+            values: z,
+            loss,
+            examples: sgd.examples(),
+        }),
+        Some(m) => m
+            .protect_admm_step(z, step.rho, step.total_examples, noise_rng)
+            .map(Computed::Protected),
+    }
+}

@@ -1,0 +1,176 @@
+//! The training hook: a [`Trainer`] is the client's own training code, which the library calls
+//! each round the client is sampled into; the library does everything else (the protocol, the
+//! update u = w_k - w_t, clipping, the local mechanism, secure aggregation). [`SgdTrainer`] is
+//! the built-in one: local SGD on the built-in models over a [`LocalData`].
+//!
+//! Two modes need more than a trained model: the Laplace mechanism's sensitivity assumes every
+//! example's gradient was clipped in L1 inside training, and an IADMM step is a sum of such
+//! gradients. Only the built-in trainer computes them ([`Trainer::built_in`]); a round of either
+//! mode is refused for any other trainer.
+
+use crate::LocalData;
+use fl_common::model::{
+    GradientRule, LocalConfig, ModelSpec, clipped_gradient_sum, evaluate, train_local,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+/// What a round asks the trainer to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainRequest {
+    /// t.
+    pub round: u64,
+    /// The model the weights belong to.
+    pub model: ModelSpec,
+    /// E, B, eta.
+    pub config: LocalConfig,
+    /// A seed for the order of local examples (fixed in reproducible experiments).
+    pub seed: u64,
+}
+
+/// What a trainer returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trained {
+    /// w_k: the model after local training, as many values as the global model.
+    pub weights: Vec<f32>,
+    /// The mean training loss (sent only to a trusted curator).
+    pub loss: f32,
+    /// n_k: the examples trained on (sent only to a trusted curator, as the update's weight).
+    pub examples: u64,
+}
+
+/// A model's figures on a client's data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Mean loss.
+    pub loss: f64,
+    /// Fraction classified correctly.
+    pub accuracy: f64,
+    /// Examples evaluated on.
+    pub examples: u64,
+}
+
+/// A client's training code.
+pub trait Trainer: Send + Sync + 'static {
+    /// Checks that `model` fits this trainer's data (its features and classes); the error is
+    /// the reason the client gives the server for not taking part.
+    fn check(&self, _model: &ModelSpec) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Trains from the global model `global` as `request` says; returns the local model.
+    fn train(&self, request: &TrainRequest, global: &[f32]) -> Result<Trained, String>;
+
+    /// Evaluates `global` on this client's data.
+    fn evaluate(&self, model: &ModelSpec, global: &[f32]) -> Result<Evaluation, String>;
+
+    /// The built-in trainer, when this is it: only it trains with per-example L1 clipping.
+    fn built_in(&self) -> Option<&SgdTrainer> {
+        None
+    }
+}
+
+/// The built-in trainer: E epochs of mini-batch SGD on this client's examples.
+#[derive(Debug, Clone)]
+pub struct SgdTrainer {
+    local: LocalData,
+}
+
+impl SgdTrainer {
+    /// SGD on `local`.
+    pub fn new(local: LocalData) -> Self {
+        Self { local }
+    }
+
+    /// n: this client's examples.
+    pub fn examples(&self) -> u64 {
+        self.local.indices.len() as u64
+    }
+
+    /// Local SGD from `global` with every example's gradient clipped to L1 norm `clip`;
+    /// returns the local model and the mean loss of the last epoch.
+    pub fn train_clipped_l1(
+        &self,
+        request: &TrainRequest,
+        global: &[f32],
+        clip: f64,
+    ) -> (Vec<f32>, f32) {
+        self.sgd(request, global, GradientRule::ClippedL1(clip))
+    }
+
+    /// The sum over this client's examples of the gradients at `point`, each clipped to L1
+    /// norm `clip`, and the mean loss there (an IADMM step's ingredients).
+    pub fn clipped_gradient_sum(
+        &self,
+        model: &ModelSpec,
+        point: &[f32],
+        clip: f64,
+    ) -> (Vec<f32>, f32) {
+        let (data, indices) = (&self.local.data, &self.local.indices);
+        let (sum, loss_sum) = clipped_gradient_sum(model, point, data, indices, clip);
+        (sum, (loss_sum / indices.len().max(1) as f64) as f32)
+    }
+
+    /// Local SGD from `global` with gradients by `rule`.
+    fn sgd(&self, request: &TrainRequest, global: &[f32], rule: GradientRule) -> (Vec<f32>, f32) {
+        let mut params = global.to_vec();
+        let mut shuffle = StdRng::seed_from_u64(request.seed);
+        let (data, indices) = (&self.local.data, &self.local.indices);
+        let (model, config) = (&request.model, &request.config);
+        let loss = train_local(
+            model,
+            &mut params,
+            data,
+            indices,
+            config,
+            rule,
+            &mut shuffle,
+        );
+        (params, loss)
+    }
+}
+
+impl Trainer for SgdTrainer {
+    fn check(&self, model: &ModelSpec) -> Result<(), String> {
+        let data = &self.local.data;
+        if model.inputs() != data.num_features() {
+            return Err(format!(
+                "model takes {} features, local data has {}",
+                model.inputs(),
+                data.num_features()
+            ));
+        }
+        let labels = data.labels();
+        if (self.local.indices.iter()).any(|&i| labels[i] as usize >= model.classes()) {
+            return Err(format!(
+                "local data has labels beyond the model's {} classes",
+                model.classes()
+            ));
+        }
+        Ok(())
+    }
+
+    fn train(&self, request: &TrainRequest, global: &[f32]) -> Result<Trained, String> {
+        let (weights, loss) = self.sgd(request, global, GradientRule::Mean);
+        Ok(Trained {
+            weights,
+            loss,
+            examples: self.examples(),
+        })
+    }
+
+    fn evaluate(&self, model: &ModelSpec, global: &[f32]) -> Result<Evaluation, String> {
+        self.check(model)?;
+        let mine = self.local.data.subset(&self.local.indices);
+        let e = evaluate(model, global, &mine);
+        Ok(Evaluation {
+            loss: e.loss,
+            accuracy: e.accuracy,
+            examples: self.examples(),
+        })
+    }
+
+    fn built_in(&self) -> Option<&SgdTrainer> {
+        Some(self)
+    }
+}
