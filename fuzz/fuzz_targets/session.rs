@@ -1,12 +1,14 @@
 //! A client's Session stream as the server frames it: the input is split into length-prefixed
 //! frames (one length byte each), each decoded as a `ClientMessage` and handed to
-//! `fl_server::service::Framer`. Nothing may panic, and the framer may only ever produce an
+//! `fl_server::framer::Framer`. Nothing may panic, and the framer may only ever produce an
 //! update of the model's length or a masked input of one or two words per parameter.
 
 #![no_main]
 
 use fl_proto::v1::ClientMessage;
-use fl_server::service::{Event, Framer, SecAggMessage};
+use fl_server::events::Event;
+use fl_server::framer::Framer;
+use fl_common::secagg::StageMessage;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -25,9 +27,9 @@ fuzz_target!(|data: &[u8]| {
         match framer.accept(message) {
             Ok(Some(Event::Update { values, .. })) => assert_eq!(values.len(), N),
             Ok(Some(Event::SecAgg {
-                message: SecAggMessage::Masked(words),
+                message: StageMessage::Masked(y),
                 ..
-            })) => assert!(words.len() == N || words.len() == 2 * N),
+            })) => assert_eq!(y.len(), N),
             Ok(_) => {}
             Err(_) => break,
         }

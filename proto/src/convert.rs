@@ -442,6 +442,56 @@ pub fn client_stage(
     vec![one]
 }
 
+/// A task's wire message, without its tensor's size (`num_values` and `num_chunks` are the
+/// sender's to fill in).
+impl From<&Task> for v1::RoundTask {
+    fn from(task: &Task) -> Self {
+        v1::RoundTask {
+            round: task.round,
+            model: Some((&task.model).into()),
+            config: Some(task.config.into()),
+            num_values: 0,
+            num_chunks: 0,
+            secagg: task.secure.map(|s| v1::SecAggTask {
+                ring_bits: s.quantizer.ring.bits(),
+                clip_bound: s.quantizer.clip,
+                scale: s.quantizer.scale,
+                noise_variance: s.noise_variance,
+            }),
+            local_privacy: task.local.map(v1::LocalPrivacy::from),
+            admm: task.admm.map(|a| v1::AdmmTask {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
+        }
+    }
+}
+
+/// The wire body of a server's stage message of round `round`.
+pub fn server_stage_body(round: u64, stage: &ServerStage) -> v1::server_message::Body {
+    use v1::server_message::Body;
+    match stage {
+        ServerStage::Neighbours(hood) => Body::SecaggNeighbours(v1::SecAggNeighbours {
+            round,
+            threshold: hood.threshold as u32,
+            neighbours: hood.neighbours.iter().map(v1::PeerKeys::from).collect(),
+        }),
+        ServerStage::ShareInbox(inbox) => Body::SecaggShareInbox(v1::SecAggShareInbox {
+            round,
+            shares: inbox.iter().map(v1::SealedShare::from).collect(),
+        }),
+        ServerStage::Proceed(p) => Body::SecaggProceed(v1::SecAggProceed {
+            round,
+            excluded: p.excluded.clone(),
+            unpaired: p.unpaired.clone(),
+        }),
+        ServerStage::Survivors(survivors) => Body::SecaggSurvivors(v1::SecAggSurvivors {
+            round,
+            survivors: survivors.clone(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,5 +568,57 @@ mod tests {
         assert!(refused(|w| w.layers = vec!["relu".into(); 10_000]).contains("layers"));
         let huge = |w: &mut v1::ModelSpec| w.layers[0] = "conv:32:5:pad4000000000".into();
         assert!(refused(huge).contains("layer 0"));
+    }
+
+    /// A task survives the wire: what the server sends is what the client reads, and a task
+    /// whose code or step is unusable is refused.
+    #[test]
+    fn tasks_cross_the_wire_unchanged_and_bad_ones_are_refused() {
+        let task = Task {
+            round: 7,
+            model: ModelSpec::logistic(3, 2).unwrap(),
+            config: LocalConfig {
+                epochs: 2,
+                batch_size: 5,
+                learning_rate: 0.1,
+            },
+            local: None,
+            secure: Some(SecureTask {
+                quantizer: Quantizer {
+                    ring: Ring::new(64).unwrap(),
+                    clip: 1.0,
+                    scale: 1000.0,
+                },
+                noise_variance: 12,
+            }),
+            admm: Some(AdmmStep {
+                rho: 2.0,
+                total_examples: 60,
+            }),
+        };
+        let wire = v1::RoundTask::from(&task);
+        assert_eq!(Task::try_from(&wire).unwrap(), task);
+        let mut bad = wire.clone();
+        bad.secagg.as_mut().unwrap().scale = 0.5;
+        assert!(Task::try_from(&bad).unwrap_err().0.contains("quantisation"));
+        let mut bad = wire;
+        bad.admm.as_mut().unwrap().rho = f64::NAN;
+        assert!(Task::try_from(&bad).unwrap_err().0.contains("IADMM"));
+    }
+
+    #[test]
+    fn server_stages_cross_the_wire_unchanged() {
+        let stages = [
+            ServerStage::Proceed(Proceed {
+                excluded: vec![1, 2],
+                unpaired: vec![3],
+            }),
+            ServerStage::Survivors(vec![4, 5]),
+            ServerStage::ShareInbox(Vec::new()),
+        ];
+        for stage in stages {
+            let body = server_stage_body(9, &stage);
+            assert_eq!(server_stage(&body).unwrap().unwrap(), (9, stage));
+        }
     }
 }

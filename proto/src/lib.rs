@@ -16,7 +16,9 @@ pub use chunk::{
     ChunkError, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, chunk_count, encode_chunks,
     encode_word_chunks,
 };
-pub use convert::{WireError, client_stage, ring_elements, ring_words, server_stage};
+pub use convert::{
+    WireError, client_stage, ring_elements, ring_words, server_stage, server_stage_body,
+};
 pub use framing::{Deframer, Frame, FrameError, PREFIX_BYTES};
 
 /// Interval of HTTP/2 pings on both ends of an idle connection: clients that are not sampled for

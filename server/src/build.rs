@@ -229,7 +229,7 @@ impl Builder<'_> {
     ) -> (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection) {
         let s = &plan.settings;
         let collection = Collection::Secure(SecureCollection {
-            settings: s.clone(),
+            settings: s.settings(),
             round_timeout: Duration::from_secs_f64(self.config.server.round_timeout_secs),
             clip: plan.clip,
             dim: self.dim,

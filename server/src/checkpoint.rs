@@ -13,8 +13,9 @@
 //! otherwise both entries count), and its lines in `metrics.jsonl` are replaced.
 
 use crate::config::RunConfig;
+use crate::ids::ClientId;
+use crate::ids::Identities;
 use crate::output::{RoundMetrics, write_atomic};
-use crate::registry::{ClientId, Identities};
 use crate::strategy::StrategyState;
 use fl_common::privacy::LocalLedger;
 use safetensors::tensor::TensorView;

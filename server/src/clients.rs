@@ -1,11 +1,20 @@
-//! The round side of the client connections: the coordinator and the collections read the
-//! handlers' [`Event`]s here and answer, refuse or dismiss clients through it.
+//! The round side of the client connections, the coordinator's one port to the edge: the
+//! coordinator and the collections read the handlers' [`Event`]s here, send the round's task
+//! (kept for clients that come back) and the stage messages in `fl-common`'s types, and refuse or
+//! dismiss clients in the round's terms ([`Rejection`]).
 
 use crate::ServerError;
-use crate::registry::ClientId;
+use crate::events::{Arrival, Event};
+use crate::ids::{ClientId, Identities};
+use crate::outbox::send_all;
 use crate::rejection::Rejection;
-use crate::service::{Arrival, Event, Shared, send_all};
-use crate::wire::{self, Outgoing};
+use crate::shared::Shared;
+use crate::wire;
+use fl_common::secagg::ServerStage;
+use fl_common::task::Task;
+use fl_proto::Frame;
+use fl_proto::v1::RoundTask;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -23,10 +32,21 @@ pub enum Next {
 
 /// The events from the handlers and the way back to the clients.
 pub struct Clients {
-    /// Shared with the gRPC handlers.
-    pub shared: Arc<Shared>,
+    shared: Arc<Shared>,
     events: mpsc::Receiver<Arrival>,
     stop: watch::Receiver<bool>,
+    /// The round's task, for clients sampled into it and those that come back.
+    tasks: Option<RoundTasks>,
+}
+
+/// The task of a round and which stream of each client got it.
+struct RoundTasks {
+    /// The task without its tensor sizes.
+    template: RoundTask,
+    /// The task and model chunks for a client that gets the global model.
+    common: Vec<Frame>,
+    /// The stream generation each sampled client was sent the task on.
+    sent_on: BTreeMap<ClientId, u64>,
 }
 
 impl Clients {
@@ -40,12 +60,30 @@ impl Clients {
             shared,
             events,
             stop,
+            tasks: None,
         }
     }
 
     /// Whether the operator asked the server to stop.
     pub fn stop_requested(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// The clients with a live stream, after revoking those the enrollment list no longer
+    /// admits (a client revoked since the last check is neither sampled nor sent the model).
+    pub fn connected(&self) -> Vec<ClientId> {
+        self.shared.enforce_enrollment();
+        self.shared.registry().connected()
+    }
+
+    /// Whether `client` is still admitted (not revoked).
+    pub fn is_admitted(&self, client: ClientId) -> bool {
+        self.shared.registry().is_admitted(client)
+    }
+
+    /// What a checkpoint keeps of the registry.
+    pub fn identities(&self) -> Identities {
+        self.shared.registry().identities()
     }
 
     /// The next event, unless `deadline` passes or the operator stops the server first.
@@ -93,8 +131,45 @@ impl Clients {
         }
     }
 
+    /// Starts a round: `task` over the global model `global` is what its clients are sent.
+    pub fn start_round(&mut self, task: &Task, global: &[f32]) {
+        let template = wire::task_template(task);
+        self.tasks = Some(RoundTasks {
+            common: wire::task_messages(&template, global),
+            template,
+            sent_on: BTreeMap::new(),
+        });
+    }
+
+    /// Sends client `id` the round's task on its live stream, unless that stream already got it,
+    /// with the global model or the tensor `own` gives it instead (IADMM's anchor and point);
+    /// returns the bytes sent.
+    pub fn send_task(&mut self, id: ClientId, own: impl FnOnce() -> Option<Vec<f32>>) -> u64 {
+        let (Some(tasks), Some((generation, outbox))) =
+            (self.tasks.as_mut(), self.shared.registry().stream(id))
+        else {
+            return 0;
+        };
+        if tasks.sent_on.insert(id, generation) == Some(generation) {
+            return 0;
+        }
+        let batch = match own() {
+            Some(tensor) => wire::task_messages(&tasks.template, &tensor),
+            None => tasks.common.clone(),
+        };
+        let sent = batch.iter().map(|m| m.message_len() as u64).sum();
+        send_all(outbox, batch);
+        sent
+    }
+
+    /// Sends `client` a stage message of round `round`; returns the bytes sent (0 without a
+    /// stream).
+    pub fn send_stage(&self, client: ClientId, round: u64, stage: &ServerStage) -> u64 {
+        self.send(client, vec![wire::stage(round, stage)])
+    }
+
     /// Sends `messages` on `client`'s live stream; returns the bytes sent (0 without a stream).
-    pub fn send(&self, client: ClientId, messages: Vec<Outgoing>) -> u64 {
+    fn send(&self, client: ClientId, messages: Vec<Frame>) -> u64 {
         match self.shared.registry().outbox(client) {
             Some(outbox) => {
                 let size = messages.iter().map(|m| m.message_len() as u64).sum();

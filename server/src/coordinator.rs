@@ -10,17 +10,17 @@ use crate::checkpoint::{Checkpoint, Progress};
 use crate::clients::Clients;
 use crate::collection::{RoundWork, Tally};
 use crate::config::RunConfig;
+use crate::ids::ClientId;
 use crate::ledger::Ledger;
 use crate::local_accounts::LocalAccounts;
 use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
-use crate::registry::ClientId;
 use crate::strategy::{RoundContext, RoundOutcome};
 use crate::telemetry::Telemetry;
-use crate::wire::{RoundTasks, TaskSpec};
 use crate::{Observer, ServerError};
 use fl_common::data::Dataset;
 use fl_common::model::{Evaluation, ModelSpec, check_model, evaluate};
 use fl_common::privacy::PrivacyEvent;
+use fl_common::task::{SecureTask, Task};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -222,14 +222,13 @@ impl Coordinator {
             Err(stop) => return Ok(RoundEnd::Stop(stop)),
         };
         let ctx = planned.ctx;
-        let (down, mut tasks) = self.start_round(&ctx, global, &planned);
+        let down = self.start_round(&ctx, global, &planned);
         self.publish(evaluations).await?;
         let work = RoundWork {
             ctx,
             sampled: &planned.sampled,
             started: t0,
             strategy: &mut *self.pipeline.strategy,
-            tasks: &mut tasks,
             global,
         };
         // A span per round's collection: what is logged while collecting names the round.
@@ -267,9 +266,7 @@ impl Coordinator {
         if self.clients.stop_requested() {
             return Ok(Err(StoppedBy::Error));
         }
-        // A client revoked since the last check is neither sampled nor sent the model.
-        self.clients.shared.enforce_enrollment();
-        let connected = self.clients.shared.registry().connected();
+        let connected = self.clients.connected();
         if connected.is_empty() {
             tracing::error!(round, "no client is connected: training ends");
             return Ok(Err(StoppedBy::Error));
@@ -333,33 +330,32 @@ impl Coordinator {
         Some(reason)
     }
 
-    /// Sends each sampled client its task and the global model (or what the strategy sends it
-    /// instead); returns the bytes sent and the round's tasks, for clients that come back.
-    fn start_round(
-        &mut self,
-        ctx: &RoundContext,
-        global: &[f32],
-        planned: &Planned,
-    ) -> (u64, RoundTasks) {
+    /// Sends each sampled client the round's task and the global model (or what the strategy
+    /// sends it instead); returns the bytes sent.
+    fn start_round(&mut self, ctx: &RoundContext, global: &[f32], planned: &Planned) -> u64 {
         let instructions = self.pipeline.strategy.configure_round(ctx);
-        let spec = TaskSpec {
+        let task = Task {
             round: ctx.round,
-            model: &self.spec,
-            local: self.config.train.local_config(),
-            calibration: planned.prepared.calibration.as_ref(),
-            instructions,
+            model: self.spec.clone(),
+            config: self.config.train.local_config(),
+            local: instructions.local,
+            secure: (planned.prepared.calibration).map(|c| SecureTask {
+                quantizer: c.quantizer,
+                noise_variance: c.ddg.map_or(0, |d| d.client_variance),
+            }),
+            admm: instructions.admm,
         };
-        let mut tasks = RoundTasks::new(&spec, global);
+        self.clients.start_round(&task, global);
         let strategy = &*self.pipeline.strategy;
         let sent = (planned.sampled.iter())
-            .map(|&id| tasks.send(&self.clients, strategy, id, global))
+            .map(|&id| (self.clients).send_task(id, || strategy.client_tensor(id, global)))
             .sum();
         tracing::debug!(
             round = ctx.round,
             sampled = planned.sampled.len(),
             "tasks sent"
         );
-        (sent, tasks)
+        sent
     }
 
     /// The round's metrics line, its evaluation still to be filled in.
@@ -454,7 +450,7 @@ impl Coordinator {
             config: self.config.clone(),
             // The strategy's scalars and local ledgers: `Checkpoint::new` fills them in.
             strategy: serde_json::Value::Null,
-            clients: self.clients.shared.registry().identities(),
+            clients: self.clients.identities(),
             local_ledgers: Default::default(),
             last_round: metrics.cloned(),
         };

@@ -16,15 +16,21 @@ pub mod collection;
 pub mod config;
 pub mod coordinator;
 pub mod credentials;
+pub mod events;
+pub mod framer;
+pub mod ids;
+mod join_gate;
 pub mod ledger;
 pub mod local_accounts;
 pub mod model_file;
+pub mod outbox;
 pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod rejection;
 pub mod service;
 pub mod session;
+pub mod shared;
 pub mod strategy;
 pub mod telemetry;
 mod transport;
@@ -39,7 +45,7 @@ use fl_common::secagg::PlainInputs;
 use ledger::Ledger;
 use output::{RoundMetrics, RunFolder, Summary};
 use registry::Registry;
-use service::Shared;
+use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use telemetry::Telemetry;
@@ -79,6 +85,10 @@ pub enum ServerError {
     /// The gRPC transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// A secure round's code or noise cannot be calibrated (e.g. noise beyond the exact
+    /// sampler's range).
+    #[error("secure aggregation: {0}")]
+    Calibration(#[from] fl_common::secagg::CalibrationError),
     /// A bug or a lost background task.
     #[error("internal error: {0}")]
     Internal(String),
@@ -236,7 +246,7 @@ fn shared_state(
     config: &RunConfig,
     checkpoint: Option<&Checkpoint>,
     num_params: usize,
-) -> Result<(Arc<Shared>, mpsc::Receiver<service::Arrival>), ServerError> {
+) -> Result<(Arc<Shared>, mpsc::Receiver<events::Arrival>), ServerError> {
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let credentials = Credentials::new(
         config.server.token.as_ref().map(|t| t.digest()),
@@ -253,9 +263,9 @@ fn shared_state(
         credentials: Mutex::new(credentials),
         num_params,
         events: events_tx,
-        uploads: Arc::new(tokio::sync::Semaphore::new(service::UPLOADS_AT_ONCE)),
+        uploads: Arc::new(tokio::sync::Semaphore::new(session::UPLOADS_AT_ONCE)),
         next_partition: Default::default(),
-        joins: service::JoinGate::new(s.join_rate, s.join_burst),
+        joins: join_gate::JoinGate::new(s.join_rate, s.join_burst),
         upload_stall: Duration::from_secs_f64(s.upload_stall_secs),
         max_idle: s.max_idle_clients,
         forget_after: Duration::from_secs_f64(s.forget_after_secs),

@@ -3,7 +3,7 @@
 //! The figures are what the clients claim to have applied (the server cannot see their noise);
 //! each client logs the same figures for itself.
 
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -10,18 +10,13 @@
 //! clients are counted, so that Join can refuse beyond a bound, and forgotten after a grace period
 //! ([`Registry::forget_idle`]), so that joins that never become sessions cost nothing for long.
 
+use crate::credentials::constant_time_eq;
+use crate::ids::{ClientId, Identities};
 use rand::RngCore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
-use tokio::sync::mpsc;
 
-use crate::credentials::constant_time_eq;
-
-/// Identity the server assigns at Join.
-pub type ClientId = u64;
-
-/// The sending half of a client's Session stream.
-pub type Outbox = mpsc::Sender<crate::session::Outgoing>;
+use crate::outbox::Outbox;
 
 #[derive(Debug)]
 struct Entry {
@@ -60,16 +55,6 @@ pub struct Registry {
     identities: BTreeMap<String, ClientId>,
     /// The idle clients, oldest first.
     idle: BTreeSet<(Instant, ClientId)>,
-}
-
-/// What the registry keeps across a restart: the enrolled names' ids, and the first id not yet
-/// handed out (so that no new client takes the id, and the strategy state, of an earlier one).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Identities {
-    /// Enrolled name -> client id.
-    pub names: BTreeMap<String, ClientId>,
-    /// The next id to hand out.
-    pub next_id: ClientId,
 }
 
 /// Why a Hello was refused.
@@ -277,6 +262,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc;
 
     #[test]
     fn attach_checks_keys_and_generations() {

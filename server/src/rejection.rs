@@ -1,7 +1,7 @@
 //! Why the coordinator ends a client's part in a round. The collections say it in these terms;
 //! `service` maps them to gRPC statuses in one place.
 
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use crate::strategy::StrategyError;
 use fl_common::secagg::SecAggError;
 

@@ -1,5 +1,7 @@
 //! The `Session` RPC below tonic's codec: [`Routes`] serves `flp.v1.Federation/Session` itself
-//! and hands every other method to the generated server.
+//! and hands every other method to the generated server; [`open_session`] binds a stream to the
+//! client its Hello names and reads what the client sends, through the [`Framer`], into events
+//! for the round loop.
 //!
 //! A session's messages are framed by `fl_proto`'s [`Deframer`] and [`Frame`] instead of tonic's
 //! codec, which keeps two buffers per stream, each as large as the largest message it handled,
@@ -10,27 +12,30 @@
 //! messages. The bytes on the wire are the same as the codec's, so clients use the generated
 //! client unchanged.
 
-use crate::service::Shared;
+use crate::events::{Arrival, Event};
+use crate::framer::Framer;
+use crate::ids::ClientId;
+use crate::outbox::{Outbox, Outgoing};
+use crate::registry::AttachError;
+use crate::shared::Shared;
 use bytes::Bytes;
-use fl_proto::v1::ClientMessage;
-use fl_proto::{Deframer, Frame, FrameError};
+use fl_proto::v1::{ClientMessage, client_message};
+use fl_proto::{Deframer, FrameError};
 use http_body::Frame as BodyFrame;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
+use tracing::Instrument;
 
 /// The path of the `Session` method.
 pub const PATH: &str = "/flp.v1.Federation/Session";
-
-/// What a session's response stream is fed: messages, then possibly the status that ends it
-/// (boxed, so that a queued message takes a few words).
-pub type Outgoing = Result<Frame, Box<Status>>;
 
 /// The `flp.v1.Federation` service: `Session` served here, the other methods by `generated`.
 #[derive(Clone)]
@@ -74,11 +79,136 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let inbound = Inbound::new(request.into_body());
-            Ok(match crate::service::open_session(shared, inbound).await {
+            Ok(match open_session(shared, inbound).await {
                 Ok(queue) => respond(queue),
                 Err(status) => status.into_http(),
             })
         })
+    }
+}
+
+/// Messages queued towards one client before the sender waits.
+const OUTBOX_DEPTH: usize = 8;
+
+/// Most uploads (dense updates, masked inputs) assembled at once or waiting for the round loop.
+///
+/// A stream whose next message opens a tensor waits for a place before it reads on, and the
+/// place is freed when the round loop takes the upload, which it folds into the aggregate at
+/// once: the server holds at most this many uploads plus the one being folded, however many
+/// clients answer (about 34 MB for the default MLP), and HTTP/2 flow control holds the other
+/// clients' chunks back on their side.
+pub const UPLOADS_AT_ONCE: usize = 16;
+
+/// How long a new stream may take to send its Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens a `Session` (`crate::session` serves it): reads the Hello, binds the stream to the
+/// client it names and starts reading what the client sends; returns the queue of what the
+/// client is sent.
+async fn open_session(
+    shared: Arc<Shared>,
+    mut inbound: Inbound,
+) -> Result<mpsc::Receiver<Outgoing>, Status> {
+    let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no Hello within 30 s"))??;
+    let hello = match first.and_then(|m| m.body) {
+        Some(client_message::Body::Hello(h)) => h,
+        _ => return Err(Status::invalid_argument("a Session must open with Hello")),
+    };
+    let id: ClientId = hello
+        .client_id
+        .parse()
+        .map_err(|_| Status::invalid_argument("client_id is not one the server issued"))?;
+    let (outbox, rx) = mpsc::channel(OUTBOX_DEPTH);
+    shared.enforce_enrollment();
+    let (generation, superseded) = shared
+        .registry()
+        .attach(id, &hello.session_key, outbox.clone())
+        .map_err(|e| match e {
+            AttachError::Revoked(_) => Status::permission_denied(e.to_string()),
+            _ => Status::unauthenticated(e.to_string()),
+        })?;
+    if let Some(old) = superseded {
+        // One stream per client: the earlier one ends now, saying why.
+        let _ = old.try_send(Err(Box::new(Status::aborted(
+            "superseded by a newer Session for this client",
+        ))));
+    }
+    tracing::info!(client = id, "session open");
+    let _ = shared.events.send(Event::Connected(id).into()).await;
+    let span = tracing::info_span!("session", client = id);
+    let reader = async move {
+        if let Err(status) = read_stream(&shared, id, generation, &mut inbound, &outbox).await {
+            tracing::warn!(client = id, error = %status.message(), "dropping client");
+            let _ = outbox.send(Err(Box::new(status))).await;
+        }
+        let was_live = shared.registry().detach(id, generation);
+        if was_live {
+            let _ = shared.events.send(Event::Disconnected(id).into()).await;
+        }
+        tracing::info!(client = id, "session closed");
+    };
+    tokio::spawn(reader.instrument(span));
+    Ok(rx)
+}
+
+/// Reads one client's stream until it ends, or until a newer stream of the client, a refusal or
+/// a revocation unbinds it; returns the status to send it on a framing error or a stalled upload.
+async fn read_stream(
+    shared: &Shared,
+    id: ClientId,
+    generation: u64,
+    inbound: &mut Inbound,
+    outbox: &Outbox,
+) -> Result<(), Status> {
+    let mut framer = Framer::new(id, shared.num_params);
+    // The upload place of the tensor being read.
+    let mut held = None;
+    loop {
+        // Between tensors a client may be silent as long as it likes (it trains, or waits to be
+        // sampled); inside one it must keep sending. Once the response stream is gone (ended
+        // with a status: superseded, refused, or training over) there is nothing left to read.
+        let stall = if framer.in_tensor() {
+            shared.upload_stall
+        } else {
+            Duration::MAX
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(stall, inbound.message()) => next.map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "upload stalled: no chunk for {:.0} s",
+                    shared.upload_stall.as_secs_f64()
+                ))
+            })?,
+            () = outbox.closed() => return Ok(()),
+        };
+        if !shared.registry().is_current(id, generation) {
+            return Ok(());
+        }
+        let message = match next {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(()),
+            // Undecodable bytes, an oversized message, or a broken transport; if the client is
+            // still there it learns why.
+            Err(e) => {
+                return Err(Status::invalid_argument(format!(
+                    "unreadable message: {}",
+                    e.message()
+                )));
+            }
+        };
+        if Framer::opens_tensor(&message) {
+            let places = shared.uploads.clone();
+            tokio::select! {
+                place = places.acquire_owned() => held = place.ok(),
+                () = outbox.closed() => return Ok(()),
+            }
+        }
+        if let Some(event) = framer.accept(message)? {
+            let place = held.take();
+            let _ = shared.events.send(Arrival::holding(event, place)).await;
+        }
     }
 }
 
@@ -184,6 +314,7 @@ impl http_body::Body for Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fl_proto::Frame;
     use fl_proto::v1::{ServerMessage, Shutdown, server_message};
 
     fn shutdown(reason: &str) -> Frame {

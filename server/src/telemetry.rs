@@ -3,7 +3,7 @@
 //! spent, round duration, accuracy and traffic. Nothing about an individual client is exported.
 
 use crate::output::RoundMetrics;
-use crate::service::Shared;
+use crate::shared::Shared;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;

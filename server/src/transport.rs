@@ -3,8 +3,9 @@
 
 use crate::accept;
 use crate::config::{ConfigError, ServerSection};
-use crate::service::{FederationService, Shared};
+use crate::service::FederationService;
 use crate::session::Routes;
+use crate::shared::Shared;
 use crate::telemetry::{self, Telemetry};
 use crate::{MAX_MESSAGE_BYTES, ServerError};
 use fl_proto::v1::federation_server::FederationServer;

@@ -1,13 +1,15 @@
-//! Property test of the server's stream framing ([`fl_server::service::Framer`]): whatever
+//! Property test of the server's stream framing ([`fl_server::framer::Framer`]): whatever
 //! sequence of messages a client sends, decoded from arbitrary bytes or built from arbitrary
 //! fields, the framer never panics and only ever hands the round loop an update of the model's
 //! length or a masked input of one or two words per parameter. The fuzz target
 //! `fuzz/fuzz_targets/session.rs` checks the same with coverage guidance.
 
+use fl_common::secagg::StageMessage;
 use fl_proto::v1::{
     ClientMessage, MaskedInputHeader, TensorChunk, UpdateHeader, client_message::Body,
 };
-use fl_server::service::{Event, Framer, SecAggMessage};
+use fl_server::events::Event;
+use fl_server::framer::Framer;
 use proptest::prelude::*;
 use prost::Message;
 
@@ -24,9 +26,9 @@ fn feed(messages: impl IntoIterator<Item = ClientMessage>) -> Result<(), TestCas
                 prop_assert_eq!(values.len(), N);
             }
             Ok(Some(Event::SecAgg {
-                message: SecAggMessage::Masked(words),
+                message: StageMessage::Masked(y),
                 ..
-            })) => prop_assert!(words.len() == N || words.len() == 2 * N),
+            })) => prop_assert_eq!(y.len(), N),
             Ok(_) => {}
             Err(_) => break,
         }

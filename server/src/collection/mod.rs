@@ -8,15 +8,14 @@ mod plain;
 mod secure;
 
 pub use plain::PlainCollection;
-pub use secure::{DropoutStage, SecureCollection};
+pub use secure::{DropoutStage, SecureCollection, SecureSettings};
 
 use crate::ServerError;
 use crate::clients::Clients;
+use crate::ids::ClientId;
 use crate::output::{SecAggRoundMetrics, SecAggSummary};
 use crate::policy::RoundPlan;
-use crate::registry::ClientId;
 use crate::strategy::{RoundContext, Strategy};
-use crate::wire::RoundTasks;
 use fl_common::privacy::UpdateMoments;
 use fl_common::secagg::Calibration;
 use rand::rngs::StdRng;
@@ -67,8 +66,6 @@ pub struct RoundWork<'a> {
     pub started: Instant,
     /// The strategy stack that absorbs the results.
     pub strategy: &'a mut dyn Strategy,
-    /// The round's tasks, for clients that come back.
-    pub tasks: &'a mut RoundTasks,
     /// w_t.
     pub global: &'a [f32],
 }

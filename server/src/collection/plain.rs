@@ -6,9 +6,9 @@
 use super::{RoundWork, Tally};
 use crate::ServerError;
 use crate::clients::{Clients, Next};
-use crate::registry::ClientId;
+use crate::events::{Declared, Event, UploadHeader, for_log};
+use crate::ids::ClientId;
 use crate::rejection::Rejection;
-use crate::service::{Declared, Event, UploadHeader, for_log};
 use crate::strategy::{ClientUpdate, SignUpload, Upload};
 use fl_common::privacy::Release;
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,7 +112,7 @@ impl PlainCollection {
     /// Handles one event of the round.
     fn on_event(
         &self,
-        clients: &Clients,
+        clients: &mut Clients,
         work: &mut RoundWork<'_>,
         waiting: &mut Waiting,
         tally: &mut Tally,
@@ -165,7 +165,7 @@ impl PlainCollection {
                 clients.reject(client, Rejection::NotSecure);
             }
             Event::Disconnected(client) if waiting.clients.contains(&client) => {
-                let admitted = clients.shared.registry().is_admitted(client);
+                let admitted = clients.is_admitted(client);
                 let grace = if admitted {
                     self.reconnect_grace
                 } else {
@@ -177,9 +177,8 @@ impl PlainCollection {
                 // A stream opened after the task went out has not seen it: the task again.
                 // (The event of the stream that got the task, read late, sends nothing.)
                 waiting.away.remove(&client);
-                let sent = work
-                    .tasks
-                    .send(clients, &*work.strategy, client, work.global);
+                let (strategy, global) = (&*work.strategy, work.global);
+                let sent = clients.send_task(client, || strategy.client_tensor(client, global));
                 if sent > 0 {
                     tally.stage_bytes_down += sent;
                     tracing::info!(round, client, "sampled client is back: task sent again");
@@ -294,7 +293,7 @@ fn admit(
     claim: Claim,
 ) -> Option<Option<Release>> {
     let round = work.ctx.round;
-    if !clients.shared.registry().is_admitted(client) {
+    if !clients.is_admitted(client) {
         tracing::warn!(round, client, "upload from a revoked client ignored");
         waiting.remove(&client);
         return None;

@@ -6,19 +6,16 @@
 use super::{Prepared, RoundWork, Tally};
 use crate::ServerError;
 use crate::clients::{Clients, Next};
-use crate::config::{ConfigError, SecAggSection};
+use crate::events::{Event, for_log};
+use crate::ids::ClientId;
 use crate::output::SecAggRoundMetrics;
 use crate::policy::RoundPlan;
-use crate::registry::ClientId;
 use crate::rejection::Rejection;
-use crate::service::{Event, SecAggMessage, for_log};
 use crate::strategy::{SumInput, Upload};
-use crate::wire::{self, Outgoing};
 use fl_common::secagg::{
-    AdvertiseKeys, Calibration, Phase, PlainInputs, Ring, RoundResult, RoundShape, SecAggError,
-    Stage, StageMessage,
+    AdvertiseKeys, Calibration, GraphKind, Phase, PlainInputs, RoundResult, RoundShape,
+    SecAggError, ServerStage, Stage, StageMessage, auto_degree,
 };
-use fl_proto::ring_elements;
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
 use serde::{Deserialize, Serialize};
@@ -49,11 +46,41 @@ impl DropoutStage {
     }
 }
 
+/// The settings of a run's secure rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecureSettings {
+    /// b: the ring's bit width.
+    pub bits: u32,
+    /// The Shamir threshold as a fraction of a client's neighbours.
+    pub threshold: f64,
+    /// Fewest survivors of each stage, as a fraction of m_t.
+    pub min_survivors: f64,
+    /// `None`: the complete graph (Bonawitz et al. 2017); `Some(k)`: a random k-regular graph
+    /// (SecAgg+, Bell et al. 2020), O(log n) for k = 0.
+    pub degree: Option<usize>,
+    /// How long each stage after the first waits.
+    pub stage_timeout: Duration,
+    /// Simulation only: the fraction of each round's clients the dropout injector drops, and
+    /// the stage at which they drop.
+    pub dropout: (f64, DropoutStage),
+}
+
+impl SecureSettings {
+    /// The neighbour graph of a round of `sampled` clients.
+    fn graph(&self, sampled: usize) -> GraphKind {
+        match self.degree {
+            None => GraphKind::Complete,
+            Some(0) => GraphKind::Regular(auto_degree(sampled)),
+            Some(k) => GraphKind::Regular(k),
+        }
+    }
+}
+
 /// See the module documentation.
 pub struct SecureCollection {
-    /// `[secagg]`.
-    pub settings: SecAggSection,
-    /// How long the first stage waits (later stages: `stage_timeout_secs` each).
+    /// The run's secure-round settings.
+    pub settings: SecureSettings,
+    /// How long the first stage waits (later stages: `settings.stage_timeout` each).
     pub round_timeout: Duration,
     /// S: the clients' clip bound.
     pub clip: f64,
@@ -91,7 +118,7 @@ impl SecureCollection {
                 min_survivor_fraction: self.settings.min_survivors,
                 distributed_noise: None,
             })
-            .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?,
+            .map_err(ServerError::Calibration)?,
         };
         Ok(Prepared {
             calibration: Some(calibration),
@@ -189,7 +216,7 @@ impl SecureCollection {
         );
         let mut io = StageIo {
             clients,
-            ring: calibration.quantizer.ring,
+            round,
             gone: Gone::new(),
             deadline: started + self.round_timeout,
             bytes_up: 0,
@@ -222,15 +249,11 @@ impl SecureCollection {
         let round = keys.round();
         let keys = io.wait(keys, self.stage_timeout()).await?;
         let (shares, hoods) = closed!(keys.close(rng));
-        let messages = hoods
-            .into_iter()
-            .map(|(u, h)| (u, wire::neighbours(round, &h)));
+        let messages = (hoods.into_iter()).map(|(u, h)| (u, ServerStage::Neighbours(h)));
         io.deliver(self.injected(Stage::ShareKeys), messages.collect(), rng);
         let shares = io.wait(shares, self.stage_timeout()).await?;
         let (check, inboxes) = closed!(shares.close());
-        let messages = inboxes
-            .into_iter()
-            .map(|(u, i)| (u, wire::share_inbox(round, &i)));
+        let messages = (inboxes.into_iter()).map(|(u, i)| (u, ServerStage::ShareInbox(i)));
         io.deliver(self.injected(Stage::CheckShares), messages.collect(), rng);
         let check = io.wait(check, self.stage_timeout()).await?;
         let (masked, checked) = closed!(check.close());
@@ -238,11 +261,11 @@ impl SecureCollection {
             io.gone.insert(v);
             io.clients.reject(v, Rejection::Excluded(round));
         }
-        let messages = (checked.proceed.into_iter()).map(|(u, p)| (u, wire::proceed(round, p)));
+        let messages = (checked.proceed.into_iter()).map(|(u, p)| (u, ServerStage::Proceed(p)));
         io.deliver(self.injected(Stage::MaskedInput), messages.collect(), rng);
         let masked = io.wait(masked, self.stage_timeout()).await?;
         let (unmasking, survivors) = closed!(masked.close());
-        let message = wire::survivors(round, &survivors);
+        let message = ServerStage::Survivors(survivors.clone());
         let messages = survivors.into_iter().map(|u| (u, message.clone()));
         io.deliver(self.injected(Stage::Unmasking), messages.collect(), rng);
         let unmasking = io.wait(unmasking, self.stage_timeout()).await?;
@@ -251,15 +274,15 @@ impl SecureCollection {
 
     /// How long each stage after the first waits.
     fn stage_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.settings.stage_timeout_secs)
+        self.settings.stage_timeout
     }
 
     /// The fraction of clients the simulation's dropout injector withholds `stage`'s message
     /// from (0 for every other stage).
     fn injected(&self, stage: Stage) -> f64 {
-        let cfg = &self.settings;
-        match cfg.sim_dropout > 0.0 && stage == cfg.sim_dropout_stage.withheld() {
-            true => cfg.sim_dropout,
+        let (fraction, at) = self.settings.dropout;
+        match fraction > 0.0 && stage == at.withheld() {
+            true => fraction,
             false => 0.0,
         }
     }
@@ -268,7 +291,7 @@ impl SecureCollection {
 /// The network side of a round's stages: events in, stage messages out, and who has left.
 struct StageIo<'a> {
     clients: &'a mut Clients,
-    ring: Ring,
+    round: u64,
     gone: Gone,
     /// When the phase being waited for closes.
     deadline: Instant,
@@ -339,7 +362,7 @@ impl StageIo<'_> {
         phase: &mut P,
         client: ClientId,
         claimed: u64,
-        message: SecAggMessage,
+        message: StageMessage,
     ) {
         let round = phase.round();
         if self.gone.contains(&client) {
@@ -361,8 +384,7 @@ impl StageIo<'_> {
             self.clients.reject(client, rejection);
             return;
         }
-        let result = stage_message(self.ring, client, message)
-            .and_then(|message| phase.receive(client, message));
+        let result = phase.receive(client, message);
         if let Err(e) = result {
             self.gone.insert(client);
             self.clients.reject(client, Rejection::SecAgg(e));
@@ -371,7 +393,7 @@ impl StageIo<'_> {
 
     /// Sends each remaining client its message of the next stage, except a `withheld` fraction
     /// of them (the simulation's dropout injector: as if they had dropped).
-    fn deliver(&mut self, withheld: f64, messages: Vec<(ClientId, Outgoing)>, rng: &mut StdRng) {
+    fn deliver(&mut self, withheld: f64, messages: Vec<(ClientId, ServerStage)>, rng: &mut StdRng) {
         if withheld > 0.0 {
             let candidates: Vec<ClientId> = (messages.iter().map(|(u, _)| *u))
                 .filter(|u| !self.gone.contains(u))
@@ -382,28 +404,7 @@ impl StageIo<'_> {
             self.gone.extend(dropped);
         }
         for (u, message) in messages.into_iter().filter(|(u, _)| !self.gone.contains(u)) {
-            self.bytes_down += self.clients.send(u, vec![message]);
+            self.bytes_down += self.clients.send_stage(u, self.round, &message);
         }
     }
-}
-
-/// A stage message in the protocol's terms: a masked input's words become ring elements.
-fn stage_message(
-    ring: Ring,
-    client: ClientId,
-    message: SecAggMessage,
-) -> Result<StageMessage, SecAggError> {
-    Ok(match message {
-        SecAggMessage::Keys(keys) => StageMessage::Keys(keys),
-        SecAggMessage::Shares(shares) => StageMessage::Shares(shares),
-        SecAggMessage::Check(refused) => StageMessage::Check(refused),
-        SecAggMessage::Masked(words) => {
-            let y = ring_elements(ring, &words).map_err(|e| SecAggError::BadMaskedInput {
-                from: client,
-                problem: e.to_string(),
-            })?;
-            StageMessage::Masked(y)
-        }
-        SecAggMessage::Reveal(reveals) => StageMessage::Reveal(reveals),
-    })
 }

@@ -1,8 +1,9 @@
 //! `[secagg]`: secure aggregation.
 
 use super::{ConfigError, DropoutStage};
-use fl_common::secagg::{GraphKind, auto_degree};
+use crate::collection::SecureSettings;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Where the noise of a secure-aggregation run comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,12 +29,18 @@ pub enum SecAggGraph {
 }
 
 impl SecAggSection {
-    /// The neighbour graph of a round of `sampled` clients.
-    pub fn graph(&self, sampled: usize) -> GraphKind {
-        match self.graph {
-            SecAggGraph::Complete => GraphKind::Complete,
-            SecAggGraph::Regular if self.degree == 0 => GraphKind::Regular(auto_degree(sampled)),
-            SecAggGraph::Regular => GraphKind::Regular(self.degree),
+    /// The settings the secure collection runs its rounds by.
+    pub fn settings(&self) -> SecureSettings {
+        SecureSettings {
+            bits: self.bits,
+            threshold: self.threshold,
+            min_survivors: self.min_survivors,
+            degree: match self.graph {
+                SecAggGraph::Complete => None,
+                SecAggGraph::Regular => Some(self.degree),
+            },
+            stage_timeout: Duration::from_secs_f64(self.stage_timeout_secs),
+            dropout: (self.sim_dropout, self.sim_dropout_stage),
         }
     }
 }

@@ -5,8 +5,7 @@
 
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
 use crate::ServerError;
-use crate::config::ConfigError;
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use crate::strategy::RoundContext;
 use fl_common::privacy::{PrivacyEvent, Sampling};
 use fl_common::schedule::Schedule;
@@ -41,7 +40,7 @@ impl RoundPolicy for DistributedNoise {
             distributed_noise: Some(z),
             ..self.shape
         })
-        .map_err(|e| ServerError::Config(ConfigError::Invalid(e.to_string())))?;
+        .map_err(ServerError::Calibration)?;
         Ok(RoundPlan {
             planned,
             ctx: RoundContext {

@@ -15,7 +15,7 @@ pub use plain::Plain;
 pub use sampled_gaussian::SampledGaussian;
 
 use crate::ServerError;
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use crate::strategy::RoundContext;
 use fl_common::privacy::{PrivacyEvent, Sampling};
 use fl_common::schedule::Schedule;

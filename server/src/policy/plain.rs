@@ -4,7 +4,7 @@
 
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, unnoised};
 use crate::ServerError;
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use fl_common::privacy::Sampling;
 use rand::rngs::StdRng;
 

@@ -9,7 +9,7 @@
 
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, poisson};
 use crate::ServerError;
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use crate::strategy::RoundContext;
 use fl_common::privacy::{GaussianRound, PrivacyEvent, Sampling};
 use fl_common::schedule::Schedule;

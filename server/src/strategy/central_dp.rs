@@ -17,7 +17,7 @@
 use super::{
     Layer, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy, Upload, moved,
 };
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use fl_common::model::check_update;
 use fl_common::privacy::{add_gaussian_noise, clip_l2, l2_norm, median};
 use rand::rngs::StdRng;

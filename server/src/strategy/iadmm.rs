@@ -7,10 +7,9 @@
 //! their last state), and optionally rebalances rho.
 
 use super::{
-    AdmmRound, RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError,
-    StrategyState, Upload,
+    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
 };
-use crate::registry::ClientId;
+use crate::ids::ClientId;
 use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
 use fl_common::model::check_update;
 use std::collections::BTreeMap;
@@ -62,7 +61,7 @@ impl Iadmm {
 impl Strategy for Iadmm {
     fn configure_round(&mut self, _ctx: &RoundContext) -> RoundInstructions {
         RoundInstructions {
-            admm: Some(AdmmRound {
+            admm: Some(fl_common::task::AdmmStep {
                 rho: self.rho,
                 total_examples: self.total_examples,
             }),

@@ -7,8 +7,8 @@
 use super::{
     RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
 };
+use crate::ids::ClientId;
 use crate::local_accounts::LocalAccounts;
-use crate::registry::ClientId;
 
 /// What a decorator does around an inner strategy of type `S`; every hook is given the inner
 /// strategy and by default hands the call on to it.

@@ -31,11 +31,12 @@ pub use secure_sum::{Divisor, SecureSum};
 pub use signds_avg::SignDsAvg;
 pub use trimmed_mean::TrimmedMean;
 
+use crate::ids::ClientId;
 use crate::local_accounts::LocalAccounts;
-use crate::registry::ClientId;
 use fl_common::model::UpdateError;
 use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
 use fl_common::signds::SignDsError;
+use fl_common::task::AdmmStep;
 use std::collections::BTreeMap;
 
 /// What every call of a round is told: the round and what the coordinator fixed before it.
@@ -140,20 +141,11 @@ pub struct StrategyState {
     pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
 }
 
-/// The inexact-ADMM step of a round.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdmmRound {
-    /// rho^t.
-    pub rho: f64,
-    /// I.
-    pub total_examples: u64,
-}
-
 /// What the sampled clients are told beyond the training settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RoundInstructions {
     /// The round's inexact-ADMM step, if the strategy runs one.
-    pub admm: Option<AdmmRound>,
+    pub admm: Option<AdmmStep>,
     /// The local mechanism every upload must be protected with, under a local mode.
     pub local: Option<LocalMechanism>,
 }

@@ -68,7 +68,7 @@ mod tests {
         FedAvg::new(2)
     }
 
-    fn update(client: crate::registry::ClientId, values: Vec<f32>) -> Upload {
+    fn update(client: crate::ids::ClientId, values: Vec<f32>) -> Upload {
         crate::strategy::testing::update(client, 1, values).into()
     }
 
