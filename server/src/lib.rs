@@ -16,6 +16,7 @@ pub mod collection;
 pub mod config;
 pub mod coordinator;
 pub mod credentials;
+mod error;
 pub mod events;
 pub mod framer;
 pub mod ids;
@@ -35,6 +36,8 @@ pub mod strategy;
 pub mod telemetry;
 mod transport;
 pub mod wire;
+
+pub use error::ServerError;
 
 use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};
@@ -61,38 +64,6 @@ const ENROLLMENT_POLL: Duration = Duration::from_secs(1);
 
 /// Called with each round's metrics (e.g. to drive a progress bar).
 pub type Observer = Arc<dyn Fn(&RoundMetrics) + Send + Sync>;
-
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// The configuration is unusable.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The run folder could not be written.
-    #[error("writing the run folder: {0}")]
-    Io(#[from] std::io::Error),
-    /// Fewer than K clients connected in time.
-    #[error("only {connected} of {expected} expected clients connected before the join timeout")]
-    NotEnoughClients {
-        /// Clients connected.
-        connected: usize,
-        /// K.
-        expected: usize,
-    },
-    /// The operator stopped the server before the first round.
-    #[error("interrupted before training started")]
-    Interrupted,
-    /// The gRPC transport failed.
-    #[error("gRPC transport: {0}")]
-    Transport(#[from] tonic::transport::Error),
-    /// A secure round's code or noise cannot be calibrated (e.g. noise beyond the exact
-    /// sampler's range).
-    #[error("secure aggregation: {0}")]
-    Calibration(#[from] fl_common::secagg::CalibrationError),
-    /// A bug or a lost background task.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
 
 /// Serves the federation on `listener` and runs the training `config` describes, evaluating on
 /// `test`. Returns the run summary once training ends (all rounds, or `stop` set to true).

@@ -1,0 +1,35 @@
+//! Why a run failed.
+
+use crate::config::ConfigError;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The run folder could not be written.
+    #[error("writing the run folder: {0}")]
+    Io(#[from] std::io::Error),
+    /// Fewer than K clients connected in time.
+    #[error("only {connected} of {expected} expected clients connected before the join timeout")]
+    NotEnoughClients {
+        /// Clients connected.
+        connected: usize,
+        /// K.
+        expected: usize,
+    },
+    /// The operator stopped the server before the first round.
+    #[error("interrupted before training started")]
+    Interrupted,
+    /// The gRPC transport failed.
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A secure round's code or noise cannot be calibrated (e.g. noise beyond the exact
+    /// sampler's range).
+    #[error("secure aggregation: {0}")]
+    Calibration(#[from] fl_common::secagg::CalibrationError),
+    /// A bug or a lost background task.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
