@@ -9,6 +9,7 @@ use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, PartitionRequest, ServerMessage, client_message,
 };
 use rand::Rng;
+use std::path::Path;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -73,6 +74,30 @@ pub struct ClientTls {
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// The name the server's certificate must carry, when not the endpoint's host.
     pub domain: Option<String>,
+}
+
+impl ClientTls {
+    /// The settings from PEM files: the CA's certificate, and this client's certificate and key
+    /// when the server requires them. An unreadable file is named in the error.
+    pub fn from_files(
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+        domain: Option<String>,
+    ) -> std::io::Result<Self> {
+        let read = |p: &Path| {
+            std::fs::read(p)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("reading {}: {e}", p.display())))
+        };
+        let identity = match identity {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(Self {
+            ca: read(ca)?,
+            identity,
+            domain,
+        })
+    }
 }
 
 /// The gRPC client of `opts.endpoint`, connected, retrying with jittered back-off until

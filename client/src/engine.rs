@@ -345,4 +345,35 @@ mod tests {
         };
         round.admits(release).unwrap();
     }
+
+    /// A trainer whose error describes its data.
+    struct Leaky;
+
+    impl crate::Trainer for Leaky {
+        fn train(&self, _: &crate::TrainRequest, _: &[f32]) -> Result<crate::Trained, String> {
+            Err("patient 4711 has label 1".into())
+        }
+
+        fn evaluate(&self, _: &ModelSpec, _: &[f32]) -> Result<crate::Evaluation, String> {
+            Err("patient 4711 has label 1".into())
+        }
+    }
+
+    /// The server may be the adversary: what a failing trainer says stays on the client, and the
+    /// refusal that travels is a fixed text.
+    #[test]
+    fn a_trainer_failure_sends_a_fixed_reason() {
+        for local in [None, gaussian(2.0)] {
+            let mut engine = Engine::new(Arc::new(Leaky), ClientPrivacy::default(), None, None);
+            let work = engine.task(task(local), vec![0.0; 8]).unwrap();
+            let computed = compute(&work, &*engine.trainer());
+            match engine.computed(1, &work, computed) {
+                Outgoing::Failed { reason, .. } => {
+                    assert!(!reason.contains("4711"), "{reason}");
+                    assert!(reason.contains("trainer failed"), "{reason}");
+                }
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+    }
 }

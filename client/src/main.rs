@@ -98,17 +98,12 @@ impl Args {
         let Some(ca) = &self.ca else {
             return Ok(None);
         };
-        let read =
-            |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-        let identity = match (&self.cert, &self.key) {
-            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
-            _ => None,
-        };
-        Ok(Some(ClientTls {
-            ca: read(ca)?,
+        let identity = (self.cert.as_deref()).zip(self.key.as_deref());
+        Ok(Some(ClientTls::from_files(
+            ca,
             identity,
-            domain: self.tls_domain.clone(),
-        }))
+            self.tls_domain.clone(),
+        )?))
     }
 
     /// The client's own requirements, checked.

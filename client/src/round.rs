@@ -38,8 +38,8 @@ pub(crate) enum Computed {
     Plain {
         /// The values.
         values: Vec<f32>,
-        /// Mean training loss.
-        loss: f32,
+        /// Mean training loss, if the trainer reported it.
+        loss: Option<f32>,
         /// n_k.
         examples: u64,
     },
@@ -91,6 +91,14 @@ pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, St
     Ok(computed)
 }
 
+/// The reason sent to the server when the trainer fails: a fixed text, since the trainer's own
+/// (`reason`) may describe the data, and under a client-side mode the server is the adversary.
+/// The trainer's reason stays on the device, in the client's log.
+fn trainer_failed(reason: String) -> String {
+    tracing::warn!(%reason, "the trainer failed");
+    "the client's trainer failed (its reason stays on the client)".into()
+}
+
 /// The request the trainer gets.
 fn request(work: &Work) -> TrainRequest {
     TrainRequest {
@@ -112,10 +120,10 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
                 .built_in()
                 .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
             let (weights, loss) = sgd.train_clipped_l1(&request, global, clip);
-            (weights, loss, sgd.examples())
+            (weights, Some(loss), sgd.examples())
         }
         _ => {
-            let t = trainer.train(&request, global)?;
+            let t = trainer.train(&request, global).map_err(trainer_failed)?;
             (t.weights, t.loss, t.examples)
         }
     };
@@ -172,7 +180,7 @@ fn admm_step(
     match mechanism {
         None => Ok(Computed::Plain {
             values: z,
-            loss,
+            loss: Some(loss),
             examples: sgd.examples(),
         }),
         Some(m) => m

@@ -33,8 +33,8 @@ pub struct TrainRequest {
 pub struct Trained {
     /// w_k: the model after local training, as many values as the global model.
     pub weights: Vec<f32>,
-    /// The mean training loss (sent only to a trusted curator).
-    pub loss: f32,
+    /// The mean training loss, if the trainer knows it (sent only to a trusted curator).
+    pub loss: Option<f32>,
     /// n_k: the examples trained on (sent only to a trusted curator, as the update's weight).
     pub examples: u64,
 }
@@ -154,7 +154,7 @@ impl Trainer for SgdTrainer {
         let (weights, loss) = self.sgd(request, global, GradientRule::Mean);
         Ok(Trained {
             weights,
-            loss,
+            loss: Some(loss),
             examples: self.examples(),
         })
     }

@@ -75,8 +75,8 @@ pub enum UploadHeader {
         round: u64,
         /// n_k.
         num_examples: u64,
-        /// The mean training loss.
-        train_loss: f32,
+        /// The mean training loss, when the client's trainer reports one.
+        train_loss: Option<f32>,
     },
     /// A local mechanism's output: the release's public parameters and nothing else.
     Released {

@@ -84,7 +84,7 @@ impl Trainer for LeastSquares {
         }
         Ok(Trained {
             weights,
-            loss: 0.0,
+            loss: None,
             examples: self.data.len() as u64,
         })
     }

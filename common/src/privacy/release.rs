@@ -308,6 +308,20 @@ impl ReleaseKind {
     }
 }
 
+impl std::str::FromStr for ReleaseKind {
+    type Err = String;
+
+    /// The kind [`ReleaseKind::name`] names.
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::Gaussian, Self::Laplace, Self::SignDs]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!("unknown local mechanism `{s}` (ldp-gaussian, ldp-laplace or signds)")
+            })
+    }
+}
+
 /// What one upload spent.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Release {

@@ -212,7 +212,7 @@ impl PlainCollection {
                     num_examples,
                     release,
                 };
-                (claim, Some(train_loss))
+                (claim, train_loss)
             }
             UploadHeader::Released { round, release } => {
                 let num_examples = None;
@@ -240,7 +240,7 @@ impl PlainCollection {
         };
         if absorb(clients, work, client, update.into()) {
             tally.completed += 1;
-            if let Some(loss) = loss {
+            if let Some(loss) = loss.filter(|l| l.is_finite()) {
                 tally.losses += 1;
                 tally.train_loss_sum += f64::from(loss);
             }

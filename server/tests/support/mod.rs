@@ -288,7 +288,7 @@ pub fn update_header(
             num_examples: 100,
             num_values: num_values as u64,
             num_chunks,
-            train_loss: 0.5,
+            train_loss: Some(0.5),
         }),
     }
 }

@@ -1,0 +1,185 @@
+//! `Client`: the options of one federated client, and `run`, which joins the server and trains
+//! with a Python callable until the server ends training. The session runs on a tokio runtime
+//! with the GIL released; Python is re-entered only to train, to evaluate, and every
+//! [`SIGNAL_POLL`] to deliver signals (Ctrl-C stops the client with `KeyboardInterrupt`).
+
+use crate::errors::to_py;
+use crate::trainer::PyTrainer;
+use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls};
+use fl_common::privacy::{ClientLimits, ReleaseKind};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the waiting client lets Python handle signals.
+const SIGNAL_POLL: Duration = Duration::from_millis(200);
+
+/// A federated-learning client of the server at `server` (`http://HOST:PORT`, or `https://` with
+/// `ca`). `privacy` is the local mechanism this client insists on (`"follow"`: whatever the round
+/// asks; `"ldp-gaussian"` or `"signds"`), and `epsilon`, `delta`, `clip_bound` its own limits,
+/// which only tighten the round's mechanism.
+#[pyclass(module = "fl_client")]
+pub(crate) struct Client {
+    opts: ClientOptions,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (
+        server, *, token=None, ca=None, cert=None, key=None, tls_domain=None,
+        privacy="follow", epsilon=None, delta=None, clip_bound=None, name=None,
+        connect_timeout=240.0
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, each optional.
+    fn new(
+        server: &str,
+        token: Option<String>,
+        ca: Option<PathBuf>,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        tls_domain: Option<String>,
+        privacy: &str,
+        epsilon: Option<f64>,
+        delta: Option<f64>,
+        clip_bound: Option<f64>,
+        name: Option<String>,
+        connect_timeout: f64,
+    ) -> PyResult<Self> {
+        let limits = ClientLimits {
+            epsilon,
+            delta,
+            clip: clip_bound,
+        };
+        let privacy = client_privacy(privacy, limits)?;
+        let tls = match (ca, cert, key) {
+            (None, None, None) => None,
+            (Some(ca), cert, key) => {
+                let identity = match (&cert, &key) {
+                    (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                    (None, None) => None,
+                    _ => return Err(PyValueError::new_err("cert and key go together")),
+                };
+                let tls = ClientTls::from_files(&ca, identity, tls_domain);
+                Some(tls.map_err(|e| PyOSError::new_err(e.to_string()))?)
+            }
+            _ => return Err(PyValueError::new_err("cert and key need ca (TLS)")),
+        };
+        if !(connect_timeout.is_finite() && connect_timeout >= 0.0) {
+            return Err(PyValueError::new_err(
+                "connect_timeout must be seconds >= 0",
+            ));
+        }
+        Ok(Self {
+            opts: ClientOptions {
+                token: token.unwrap_or_default(),
+                name: name.unwrap_or_else(|| "python".into()),
+                connect_timeout: Duration::from_secs_f64(connect_timeout),
+                privacy,
+                tls,
+                ..ClientOptions::new(server)
+            },
+        })
+    }
+
+    /// Joins the server and trains until it ends training: each round this client is sampled
+    /// into, `train(weights, config)` gets the global model as a flat float32 array and returns
+    /// the new weights (or `(weights, loss)`); the update, its clipping, noise or masks are the
+    /// library's. `num_examples` is the update's weight under a trusted curator. Returns the
+    /// client's report as a dict; raises `ServerError` when the server refuses the client.
+    #[pyo3(signature = (train, num_examples, evaluate=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        train: Py<PyAny>,
+        num_examples: u64,
+        evaluate: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if num_examples == 0 {
+            return Err(PyValueError::new_err("num_examples must be at least 1"));
+        }
+        if !train.bind(py).is_callable() {
+            return Err(PyValueError::new_err("train must be callable"));
+        }
+        let trainer = Arc::new(PyTrainer {
+            train,
+            evaluate,
+            examples: num_examples,
+        });
+        init_logging();
+        let opts = self.opts.clone();
+        let report = py.detach(|| run_interruptible(opts, trainer))?;
+        report_dict(py, &report)
+    }
+}
+
+/// The client's requirements from `privacy`'s name and its limits.
+fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy> {
+    limits
+        .check()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let require = match privacy {
+        "follow" => None,
+        name => Some(name.parse::<ReleaseKind>().map_err(PyValueError::new_err)?),
+    };
+    if require == Some(ReleaseKind::Laplace) {
+        return Err(PyValueError::new_err(
+            "ldp-laplace needs per-example L1 clipping inside training, which only the built-in \
+             trainer (the fl-client binary) does",
+        ));
+    }
+    Ok(ClientPrivacy { require, limits })
+}
+
+/// Runs the client on a runtime of its own, letting Python handle signals meanwhile.
+fn run_interruptible(opts: ClientOptions, trainer: Arc<PyTrainer>) -> PyResult<ClientReport> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("starting the client runtime: {e}")))?;
+    runtime.block_on(async move {
+        let mut client = tokio::spawn(fl_client::run(opts, trainer));
+        let mut poll = tokio::time::interval(SIGNAL_POLL);
+        loop {
+            tokio::select! {
+                done = &mut client => {
+                    let done = done.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                    return done.map_err(to_py);
+                }
+                _ = poll.tick() => {
+                    if let Err(interrupt) = Python::attach(|py| py.check_signals()) {
+                        client.abort();
+                        return Err(interrupt);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Logs of the client library on stderr (`RUST_LOG` filters them; warnings by default), unless
+/// the process already has a subscriber.
+fn init_logging() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The report as a dict.
+fn report_dict<'py>(py: Python<'py>, r: &ClientReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("rounds_trained", r.rounds_trained)?;
+    d.set_item("shutdown_reason", &r.shutdown_reason)?;
+    d.set_item("local_releases", r.local_releases)?;
+    d.set_item("local_epsilon", r.local_epsilon)?;
+    d.set_item("tasks_refused", r.tasks_refused)?;
+    d.set_item("last_refusal", &r.last_refusal)?;
+    Ok(d)
+}
