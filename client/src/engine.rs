@@ -279,6 +279,7 @@ mod tests {
             local,
             secure: None,
             admm: None,
+            evaluate: false,
         }
     }
 

@@ -11,7 +11,7 @@
 //! Noise and SignDS draws come from an OS-seeded CSPRNG, even in seeded runs; the seed only fixes
 //! the order of local examples.
 
-use crate::trainer::{SgdTrainer, TrainRequest, Trainer};
+use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::admm::primal_step;
 use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
 use fl_common::task::{AdmmStep, Task};
@@ -42,6 +42,9 @@ pub(crate) enum Computed {
         loss: Option<f32>,
         /// n_k.
         examples: u64,
+        /// The received model's figures on this client's examples, when the task asked for
+        /// federated evaluation (only ever with a plain upload to a trusted server).
+        evaluation: Option<Evaluation>,
     },
     /// A local mechanism's release.
     Protected(Protected),
@@ -99,6 +102,31 @@ fn trainer_failed(reason: String) -> String {
     "the client's trainer failed (its reason stays on the client)".into()
 }
 
+/// The received model's figures on this client's examples, if the task asks and its upload is
+/// plain: under a local mechanism or secure aggregation the server is the adversary, so nothing
+/// beside the protected values leaves the client, whatever the task says. A failed evaluation
+/// is logged here and not reported.
+fn evaluation(work: &Work, trainer: &dyn Trainer) -> Option<Evaluation> {
+    let task = &work.task;
+    if !task.evaluate || task.local.is_some() || task.secure.is_some() {
+        return None;
+    }
+    let evaluated = trainer.evaluate(&task.model, &work.received);
+    let valid =
+        |e: &Evaluation| e.loss.is_finite() && (0.0..=1.0).contains(&e.accuracy) && e.examples > 0;
+    match evaluated {
+        Ok(e) if valid(&e) => Some(e),
+        Ok(e) => {
+            tracing::warn!(?e, "the trainer's evaluation is unusable: not reported");
+            None
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "the trainer could not evaluate: not reported");
+            None
+        }
+    }
+}
+
 /// The request the trainer gets.
 fn request(work: &Work) -> TrainRequest {
     TrainRequest {
@@ -143,6 +171,7 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
             values: u,
             loss,
             examples,
+            evaluation: evaluation(work, trainer),
         });
     };
     let sgd = LocalSgd {
@@ -182,6 +211,7 @@ fn admm_step(
             values: z,
             loss: Some(loss),
             examples: sgd.examples(),
+            evaluation: None,
         }),
         Some(m) => m
             .protect_admm_step(z, step.rho, step.total_examples, noise_rng)

@@ -6,8 +6,8 @@ use crate::engine::Outgoing;
 use crate::round::Computed;
 use fl_common::privacy::Released;
 use fl_proto::v1::{
-    ClientMessage, LocalRelease, ReleaseHeader, SignDsUpload, TaskFailed, UpdateHeader,
-    client_message,
+    ClientEvaluation, ClientMessage, LocalRelease, ReleaseHeader, SignDsUpload, TaskFailed,
+    UpdateHeader, client_message,
 };
 use fl_proto::{chunk_count, client_stage, encode_chunks};
 use tokio::sync::mpsc;
@@ -61,6 +61,7 @@ async fn upload(
             values,
             loss,
             examples,
+            evaluation,
         } => {
             let header = client_message::Body::UpdateHeader(UpdateHeader {
                 round,
@@ -68,6 +69,11 @@ async fn upload(
                 num_values: values.len() as u64,
                 num_chunks: chunk_count(values.len()),
                 train_loss: loss,
+                evaluation: evaluation.map(|e| ClientEvaluation {
+                    loss: e.loss,
+                    accuracy: e.accuracy,
+                    num_examples: e.examples,
+                }),
             });
             (header, values)
         }

@@ -100,6 +100,8 @@ impl Federation for FakeCurator {
                 mechanism: Some(self.mechanism),
             }),
             admm: None,
+            // A curious server asks for evaluation too: a protected upload carries none.
+            evaluate: true,
         };
         tokio::spawn(async move {
             let send = |body| ServerMessage { body: Some(body) };

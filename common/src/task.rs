@@ -20,6 +20,9 @@ pub struct Task {
     pub secure: Option<SecureTask>,
     /// The inexact-ADMM step to take instead of FedAvg's local SGD, if any.
     pub admm: Option<AdmmStep>,
+    /// Federated evaluation: the client evaluates the received model on its own examples before
+    /// training and reports the figures with a plain update (never with a protected one).
+    pub evaluate: bool,
 }
 
 /// How a client enters a secure-aggregation round with its update.

@@ -332,6 +332,7 @@ impl TryFrom<&v1::RoundTask> for Task {
             local,
             secure,
             admm,
+            evaluate: t.evaluate,
         })
     }
 }
@@ -463,6 +464,7 @@ impl From<&Task> for v1::RoundTask {
                 rho: a.rho,
                 total_examples: a.total_examples,
             }),
+            evaluate: task.evaluate,
         }
     }
 }
@@ -595,6 +597,7 @@ mod tests {
                 rho: 2.0,
                 total_examples: 60,
             }),
+            evaluate: true,
         };
         let wire = v1::RoundTask::from(&task);
         assert_eq!(Task::try_from(&wire).unwrap(), task);

@@ -98,3 +98,48 @@ def test_a_refused_token_is_a_server_error(start_server):
         client.run(lambda w, c: w, 10)
     assert refused.value.code == "Unauthenticated"
     server.proc.kill()
+
+
+def test_federated_evaluation_reports_the_weighted_means(start_server):
+    server = start_server(
+        "--model", "logistic", "--clients", "3", "--clients-per-round", "3", "--rounds", "3",
+        config="[eval]\nfederated = true\nevery = 2\n",
+    )
+    figures = [(0.5, 0.9, 100), (1.0, 0.6, 300), (2.0, 0.1, 0)]  # the last one is unusable
+
+    def client(loss, accuracy, n):
+        return (fl_client.Client(server.url), lambda w, c: w, 50), lambda w: (loss, accuracy, n)
+
+    clients = [client(*f) for f in figures]
+    results = [None] * 3
+
+    import threading
+
+    def go(i):
+        (c, train, n), evaluate = clients[i]
+        results[i] = c.run(train, n, evaluate=evaluate)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert server.wait() == 0
+    assert [r["rounds_trained"] for r in results] == [3, 3, 3]
+    metrics = server.metrics()
+    # Rounds 1 and 3 ask (every = 2); n = 0 is not reported, so two clients count.
+    assert "federated_eval" not in metrics[1]
+    for m in (metrics[0], metrics[2]):
+        fe = m["federated_eval"]
+        assert (fe["clients"], fe["examples"]) == (2, 400)
+        assert fe["accuracy"] == pytest.approx((0.9 * 100 + 0.6 * 300) / 400, rel=1e-12)
+        assert fe["loss"] == pytest.approx((0.5 * 100 + 1.0 * 300) / 400, rel=1e-12)
+
+
+def test_federated_evaluation_is_refused_under_a_privacy_mode(binaries, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[eval]\nfederated = true\n[privacy]\nmode = "ldp-gaussian"\n')
+    out = subprocess.run([str(binaries["server"]), "--config", str(config), "--listen",
+                          "127.0.0.1:0"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode != 0
+    assert "eval.federated" in out.stderr

@@ -230,6 +230,7 @@ impl Coordinator {
             started: t0,
             strategy: &mut *self.pipeline.strategy,
             global,
+            evaluate: self.config.eval.federated_at(round),
         };
         // A span per round's collection: what is logged while collecting names the round.
         let tally = (self.pipeline.collection)
@@ -344,6 +345,7 @@ impl Coordinator {
                 noise_variance: c.ddg.map_or(0, |d| d.client_variance),
             }),
             admm: instructions.admm,
+            evaluate: self.config.eval.federated_at(ctx.round),
         };
         self.clients.start_round(&task, global);
         let strategy = &*self.pipeline.strategy;
@@ -393,6 +395,7 @@ impl Coordinator {
             bytes_up: tally.bytes_up,
             bytes_down,
             seconds: t0.elapsed().as_secs_f64(),
+            federated_eval: tally.federated_eval,
         }
     }
 

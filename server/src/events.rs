@@ -77,6 +77,9 @@ pub enum UploadHeader {
         num_examples: u64,
         /// The mean training loss, when the client's trainer reports one.
         train_loss: Option<f32>,
+        /// The received model's (loss, accuracy, n) on the client's examples, when the task asked
+        /// for federated evaluation; checked to be finite, an accuracy in [0, 1] and n > 0.
+        evaluation: Option<(f64, f64, u64)>,
     },
     /// A local mechanism's output: the release's public parameters and nothing else.
     Released {

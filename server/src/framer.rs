@@ -227,10 +227,19 @@ impl Framer {
         }
         let event = match body {
             client_message::Body::UpdateHeader(h) => {
+                let evaluation = h.evaluation.map(|e| (e.loss, e.accuracy, e.num_examples));
+                if evaluation.is_some_and(|(loss, accuracy, n)| {
+                    !(loss.is_finite() && (0.0..=1.0).contains(&accuracy) && n > 0)
+                }) {
+                    return Err(Status::invalid_argument(
+                        "an evaluation needs a finite loss, an accuracy in [0, 1] and n > 0",
+                    ));
+                }
                 let header = UploadHeader::Plain {
                     round: h.round,
                     num_examples: h.num_examples,
                     train_loss: h.train_loss,
+                    evaluation,
                 };
                 self.start_upload(header, (h.num_values, h.num_chunks), size)?;
                 None

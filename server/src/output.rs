@@ -57,6 +57,35 @@ pub struct RoundMetrics {
     /// Secure-aggregation figures (secure-aggregation runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secagg: Option<SecAggRoundMetrics>,
+    /// Federated evaluation of the model the round started from (the model after the round
+    /// before), on the clients' own examples (`eval.federated`, rounds it asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub federated_eval: Option<FederatedEval>,
+}
+
+/// The n-weighted means of the clients' figures on their own examples.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct FederatedEval {
+    /// Clients whose figures are in the means.
+    pub clients: usize,
+    /// Their examples, n = sum n_k.
+    pub examples: u64,
+    /// sum n_k acc_k / n.
+    pub accuracy: f64,
+    /// sum n_k loss_k / n.
+    pub loss: f64,
+}
+
+impl FederatedEval {
+    /// Adds one client's figures: mean `loss` and `accuracy` over its `examples`.
+    pub fn add(&mut self, loss: f64, accuracy: f64, examples: u64) {
+        let (n, k) = (self.examples as f64, examples as f64);
+        // Running n-weighted means: m' = (n m + k x) / (n + k).
+        self.loss = (n * self.loss + k * loss) / (n + k);
+        self.accuracy = (n * self.accuracy + k * accuracy) / (n + k);
+        self.examples += examples;
+        self.clients += 1;
+    }
 }
 
 /// One secure-aggregation round.

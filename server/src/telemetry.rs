@@ -198,6 +198,7 @@ mod tests {
             bytes_down: 200,
             seconds: 0.3,
             secagg: None,
+            federated_eval: None,
         };
         t.observe(&m);
         t.observe(&m);

@@ -13,7 +13,7 @@ pub use secure::{DropoutStage, SecureCollection, SecureSettings};
 use crate::ServerError;
 use crate::clients::Clients;
 use crate::ids::ClientId;
-use crate::output::{SecAggRoundMetrics, SecAggSummary};
+use crate::output::{FederatedEval, SecAggRoundMetrics, SecAggSummary};
 use crate::policy::RoundPlan;
 use crate::strategy::{RoundContext, Strategy};
 use fl_common::privacy::UpdateMoments;
@@ -39,6 +39,8 @@ pub struct Tally {
     pub secagg: Option<SecAggRoundMetrics>,
     /// Bytes sent beyond the tasks (tasks sent again, secure-aggregation stage messages).
     pub stage_bytes_down: u64,
+    /// The clients' figures on their own examples (federated evaluation), of absorbed results.
+    pub federated_eval: Option<FederatedEval>,
 }
 
 impl Tally {
@@ -52,6 +54,7 @@ impl Tally {
             moments: UpdateMoments::new(num_params),
             secagg: None,
             stage_bytes_down: 0,
+            federated_eval: None,
         }
     }
 }
@@ -68,6 +71,8 @@ pub struct RoundWork<'a> {
     pub strategy: &'a mut dyn Strategy,
     /// w_t.
     pub global: &'a [f32],
+    /// Whether the round's clients were asked to evaluate w_t (federated evaluation).
+    pub evaluate: bool,
 }
 
 /// What a collection fixes before the round's tasks go out.

@@ -199,11 +199,12 @@ impl PlainCollection {
         values: Vec<f32>,
     ) {
         // Under a local mechanism only the release travels: every upload weighs 1.
-        let (claim, loss) = match header {
+        let (claim, loss, evaluation) = match header {
             UploadHeader::Plain {
                 round,
                 num_examples,
                 train_loss,
+                evaluation,
             } => {
                 let release = None;
                 let num_examples = Some(num_examples);
@@ -212,7 +213,7 @@ impl PlainCollection {
                     num_examples,
                     release,
                 };
-                (claim, train_loss)
+                (claim, train_loss, evaluation)
             }
             UploadHeader::Released { round, release } => {
                 let num_examples = None;
@@ -221,7 +222,7 @@ impl PlainCollection {
                     num_examples,
                     release,
                 };
-                (claim, None)
+                (claim, None, None)
             }
         };
         let num_examples = claim.num_examples;
@@ -243,6 +244,10 @@ impl PlainCollection {
             if let Some(loss) = loss.filter(|l| l.is_finite()) {
                 tally.losses += 1;
                 tally.train_loss_sum += f64::from(loss);
+            }
+            // Only a round that asked for them counts the figures.
+            if let Some((loss, accuracy, n)) = evaluation.filter(|_| work.evaluate) {
+                (tally.federated_eval.get_or_insert_default()).add(loss, accuracy, n);
             }
         }
     }

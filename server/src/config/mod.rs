@@ -1,11 +1,12 @@
 //! The run configuration: one TOML file with `[server]`, `[model]`, `[train]`, `[data]`,
-//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]` and `[robust]` sections, every key
-//! optional with the defaults of each section's file, unknown keys refused. Each section
+//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]`, `[robust]` and `[eval]` sections,
+//! every key optional with the defaults of each section's file, unknown keys refused. Each section
 //! validates itself; [`plan`] parses the privacy mode with the sections it uses into one
 //! [`PrivacyPlan`].
 
 mod admm;
 mod data;
+mod eval;
 mod local;
 mod model;
 pub mod plan;
@@ -20,6 +21,7 @@ pub use crate::ledger::ClipMode;
 pub use crate::strategy::NormAction;
 pub use admm::AdmmSection;
 pub use data::DataSection;
+pub use eval::EvalSection;
 pub use local::{LocalSection, SignDsSection};
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
@@ -83,6 +85,8 @@ pub struct RunConfig {
     /// Defences against hostile updates: the aggregate's bound, and for non-private FedAvg an
     /// update-norm bound and the trimmed mean.
     pub robust: RobustSection,
+    /// Federated evaluation on the clients' data (`privacy.mode = "none"` only).
+    pub eval: EvalSection,
 }
 
 impl RunConfig {

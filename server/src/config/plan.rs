@@ -192,6 +192,7 @@ impl RunConfig {
         let mode = self.privacy.mode;
         let iadmm = self.train.algorithm == Algorithm::Iadmm;
         self.robust.validate_for(mode, !iadmm)?;
+        self.eval.validate_for(mode, !iadmm)?;
         if iadmm {
             self.admm.validate()?;
             let laplace = match mode {

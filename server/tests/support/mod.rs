@@ -289,6 +289,7 @@ pub fn update_header(
             num_values: num_values as u64,
             num_chunks,
             train_loss: Some(0.5),
+            evaluation: None,
         }),
     }
 }
