@@ -86,13 +86,13 @@ def start_server(binaries, tmp_path):
 
 
 def run_clients(clients):
-    """Runs `(client, train, num_examples)` triples on threads; returns their reports or
-    exceptions in order."""
+    """Runs `(client, train, num_examples[, evaluate])` tuples on threads; returns their reports
+    or exceptions in order."""
     results = [None] * len(clients)
 
-    def go(i, client, train, n):
+    def go(i, client, train, n, evaluate=None):
         try:
-            results[i] = client.run(train, n)
+            results[i] = client.run(train, n, evaluate=evaluate)
         except Exception as e:  # noqa: BLE001 - handed to the test
             results[i] = e
 

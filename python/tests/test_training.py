@@ -107,23 +107,9 @@ def test_federated_evaluation_reports_the_weighted_means(start_server):
     )
     figures = [(0.5, 0.9, 100), (1.0, 0.6, 300), (2.0, 0.1, 0)]  # the last one is unusable
 
-    def client(loss, accuracy, n):
-        return (fl_client.Client(server.url), lambda w, c: w, 50), lambda w: (loss, accuracy, n)
-
-    clients = [client(*f) for f in figures]
-    results = [None] * 3
-
-    import threading
-
-    def go(i):
-        (c, train, n), evaluate = clients[i]
-        results[i] = c.run(train, n, evaluate=evaluate)
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    clients = [(fl_client.Client(server.url), lambda w, c: w, 50, lambda w, f=f: f)
+               for f in figures]
+    results = run_clients(clients)
     assert server.wait() == 0
     assert [r["rounds_trained"] for r in results] == [3, 3, 3]
     metrics = server.metrics()
