@@ -46,6 +46,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         config.server.seed = args.seed;
     }
     config.server.listen = "127.0.0.1:0".into();
+    anyhow::ensure!(
+        !config.model.is_external(),
+        "fl sim's clients use the built-in trainer, which cannot train model.kind = \"external\": \
+         start fl-server and your own clients (e.g. with the Python package fl_client)"
+    );
 
     let source = config.data.source.clone();
     let (train, test) = tokio::task::spawn_blocking(move || {
@@ -96,7 +101,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         let progress = progress.clone();
         Arc::new(move |m| {
             progress.set_position(m.round);
-            progress.set_message(format!("accuracy {:.4}", m.test_accuracy));
+            if let Some(accuracy) = m.test_accuracy {
+                progress.set_message(format!("accuracy {accuracy:.4}"));
+            }
         })
     };
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -123,7 +130,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let server = tokio::spawn(fl_server::serve(
         listener,
         config,
-        Arc::new(test),
+        Some(Arc::new(test)),
         Some(observer),
         oracle.clone(),
         stop,

@@ -255,7 +255,7 @@ mod tests {
     use crate::trainer::SgdTrainer;
     use crate::{ClientPrivacy, LocalData};
     use fl_common::data::Dataset;
-    use fl_common::model::{LocalConfig, ModelSpec};
+    use fl_common::model::{LocalConfig, Model, ModelSpec};
     use fl_common::privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
 
     fn local() -> LocalData {
@@ -270,7 +270,7 @@ mod tests {
     fn task(local: Option<LocalMechanism>) -> Task {
         Task {
             round: 1,
-            model: ModelSpec::logistic(3, 2).unwrap(),
+            model: ModelSpec::logistic(3, 2).unwrap().into(),
             config: LocalConfig {
                 epochs: 1,
                 batch_size: 2,
@@ -355,7 +355,7 @@ mod tests {
             Err("patient 4711 has label 1".into())
         }
 
-        fn evaluate(&self, _: &ModelSpec, _: &[f32]) -> Result<crate::Evaluation, String> {
+        fn evaluate(&self, _: &Model, _: &[f32]) -> Result<crate::Evaluation, String> {
             Err("patient 4711 has label 1".into())
         }
     }

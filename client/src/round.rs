@@ -147,7 +147,7 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
             let sgd = trainer
                 .built_in()
                 .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
-            let (weights, loss) = sgd.train_clipped_l1(&request, global, clip);
+            let (weights, loss) = sgd.train_clipped_l1(&request, global, clip)?;
             (weights, Some(loss), sgd.examples())
         }
         _ => {
@@ -204,7 +204,7 @@ fn admm_step(
         None => f64::INFINITY,
         Some(m) => m.admm_clip()?,
     };
-    let (gradient_sum, loss) = sgd.clipped_gradient_sum(&work.task.model, point, clip);
+    let (gradient_sum, loss) = sgd.clipped_gradient_sum(&work.task.model, point, clip)?;
     let z = primal_step(anchor, &gradient_sum, step.rho, step.total_examples);
     match mechanism {
         None => Ok(Computed::Plain {

@@ -10,7 +10,7 @@
 
 use crate::LocalData;
 use fl_common::model::{
-    GradientRule, LocalConfig, ModelSpec, clipped_gradient_sum, evaluate, train_local,
+    GradientRule, LocalConfig, Model, ModelSpec, clipped_gradient_sum, evaluate, train_local,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -21,7 +21,7 @@ pub struct TrainRequest {
     /// t.
     pub round: u64,
     /// The model the weights belong to.
-    pub model: ModelSpec,
+    pub model: Model,
     /// E, B, eta.
     pub config: LocalConfig,
     /// A seed for the order of local examples (fixed in reproducible experiments).
@@ -54,7 +54,7 @@ pub struct Evaluation {
 pub trait Trainer: Send + Sync + 'static {
     /// Checks that `model` fits this trainer's data (its features and classes); the error is
     /// the reason the client gives the server for not taking part.
-    fn check(&self, _model: &ModelSpec) -> Result<(), String> {
+    fn check(&self, _model: &Model) -> Result<(), String> {
         Ok(())
     }
 
@@ -62,7 +62,7 @@ pub trait Trainer: Send + Sync + 'static {
     fn train(&self, request: &TrainRequest, global: &[f32]) -> Result<Trained, String>;
 
     /// Evaluates `global` on this client's data.
-    fn evaluate(&self, model: &ModelSpec, global: &[f32]) -> Result<Evaluation, String>;
+    fn evaluate(&self, model: &Model, global: &[f32]) -> Result<Evaluation, String>;
 
     /// The built-in trainer, when this is it: only it trains with per-example L1 clipping.
     fn built_in(&self) -> Option<&SgdTrainer> {
@@ -94,7 +94,7 @@ impl SgdTrainer {
         request: &TrainRequest,
         global: &[f32],
         clip: f64,
-    ) -> (Vec<f32>, f32) {
+    ) -> Result<(Vec<f32>, f32), String> {
         self.sgd(request, global, GradientRule::ClippedL1(clip))
     }
 
@@ -102,21 +102,26 @@ impl SgdTrainer {
     /// norm `clip`, and the mean loss there (an IADMM step's ingredients).
     pub fn clipped_gradient_sum(
         &self,
-        model: &ModelSpec,
+        model: &Model,
         point: &[f32],
         clip: f64,
-    ) -> (Vec<f32>, f32) {
+    ) -> Result<(Vec<f32>, f32), String> {
         let (data, indices) = (&self.local.data, &self.local.indices);
-        let (sum, loss_sum) = clipped_gradient_sum(model, point, data, indices, clip);
-        (sum, (loss_sum / indices.len().max(1) as f64) as f32)
+        let (sum, loss_sum) = clipped_gradient_sum(network(model)?, point, data, indices, clip);
+        Ok((sum, (loss_sum / indices.len().max(1) as f64) as f32))
     }
 
     /// Local SGD from `global` with gradients by `rule`.
-    fn sgd(&self, request: &TrainRequest, global: &[f32], rule: GradientRule) -> (Vec<f32>, f32) {
+    fn sgd(
+        &self,
+        request: &TrainRequest,
+        global: &[f32],
+        rule: GradientRule,
+    ) -> Result<(Vec<f32>, f32), String> {
         let mut params = global.to_vec();
         let mut shuffle = StdRng::seed_from_u64(request.seed);
         let (data, indices) = (&self.local.data, &self.local.indices);
-        let (model, config) = (&request.model, &request.config);
+        let (model, config) = (network(&request.model)?, &request.config);
         let loss = train_local(
             model,
             &mut params,
@@ -126,12 +131,23 @@ impl SgdTrainer {
             rule,
             &mut shuffle,
         );
-        (params, loss)
+        Ok((params, loss))
     }
 }
 
+/// The built-in network of `model`: the built-in trainer runs no other.
+fn network(model: &Model) -> Result<&ModelSpec, String> {
+    model.network().ok_or_else(|| {
+        format!(
+            "the built-in trainer trains only the built-in models, not an external one ({model}); \
+             run your own training code (e.g. the Python package fl_client)"
+        )
+    })
+}
+
 impl Trainer for SgdTrainer {
-    fn check(&self, model: &ModelSpec) -> Result<(), String> {
+    fn check(&self, model: &Model) -> Result<(), String> {
+        let model = network(model)?;
         let data = &self.local.data;
         if model.inputs() != data.num_features() {
             return Err(format!(
@@ -151,7 +167,7 @@ impl Trainer for SgdTrainer {
     }
 
     fn train(&self, request: &TrainRequest, global: &[f32]) -> Result<Trained, String> {
-        let (weights, loss) = self.sgd(request, global, GradientRule::Mean);
+        let (weights, loss) = self.sgd(request, global, GradientRule::Mean)?;
         Ok(Trained {
             weights,
             loss: Some(loss),
@@ -159,10 +175,10 @@ impl Trainer for SgdTrainer {
         })
     }
 
-    fn evaluate(&self, model: &ModelSpec, global: &[f32]) -> Result<Evaluation, String> {
+    fn evaluate(&self, model: &Model, global: &[f32]) -> Result<Evaluation, String> {
         self.check(model)?;
         let mine = self.local.data.subset(&self.local.indices);
-        let e = evaluate(model, global, &mine);
+        let e = evaluate(network(model)?, global, &mine);
         Ok(Evaluation {
             loss: e.loss,
             accuracy: e.accuracy,

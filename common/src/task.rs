@@ -1,7 +1,7 @@
 //! A round's task as a client receives it, in the domain's terms: what to train, how, and how to
 //! protect the result. `fl_proto`'s conversion builds it from the wire, refusing malformed tasks.
 
-use crate::model::{LocalConfig, ModelSpec};
+use crate::model::{LocalConfig, Model};
 use crate::privacy::LocalMechanism;
 use crate::secagg::Quantizer;
 
@@ -11,7 +11,7 @@ pub struct Task {
     /// t.
     pub round: u64,
     /// The model.
-    pub model: ModelSpec,
+    pub model: Model,
     /// E, B, eta.
     pub config: LocalConfig,
     /// The mechanism every upload must be protected with, under a client-side mode.

@@ -2,7 +2,10 @@
 
 use crate::v1;
 use fl_common::model::cnn::MAX_LAYERS;
-use fl_common::model::{Architecture, LayerSpec, LocalConfig, ModelError, ModelSpec, Shape};
+use fl_common::model::{
+    Architecture, ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape,
+    TensorShape,
+};
 use fl_common::privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
 use fl_common::secagg::{
     AdvertisedKeys, Neighbourhood, Proceed, Quantizer, RevealedShare, Ring, SealedShares,
@@ -139,9 +142,58 @@ impl From<&ModelSpec> for v1::ModelSpec {
                         channels: input.channels as u32,
                     }),
                     layers: cnn.layers().iter().map(|l| l.spec.to_string()).collect(),
+                    tensors: Vec::new(),
                 }
             }
         }
+    }
+}
+
+impl From<&Model> for v1::ModelSpec {
+    fn from(model: &Model) -> Self {
+        match model {
+            Model::Network(spec) => spec.into(),
+            Model::External(external) => v1::ModelSpec {
+                tensors: (external.tensors().iter())
+                    .map(|t| v1::NamedShape {
+                        name: t.name.clone(),
+                        shape: t.shape.iter().map(|&d| d as u64).collect(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+impl TryFrom<&v1::ModelSpec> for Model {
+    type Error = ModelError;
+
+    /// A built-in network as [`ModelSpec`]'s conversion reads it, or an external model's
+    /// tensors, validated by [`ExternalModel::new`] (a peer's spec is untrusted).
+    fn try_from(wire: &v1::ModelSpec) -> Result<Self, Self::Error> {
+        if wire.tensors.is_empty() {
+            return ModelSpec::try_from(wire).map(Model::Network);
+        }
+        let bad = |why: &str| ModelError::BadTensors(why.into());
+        if !wire.layer_sizes.is_empty() || !wire.layers.is_empty() || wire.input.is_some() {
+            return Err(bad("both tensors and a built-in network"));
+        }
+        if wire.tensors.len() > fl_common::model::MAX_TENSORS {
+            return Err(bad("too many tensors"));
+        }
+        let tensors = (wire.tensors.iter())
+            .map(|t| {
+                let shape = (t.shape.iter())
+                    .map(|&d| usize::try_from(d).map_err(|_| bad("a dimension beyond usize")))
+                    .collect::<Result<_, _>>()?;
+                Ok(TensorShape {
+                    name: t.name.clone(),
+                    shape,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        ExternalModel::new(tensors).map(Model::External)
     }
 }
 
@@ -151,6 +203,9 @@ impl TryFrom<&v1::ModelSpec> for ModelSpec {
     /// Validates the architecture as [`ModelSpec::new`] and [`ModelSpec::cnn`] do (a peer's
     /// spec is untrusted).
     fn try_from(wire: &v1::ModelSpec) -> Result<Self, Self::Error> {
+        if !wire.tensors.is_empty() {
+            return Err(ModelError::BadLayers("an external model's tensors".into()));
+        }
         if wire.layers.is_empty() {
             return ModelSpec::new(wire.layer_sizes.iter().map(|&w| w as usize).collect());
         }
@@ -301,7 +356,7 @@ impl TryFrom<&v1::RoundTask> for Task {
     type Error = WireError;
     fn try_from(t: &v1::RoundTask) -> Result<Self, WireError> {
         let bad = |m: String| WireError(m);
-        let model = ModelSpec::try_from(
+        let model = Model::try_from(
             t.model
                 .as_ref()
                 .ok_or(bad("task without a model spec".into()))?,
@@ -572,13 +627,45 @@ mod tests {
         assert!(refused(huge).contains("layer 0"));
     }
 
+    /// An external model's names and shapes cross the wire in order; a list that mixes in a
+    /// built-in network, or that the model's checks refuse, is refused.
+    #[test]
+    fn an_external_model_crosses_the_wire_and_bad_lists_are_refused() {
+        let tensor = |name: &str, shape: &[usize]| TensorShape {
+            name: name.into(),
+            shape: shape.to_vec(),
+        };
+        let model = Model::External(
+            ExternalModel::new(vec![
+                tensor("fc.weight", &[10, 4]),
+                tensor("fc.bias", &[10]),
+            ])
+            .unwrap(),
+        );
+        let wire = v1::ModelSpec::from(&model);
+        assert_eq!(wire.tensors[0].name, "fc.bias");
+        assert_eq!(wire.tensors[1].shape, vec![10, 4]);
+        assert_eq!(Model::try_from(&wire).unwrap(), model);
+        assert!(ModelSpec::try_from(&wire).is_err());
+        let refused = |edit: fn(&mut v1::ModelSpec)| {
+            let mut bad = wire.clone();
+            edit(&mut bad);
+            Model::try_from(&bad).unwrap_err().to_string()
+        };
+        assert!(refused(|w| w.layer_sizes = vec![4, 10]).contains("both"));
+        assert!(refused(|w| w.tensors[1].name = "fc.bias".into()).contains("twice"));
+        assert!(refused(|w| w.tensors[0].shape = vec![u64::MAX, 2]).contains("parameters"));
+        let mlp = Model::from(ModelSpec::mlp(4, &[3], 2).unwrap());
+        assert_eq!(Model::try_from(&v1::ModelSpec::from(&mlp)).unwrap(), mlp);
+    }
+
     /// A task survives the wire: what the server sends is what the client reads, and a task
     /// whose code or step is unusable is refused.
     #[test]
     fn tasks_cross_the_wire_unchanged_and_bad_ones_are_refused() {
         let task = Task {
             round: 7,
-            model: ModelSpec::logistic(3, 2).unwrap(),
+            model: ModelSpec::logistic(3, 2).unwrap().into(),
             config: LocalConfig {
                 epochs: 2,
                 batch_size: 5,

@@ -4,7 +4,7 @@
 //! checks it is finite and as long as the model, and protects it.
 
 use fl_client::{Evaluation, TrainRequest, Trained, Trainer};
-use fl_common::model::ModelSpec;
+use fl_common::model::Model;
 use numpy::{AllowTypeChange, PyArray1, PyArrayLike1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -35,7 +35,7 @@ impl Trainer for PyTrainer {
         })
     }
 
-    fn evaluate(&self, _model: &ModelSpec, global: &[f32]) -> Result<Evaluation, String> {
+    fn evaluate(&self, _model: &Model, global: &[f32]) -> Result<Evaluation, String> {
         let Some(evaluate) = &self.evaluate else {
             return Err("this client was started without an evaluate function".into());
         };

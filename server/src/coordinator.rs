@@ -1,8 +1,8 @@
 //! The coordinator: waits for K clients, then each round samples m_t of the connected clients,
 //! passes the budget gate, sends the task, lets the run's [`Collection`] gather results into the
 //! strategy stack, releases the aggregate if the release rule and the model check allow, and
-//! checkpoints the round. The released model's test evaluation runs while the next round's clients
-//! train; the round's metrics line is published when it is done. It never branches on the privacy
+//! checkpoints the round. The released model's test evaluation (a built-in network's) runs while
+//! the next round's clients train; the round's metrics line is published when it is done. It never branches on the privacy
 //! mode: `crate::build` decided the pipeline.
 
 use crate::build::Pipeline;
@@ -13,12 +13,12 @@ use crate::config::RunConfig;
 use crate::ids::ClientId;
 use crate::ledger::Ledger;
 use crate::local_accounts::LocalAccounts;
+use crate::model_setup::TestSet;
 use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
 use crate::strategy::{RoundContext, RoundOutcome};
 use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
-use fl_common::data::Dataset;
-use fl_common::model::{Evaluation, ModelSpec, check_model, evaluate};
+use fl_common::model::{Evaluation, Model, check_model};
 use fl_common::privacy::PrivacyEvent;
 use fl_common::task::{SecureTask, Task};
 use rand::rngs::StdRng;
@@ -33,10 +33,10 @@ pub struct Coordinator {
     pub clients: Clients,
     /// The validated configuration.
     pub config: RunConfig,
-    /// The model architecture.
-    pub spec: ModelSpec,
-    /// Test set for the per-round evaluation.
-    pub test: Arc<Dataset>,
+    /// The model.
+    pub model: Model,
+    /// The per-round test evaluation (a built-in network's; none for an external model).
+    pub test: Option<TestSet>,
     /// What the privacy mode and algorithm decided.
     pub pipeline: Pipeline,
     /// CSPRNG for sampling and initialisation.
@@ -107,8 +107,8 @@ enum RoundEnd {
 struct PendingRound {
     /// The line, but for `test_accuracy` and `test_loss`.
     metrics: RoundMetrics,
-    /// The evaluation, on the blocking pool.
-    evaluation: tokio::task::JoinHandle<Evaluation>,
+    /// The evaluation, on the blocking pool, if the server evaluates the model.
+    evaluation: Option<tokio::task::JoinHandle<Evaluation>>,
 }
 
 /// The test evaluations of released models: at most one runs (overlapping the next round's
@@ -153,10 +153,10 @@ impl Coordinator {
         }
         self.publish(&mut evaluations).await?;
         self.clients.shutdown_all(self.config.server.rounds);
-        let eval = (evaluations.last).unwrap_or_else(|| evaluate(&self.spec, &global, &self.test));
-        self.folder.write_model(&self.spec, &global)?;
+        let eval = (evaluations.last).or_else(|| self.test.as_ref().map(|t| t.evaluate(&global)));
+        self.folder.write_model(&self.model, &global)?;
         let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
-        let summary = self.summary(&totals, &eval, stopped_by, seconds)?;
+        let summary = self.summary(&totals, eval.as_ref(), stopped_by, seconds)?;
         if let Some(accounts) = self.pipeline.strategy.local_accounts() {
             self.folder.write_local_privacy(&accounts.per_client())?;
         }
@@ -169,7 +169,15 @@ impl Coordinator {
     fn start(&mut self) -> Result<(Vec<f32>, u64, RunTotals), ServerError> {
         let secagg = self.pipeline.collection.secure_summary();
         let Some(checkpoint) = self.resume.take() else {
-            let init = (self.initial.take()).unwrap_or_else(|| self.spec.init(&mut self.rng));
+            let init = match (self.initial.take(), self.model.network()) {
+                (Some(given), _) => given,
+                (None, Some(spec)) => spec.init(&mut self.rng),
+                (None, None) => {
+                    return Err(ServerError::Internal(
+                        "an external model without weights".into(),
+                    ));
+                }
+            };
             let totals = RunTotals {
                 secagg,
                 ..RunTotals::default()
@@ -249,8 +257,10 @@ impl Coordinator {
         let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped));
         // The evaluation releases nothing before it is published, so it may start before the
         // checkpoint (and overlap its fsync).
-        let (spec, params, test) = (self.spec.clone(), global.clone(), self.test.clone());
-        let evaluation = tokio::task::spawn_blocking(move || evaluate(&spec, &params, &test));
+        let evaluation = self.test.clone().map(|test| {
+            let params = global.clone();
+            tokio::task::spawn_blocking(move || test.evaluate(&params))
+        });
         let mut checkpointed = totals.clone();
         checkpointed.earlier_seconds += started.elapsed().as_secs_f64();
         self.checkpoint(round, &checkpointed, global, Some(&metrics))?;
@@ -337,7 +347,7 @@ impl Coordinator {
         let instructions = self.pipeline.strategy.configure_round(ctx);
         let task = Task {
             round: ctx.round,
-            model: self.spec.clone(),
+            model: self.model.clone(),
             config: self.config.train.local_config(),
             local: instructions.local,
             secure: (planned.prepared.calibration).map(|c| SecureTask {
@@ -387,8 +397,8 @@ impl Coordinator {
                 .map(LocalAccounts::max_epsilon),
             epsilon,
             delta,
-            test_accuracy: 0.0,
-            test_loss: 0.0,
+            test_accuracy: None,
+            test_loss: None,
             train_loss: (tally.losses > 0).then(|| tally.train_loss_sum / tally.losses as f64),
             v_c,
             u_s,
@@ -411,9 +421,11 @@ impl Coordinator {
         else {
             return Ok(());
         };
-        let eval = (evaluation.await).map_err(|e| ServerError::Internal(e.to_string()))?;
-        (metrics.test_accuracy, metrics.test_loss) = (eval.accuracy, eval.loss);
-        evaluations.last = Some(eval);
+        if let Some(evaluation) = evaluation {
+            let eval = (evaluation.await).map_err(|e| ServerError::Internal(e.to_string()))?;
+            (metrics.test_accuracy, metrics.test_loss) = (Some(eval.accuracy), Some(eval.loss));
+            evaluations.last = Some(eval);
+        }
         self.folder.append_round(&metrics)?;
         self.telemetry.observe(&metrics);
         if let Some(reason) = &metrics.skipped {
@@ -421,8 +433,9 @@ impl Coordinator {
         }
         tracing::info!(
             round = metrics.round,
-            accuracy = format_args!("{:.4}", metrics.test_accuracy),
-            loss = format_args!("{:.4}", metrics.test_loss),
+            accuracy = metrics.test_accuracy.map(|a| format!("{a:.4}")),
+            loss = metrics.test_loss.map(|l| format!("{l:.4}")),
+            federated_accuracy = (metrics.federated_eval).map(|f| format!("{:.4}", f.accuracy)),
             completed = metrics.completed,
             dropped = metrics.dropped,
             "round done"
@@ -465,7 +478,7 @@ impl Coordinator {
     fn summary(
         &self,
         totals: &RunTotals,
-        eval: &Evaluation,
+        eval: Option<&Evaluation>,
         stopped_by: StoppedBy,
         wall_seconds: f64,
     ) -> Result<Summary, ServerError> {
@@ -474,8 +487,8 @@ impl Coordinator {
         let (epsilon, delta) = ledger.map(Ledger::spent).unzip();
         Ok(Summary {
             rounds_completed: totals.rounds_completed,
-            test_accuracy: eval.accuracy,
-            test_loss: eval.loss,
+            test_accuracy: eval.map(|e| e.accuracy),
+            test_loss: eval.map(|e| e.loss),
             epsilon,
             delta,
             accountant: ledger.map(|l| l.accountant_name().to_string()),
@@ -488,7 +501,7 @@ impl Coordinator {
             bytes_up: totals.bytes_up,
             bytes_down: totals.bytes_down,
             wall_seconds,
-            model: self.spec.to_string(),
+            model: self.model.to_string(),
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
             secagg: totals.secagg.clone(),

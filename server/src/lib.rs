@@ -24,6 +24,7 @@ mod join_gate;
 pub mod ledger;
 pub mod local_accounts;
 pub mod model_file;
+pub mod model_setup;
 pub mod outbox;
 pub mod output;
 pub mod policy;
@@ -43,7 +44,6 @@ use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};
 use credentials::Credentials;
 use fl_common::data::Dataset;
-use fl_common::model::ModelSpec;
 use fl_common::secagg::PlainInputs;
 use ledger::Ledger;
 use output::{RoundMetrics, RunFolder, Summary};
@@ -65,14 +65,14 @@ const ENROLLMENT_POLL: Duration = Duration::from_secs(1);
 /// Called with each round's metrics (e.g. to drive a progress bar).
 pub type Observer = Arc<dyn Fn(&RoundMetrics) + Send + Sync>;
 
-/// Serves the federation on `listener` and runs the training `config` describes, evaluating on
-/// `test`. Returns the run summary once training ends (all rounds, or `stop` set to true).
+/// Serves the federation on `listener` and runs the training `config` describes, evaluating a
+/// built-in network on `test` (an external model needs none, see [`model_setup`]). Returns the run summary once training ends (all rounds, or `stop` set to true).
 /// `oracle` (simulation only) holds the clients' plain secure-aggregation inputs, so that each
 /// round's unmasked sum can be checked.
 pub async fn serve(
     listener: TcpListener,
     config: RunConfig,
-    test: Arc<Dataset>,
+    test: Option<Arc<Dataset>>,
     observer: Option<Observer>,
     oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
@@ -88,7 +88,7 @@ pub async fn resume(
     listener: TcpListener,
     dir: &std::path::Path,
     checkpoint: Checkpoint,
-    test: Arc<Dataset>,
+    test: Option<Arc<Dataset>>,
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
     let mut config = checkpoint.progress.config.clone();
@@ -102,7 +102,7 @@ const MIN_TOKEN_LEN: usize = 32;
 async fn run_server(
     listener: TcpListener,
     config: RunConfig,
-    test: Arc<Dataset>,
+    test: Option<Arc<Dataset>>,
     observer: Option<Observer>,
     oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
@@ -115,16 +115,14 @@ async fn run_server(
     config.validate()?;
     config.validate_for_server()?;
     warn_on_short_token(&config);
-    let spec = config
-        .model
-        .spec(test.example_shape(), test.num_classes())?;
-    let initial = initial_weights(&config, &spec, checkpoint.as_ref())?;
+    let start = model_setup::starting_model(&config, test, checkpoint.as_ref())?;
     let folder = match &checkpoint {
         Some(c) => {
             let last = c.progress.last_round.clone().map(|mut line| {
                 // The line's evaluation is that of the checkpoint's model (Progress::last_round).
-                let eval = fl_common::model::evaluate(&spec, &c.model, &test);
-                (line.test_accuracy, line.test_loss) = (eval.accuracy, eval.loss);
+                let eval = start.test.as_ref().map(|t| t.evaluate(&c.model));
+                line.test_accuracy = eval.as_ref().map(|e| e.accuracy);
+                line.test_loss = eval.map(|e| e.loss);
                 line
             });
             RunFolder::reopen(&config.server.out, c.progress.round, last.as_ref())?
@@ -132,16 +130,17 @@ async fn run_server(
         None => RunFolder::create(&config.server.out)?,
     };
     let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
-    let pipeline = build::pipeline(
-        &config,
-        spec.num_params(),
-        oracle,
-        |terms| match checkpointed {
-            Some(round) => Ledger::reopen(folder.dir(), terms, round),
-            None => Ledger::create(folder.dir(), terms),
-        },
-    )?;
-    let (shared, events) = shared_state(&config, checkpoint.as_ref(), spec.num_params())?;
+    let pipeline =
+        build::pipeline(
+            &config,
+            start.model.num_params(),
+            oracle,
+            |terms| match checkpointed {
+                Some(round) => Ledger::reopen(folder.dir(), terms, round),
+                None => Ledger::create(folder.dir(), terms),
+            },
+        )?;
+    let (shared, events) = shared_state(&config, checkpoint.as_ref(), start.model.num_params())?;
     let sweeper = tokio::spawn(forget_idle_clients(shared.clone()));
     if config.server.enrollment.is_some() {
         tokio::spawn(watch_enrollment(shared.clone()));
@@ -157,14 +156,14 @@ async fn run_server(
     let result = coordinator::Coordinator {
         clients: clients::Clients::new(shared, events, stop),
         config,
-        spec,
-        test,
+        model: start.model,
+        test: start.test,
         pipeline,
         rng: fl_common::rng::reproducible(seed),
         folder,
         observer,
         resume: checkpoint,
-        initial,
+        initial: start.initial,
         telemetry,
     }
     .run()
@@ -173,26 +172,6 @@ async fn run_server(
     let _ = done_tx.send(true);
     transport::drain(serving).await;
     result
-}
-
-/// `model.init`'s weights for `spec`, unless the run resumes from a checkpoint; a file that does
-/// not fit the network stops the start.
-fn initial_weights(
-    config: &RunConfig,
-    spec: &ModelSpec,
-    checkpoint: Option<&Checkpoint>,
-) -> Result<Option<Vec<f32>>, ServerError> {
-    let (Some(path), None) = (&config.model.init, checkpoint) else {
-        return Ok(None);
-    };
-    let refuse = |e: String| {
-        ServerError::Config(ConfigError::Invalid(format!(
-            "model.init {}: {e}",
-            path.display()
-        )))
-    };
-    let bytes = std::fs::read(path).map_err(|e| refuse(e.to_string()))?;
-    model_file::decode(spec, &bytes).map(Some).map_err(refuse)
 }
 
 /// Warns when a shared token is short enough to be guessed back from its digest.

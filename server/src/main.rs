@@ -173,10 +173,17 @@ async fn main() -> anyhow::Result<()> {
         }
         None => args.resolve()?,
     };
-    let source = config.data.source.clone();
-    let test = tokio::task::spawn_blocking(move || source.load_test())
-        .await?
-        .with_context(|| format!("loading test data from {}", config.data.source))?;
+    // The server evaluates a built-in network on the test set; it cannot run an external model.
+    let test = match config.model.is_external() {
+        true => None,
+        false => {
+            let source = config.data.source.clone();
+            let test = tokio::task::spawn_blocking(move || source.load_test())
+                .await?
+                .with_context(|| format!("loading test data from {}", config.data.source))?;
+            Some(Arc::new(test))
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
@@ -195,7 +202,6 @@ async fn main() -> anyhow::Result<()> {
             Err(e) => tracing::warn!(error = %e, "cannot listen for SIGINT and SIGTERM"),
         }
     });
-    let test = Arc::new(test);
     let (out, summary) = match resume {
         Some((dir, checkpoint)) => {
             let summary = fl_server::resume(listener, &dir, checkpoint, test, stop).await?;
@@ -209,10 +215,11 @@ async fn main() -> anyhow::Result<()> {
             )
         }
     };
+    let accuracy =
+        (summary.test_accuracy).map_or("none (external model)".into(), |a| format!("{a:.4}"));
     println!(
-        "done: {} rounds, test accuracy {:.4}, run folder {}",
+        "done: {} rounds, test accuracy {accuracy}, run folder {}",
         summary.rounds_completed,
-        summary.test_accuracy,
         out.display()
     );
     Ok(())

@@ -2,18 +2,20 @@
 //! weights, in one format so that a run's model loads back as another run's start.
 //!
 //! One f32 tensor per weight matrix and bias, named and shaped as
-//! [`ModelSpec::named_tensors`] says (`layers.{l}.weight`, `layers.{l}.bias`), with the
-//! architecture's text in the metadata under `architecture`.
+//! [`fl_common::model::ModelSpec::named_tensors`] says (`layers.{l}.weight`, `layers.{l}.bias`), with the
+//! architecture's text in the metadata under `architecture`. An external model's file is the
+//! user's: its tensors' names and shapes define the model ([`external_layout`]), and the run's
+//! `model.safetensors` keeps them, so `safetensors.torch.load_file` gives back a `state_dict`.
 
-use fl_common::model::ModelSpec;
+use fl_common::model::{ExternalModel, Model, TensorShape};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use std::collections::HashMap;
 
 /// The metadata key of the architecture's text (`784-600-100-10`, `28x28x1 conv:32:5:pad2 ...`).
 pub const ARCHITECTURE: &str = "architecture";
 
-/// Serialises `params` of the network `spec`.
-pub fn encode(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Vec<u8>> {
+/// Serialises `params` of `spec`.
+pub fn encode(spec: &Model, params: &[f32]) -> std::io::Result<Vec<u8>> {
     let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = spec
         .named_tensors(params)
         .into_iter()
@@ -33,10 +35,29 @@ pub fn encode(spec: &ModelSpec, params: &[f32]) -> std::io::Result<Vec<u8>> {
     safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
 }
 
-/// The parameters of `spec` in `bytes`: every tensor the network names must be there, f32, of
+/// The external model whose tensors `bytes` holds: every tensor must be F32 (the flat vector
+/// is f32; an integer buffer such as BatchNorm's `num_batches_tracked` is refused by name).
+pub fn external_layout(bytes: &[u8]) -> Result<ExternalModel, String> {
+    let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    let tensors = (file.tensors().into_iter())
+        .map(|(name, view)| match view.dtype() {
+            Dtype::F32 => Ok(TensorShape {
+                name,
+                shape: view.shape().to_vec(),
+            }),
+            other => Err(format!(
+                "tensor {name} is {other:?}: an external model's tensors must all be F32 \
+                 (save only the float tensors, converted with .float())"
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ExternalModel::new(tensors).map_err(|e| e.to_string())
+}
+
+/// The parameters of `spec` in `bytes`: every tensor the model names must be there, f32, of
 /// its shape and finite, and no other tensor may be (a file for another network is refused,
 /// whatever its metadata says).
-pub fn decode(spec: &ModelSpec, bytes: &[u8]) -> Result<Vec<f32>, String> {
+pub fn decode(spec: &Model, bytes: &[u8]) -> Result<Vec<f32>, String> {
     let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
     let zeros = vec![0.0; spec.num_params()];
     let names = spec.named_tensors(&zeros);
@@ -72,11 +93,11 @@ pub fn decode(spec: &ModelSpec, bytes: &[u8]) -> Result<Vec<f32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fl_common::model::{LayerSpec, Shape};
+    use fl_common::model::{LayerSpec, ModelSpec, Shape};
 
     #[test]
     fn a_model_reads_back_and_keeps_its_layout() {
-        let spec = ModelSpec::mlp(3, &[2], 2).unwrap();
+        let spec = Model::from(ModelSpec::mlp(3, &[2], 2).unwrap());
         let params: Vec<f32> = (0..spec.num_params()).map(|i| i as f32).collect();
         let bytes = encode(&spec, &params).unwrap();
         let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -87,7 +108,7 @@ mod tests {
         assert_eq!(decode(&spec, &bytes).unwrap(), params);
     }
 
-    fn small_cnn(channels: usize) -> ModelSpec {
+    fn small_cnn(channels: usize) -> Model {
         let input = Shape {
             height: 6,
             width: 6,
@@ -102,7 +123,7 @@ mod tests {
         .iter()
         .map(|t| t.parse().unwrap())
         .collect();
-        ModelSpec::cnn(input, &layers).unwrap()
+        ModelSpec::cnn(input, &layers).unwrap().into()
     }
 
     #[test]
@@ -120,7 +141,7 @@ mod tests {
 
         let e = decode(&small_cnn(5), &bytes).unwrap_err();
         assert!(e.contains("layers.0.weight has shape [3, 3, 1, 4]"), "{e}");
-        let mlp = ModelSpec::mlp(36, &[4], 3).unwrap();
+        let mlp = Model::from(ModelSpec::mlp(36, &[4], 3).unwrap());
         let e = decode(&mlp, &bytes).unwrap_err();
         assert!(e.contains("layers.3.bias is not part"), "{e}");
         let e = decode(&spec, &encode(&mlp, &vec![0.0; mlp.num_params()]).unwrap()).unwrap_err();
@@ -130,5 +151,39 @@ mod tests {
         let e = decode(&spec, &encode(&spec, &nan).unwrap()).unwrap_err();
         assert!(e.contains("parameter 7"), "{e}");
         assert!(decode(&spec, b"not a file").is_err());
+    }
+
+    /// A user's file defines an external model by its names and shapes, whatever the order it
+    /// was written in; the run's file keeps them; a non-float tensor is refused by name.
+    #[test]
+    fn an_external_model_is_the_files_tensors_and_is_written_back_under_their_names() {
+        let tensor = |name: &str, shape: &[usize]| TensorShape {
+            name: name.into(),
+            shape: shape.to_vec(),
+        };
+        let user = Model::External(
+            ExternalModel::new(vec![
+                tensor("fc.weight", &[3, 2]),
+                tensor("conv.bias", &[4]),
+            ])
+            .unwrap(),
+        );
+        let params: Vec<f32> = (0..10).map(|i| i as f32).collect();
+        let bytes = encode(&user, &params).unwrap();
+        let layout = external_layout(&bytes).unwrap();
+        assert_eq!(Model::External(layout.clone()), user);
+        assert_eq!(layout.tensors()[0].name, "conv.bias");
+        assert_eq!(decode(&user, &bytes).unwrap(), params);
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let w = st.tensor("fc.weight").unwrap();
+        assert_eq!(w.shape(), &[3, 2]);
+        assert_eq!(f32::from_le_bytes(w.data()[..4].try_into().unwrap()), 4.0);
+
+        let steps = [0u8; 8];
+        let int = TensorView::new(Dtype::I64, vec![1], &steps).unwrap();
+        let file = safetensors::tensor::serialize([("bn.num_batches_tracked", int)], None).unwrap();
+        let e = external_layout(&file).unwrap_err();
+        assert!(e.contains("bn.num_batches_tracked is I64"), "{e}");
+        assert!(external_layout(b"junk").is_err());
     }
 }

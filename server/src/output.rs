@@ -3,7 +3,7 @@
 
 use crate::local_accounts::{ClientSpend, LocalPrivacySummary};
 use crate::model_file;
-use fl_common::model::ModelSpec;
+use fl_common::model::Model;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,10 +38,11 @@ pub struct RoundMetrics {
     pub rho: Option<f64>,
     /// Delta so far (private runs only).
     pub delta: Option<f64>,
-    /// Accuracy of the global model on the test set after the round.
-    pub test_accuracy: f64,
+    /// Accuracy of the global model on the test set after the round (null for an external
+    /// model, which the server cannot run).
+    pub test_accuracy: Option<f64>,
     /// Its mean cross-entropy.
-    pub test_loss: f64,
+    pub test_loss: Option<f64>,
     /// Mean training loss the clients reported (not verified).
     pub train_loss: Option<f64>,
     /// Between-clients variance V_c (Geyer et al.), when computed.
@@ -147,10 +148,10 @@ pub enum StoppedBy {
 pub struct Summary {
     /// Rounds whose aggregate updated the model.
     pub rounds_completed: u64,
-    /// Test accuracy of the final model.
-    pub test_accuracy: f64,
-    /// Test loss of the final model.
-    pub test_loss: f64,
+    /// Test accuracy of the final model (null for an external model).
+    pub test_accuracy: Option<f64>,
+    /// Test loss of the final model (null for an external model).
+    pub test_loss: Option<f64>,
     /// Epsilon spent (null for a non-private run).
     pub epsilon: Option<f64>,
     /// Delta (null for a non-private run).
@@ -271,7 +272,7 @@ impl RunFolder {
     }
 
     /// Writes the model as `model.safetensors` (see [`model_file`]).
-    pub fn write_model(&self, spec: &ModelSpec, params: &[f32]) -> std::io::Result<()> {
+    pub fn write_model(&self, spec: &Model, params: &[f32]) -> std::io::Result<()> {
         let bytes = model_file::encode(spec, params)?;
         write_atomic(&self.dir.join("model.safetensors"), &bytes)
     }

@@ -121,7 +121,9 @@ impl Telemetry {
         self.bytes_received.inc_by(m.bytes_up);
         self.bytes_sent.inc_by(m.bytes_down);
         self.current_round.set(m.round as i64);
-        self.accuracy.set(m.test_accuracy);
+        if let Some(accuracy) = m.test_accuracy {
+            self.accuracy.set(accuracy);
+        }
         self.round_seconds.observe(m.seconds);
         if let Some(e) = m.epsilon {
             self.epsilon.set(e);
@@ -189,8 +191,8 @@ mod tests {
             local_epsilon: None,
             rho: None,
             delta: Some(1e-5),
-            test_accuracy: 0.5,
-            test_loss: 1.0,
+            test_accuracy: Some(0.5),
+            test_loss: Some(1.0),
             train_loss: None,
             v_c: None,
             u_s: None,

@@ -1,5 +1,6 @@
 //! Models as flat parameter vectors: the architecture ([`ModelSpec`]), the forward and backward
-//! passes, local SGD training, evaluation, and the aggregation of client updates.
+//! passes, local SGD training, evaluation, and the aggregation of client updates. A [`Model`] is
+//! either such a built-in network or an [`ExternalModel`], one the clients' own code trains.
 //!
 //! A model is a fully connected network with ReLU between layers (two layer widths make
 //! multinomial logistic regression), or a convolutional network ([`cnn`]). Parameters live in one
@@ -8,6 +9,7 @@
 
 mod aggregate;
 pub mod cnn;
+mod external;
 #[cfg(test)]
 mod gradcheck;
 mod matmul;
@@ -18,6 +20,7 @@ pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
 };
 pub use cnn::{Cnn, LayerSpec, Shape};
+pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
 pub use matmul::mat_mul;
 pub use network::{Workspace, logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
 pub use training::{
@@ -36,6 +39,60 @@ pub enum ModelError {
     /// A convolutional network whose layers do not fit together (the message names the layer).
     #[error("invalid network: {0}")]
     BadLayers(String),
+    /// An external model's tensor list that is empty, too large, or badly named or shaped.
+    #[error("invalid external model: {0}")]
+    BadTensors(String),
+}
+
+/// The model a run trains: a built-in network, or one only the clients' code knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Model {
+    /// A network the built-in trainer and the server's test evaluation run.
+    Network(ModelSpec),
+    /// Named tensors the clients train with their own code (`model.kind = "external"`).
+    External(ExternalModel),
+}
+
+impl Model {
+    /// Length of the flat parameter vector.
+    pub fn num_params(&self) -> usize {
+        match self {
+            Model::Network(spec) => spec.num_params(),
+            Model::External(model) => model.num_params(),
+        }
+    }
+
+    /// The built-in network, unless the model is external.
+    pub fn network(&self) -> Option<&ModelSpec> {
+        match self {
+            Model::Network(spec) => Some(spec),
+            Model::External(_) => None,
+        }
+    }
+
+    /// The named tensors of `params`, in order, as (name, shape, values).
+    pub fn named_tensors<'a>(&self, params: &'a [f32]) -> Vec<(String, Vec<usize>, &'a [f32])> {
+        match self {
+            Model::Network(spec) => spec.named_tensors(params),
+            Model::External(model) => model.named_tensors(params),
+        }
+    }
+}
+
+/// The network's text, or `external: N tensors, P parameters`.
+impl std::fmt::Display for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Model::Network(spec) => spec.fmt(f),
+            Model::External(model) => model.fmt(f),
+        }
+    }
+}
+
+impl From<ModelSpec> for Model {
+    fn from(spec: ModelSpec) -> Self {
+        Model::Network(spec)
+    }
 }
 
 /// The shape of one dense layer inside the flat parameter vector.

@@ -19,14 +19,18 @@ pub enum ModelKind {
     FedavgCnn,
     /// LeNet-5 ([`cnn::LENET5`]).
     Lenet5,
+    /// A model the server does not know, trained by the clients' own code: the tensors of
+    /// `init` ([`crate::model_setup`]).
+    External,
 }
 
 impl std::str::FromStr for ModelKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::deserialize(toml::Value::String(s.into()))
-            .map_err(|_| format!("unknown model `{s}` (logistic, mlp, cnn, fedavg-cnn or lenet5)"))
+        Self::deserialize(toml::Value::String(s.into())).map_err(|_| {
+            format!("unknown model `{s}` (logistic, mlp, cnn, fedavg-cnn, lenet5 or external)")
+        })
     }
 }
 
@@ -34,7 +38,7 @@ impl std::str::FromStr for ModelKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `mlp`, `logistic`, `cnn`, or a named CNN: `fedavg-cnn`, `lenet5`.
+    /// `mlp`, `logistic`, `cnn`, a named CNN (`fedavg-cnn`, `lenet5`), or `external`.
     pub kind: ModelKind,
     /// Hidden widths of the MLP (the Geyer et al. default 600, 100).
     pub hidden: Vec<usize>,
@@ -42,7 +46,8 @@ pub struct ModelSection {
     /// last is dense with one unit per class.
     pub layers: Vec<String>,
     /// Starting weights: a safetensors file with the network's tensor names and shapes (as the
-    /// run's `model.safetensors` has them). Without it the weights are drawn afresh.
+    /// run's `model.safetensors` has them). Without it the weights are drawn afresh. For an
+    /// `external` model it is required, and its f32 tensors are the model.
     pub init: Option<PathBuf>,
 }
 
@@ -58,10 +63,20 @@ impl Default for ModelSection {
 }
 
 impl ModelSection {
+    /// Whether the model is one only the clients' code knows.
+    pub fn is_external(&self) -> bool {
+        self.kind == ModelKind::External
+    }
+
     /// The architecture for examples of shape `input` and `classes` classes.
     pub fn spec(&self, input: Shape, classes: usize) -> Result<ModelSpec, ConfigError> {
         let invalid = |e: String| ConfigError::Invalid(format!("model: {e}"));
         match self.kind {
+            ModelKind::External => {
+                return Err(invalid(
+                    "an external model has no built-in architecture".into(),
+                ));
+            }
             ModelKind::Logistic => ModelSpec::logistic(input.len(), classes),
             ModelKind::Mlp => ModelSpec::mlp(input.len(), &self.hidden, classes),
             ModelKind::Cnn | ModelKind::FedavgCnn | ModelKind::Lenet5 => {
@@ -92,7 +107,7 @@ impl ModelSection {
             ModelKind::Cnn => self.layers.iter().map(String::as_str).collect(),
             ModelKind::FedavgCnn => cnn::FEDAVG_CNN.to_vec(),
             ModelKind::Lenet5 => cnn::LENET5.to_vec(),
-            ModelKind::Logistic | ModelKind::Mlp => Vec::new(),
+            ModelKind::Logistic | ModelKind::Mlp | ModelKind::External => Vec::new(),
         };
         if texts.is_empty() {
             return Err("kind = \"cnn\" needs its `layers`".into());
@@ -115,6 +130,11 @@ impl ModelSection {
             ModelKind::Cnn => {
                 (self.conv_layers().map(drop)).or_else(|e| invalid(format!("model.layers: {e}")))
             }
+            ModelKind::External if self.init.is_none() => invalid(
+                "model.kind = \"external\" needs model.init: a safetensors file of the model's \
+                 f32 tensors (e.g. safetensors.torch.save_file(model.state_dict(), ...))"
+                    .into(),
+            ),
             _ if !self.layers.is_empty() => {
                 invalid("model.layers is for kind = \"cnn\" (the other kinds fix theirs)".into())
             }
@@ -167,5 +187,23 @@ mod tests {
         let spec = lenet.model.spec(digit, 3).unwrap();
         assert_eq!((spec.classes(), spec.num_params()), (3, 61_706 - 7 * 85));
         assert!("resnet".parse::<ModelKind>().is_err());
+    }
+
+    /// An external model needs its file, and the modes that need the built-in trainer refuse it.
+    #[test]
+    fn an_external_model_needs_its_file_and_the_users_trainer() {
+        let mut c = RunConfig::default();
+        c.model.kind = "external".parse().unwrap();
+        assert!(refused(&c).contains("needs model.init"));
+        c.model.init = Some("start.safetensors".into());
+        c.validate().unwrap();
+        for (algorithm, mode) in [("iadmm", "none"), ("fedavg", "ldp-laplace")] {
+            let mut bad = c.clone();
+            bad.train.algorithm = toml::Value::String(algorithm.into()).try_into().unwrap();
+            bad.privacy.mode = toml::Value::String(mode.into()).try_into().unwrap();
+            assert!(refused(&bad).contains("cannot train model.kind"), "{mode}");
+        }
+        c.model.layers = vec!["dense:10".into()];
+        assert!(refused(&c).contains("model.layers is for kind"));
     }
 }

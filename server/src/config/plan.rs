@@ -193,6 +193,15 @@ impl RunConfig {
         let iadmm = self.train.algorithm == Algorithm::Iadmm;
         self.robust.validate_for(mode, !iadmm)?;
         self.eval.validate_for(mode, !iadmm)?;
+        // Only the built-in trainer clips every example's gradient in L1 inside training, and it
+        // cannot train a model it does not know.
+        if self.model.is_external() && (iadmm || mode == PrivacyMode::LdpLaplace) {
+            return bad(
+                "train.algorithm = \"iadmm\" and privacy.mode = \"ldp-laplace\" need the \
+                 built-in trainer, which cannot train model.kind = \"external\""
+                    .into(),
+            );
+        }
         if iadmm {
             self.admm.validate()?;
             let laplace = match mode {

@@ -258,7 +258,12 @@ pub async fn start_server(
     let port = listener.local_addr().unwrap().port();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let handle = tokio::spawn(fl_server::serve(
-        listener, config, data, observer, oracle, stop_rx,
+        listener,
+        config,
+        Some(data),
+        observer,
+        oracle,
+        stop_rx,
     ));
     TestServer {
         endpoint: format!("http://127.0.0.1:{port}"),
