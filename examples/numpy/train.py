@@ -6,7 +6,9 @@ test accuracy and time from the server's `metrics.jsonl`.
 
 The job is the quickstart's (784-600-100-10 MLP, 100 clients, 10 per round, E = 2, B = 20,
 eta = 0.1) on IID shares; `--rust` runs the same job with `fl-client --simulate K` instead of the
-Python clients, for comparison (docs/results.md).
+Python clients, and `--no-training` has the Python clients return the model they receive (what the
+protocol and the Python boundary cost without numpy's training), for comparison
+(docs/results.md).
 """
 
 import argparse
@@ -31,6 +33,8 @@ def main():
     p.add_argument("--hidden", default="600,100", help="hidden widths of the MLP")
     p.add_argument("--out", default="runs/numpy-example", help="the server's run folder")
     p.add_argument("--rust", action="store_true", help="Rust clients instead of Python ones")
+    p.add_argument("--no-training", action="store_true",
+                   help="Python clients that return the model they receive")
     args = p.parse_args()
 
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "fl-server", "-p", "fl-client"],
@@ -48,7 +52,8 @@ def main():
     if args.rust:
         subprocess.run([str(target / "fl-client"), "--server", url, "--data",
                         f"mnist:{REPO / 'data/mnist'}", "--simulate", str(args.clients),
-                        "--partition", f"iid:{args.clients}:0"], cwd=REPO, check=True)
+                        "--partition", f"iid:{args.clients}:0"], cwd=REPO, check=True,
+                       env={**os.environ, "RUST_LOG": "warn"})
     else:
         run_python_clients(url, args)
     server.wait()
@@ -66,8 +71,9 @@ def run_python_clients(url, args):
     def client(i):
         share = iid_share(len(y), args.clients, i)
         trainer = DenseTrainer(x[share], y[share], sizes)
+        train = (lambda weights, config: weights) if args.no_training else trainer.train
         try:
-            fl_client.Client(url, name=f"numpy-{i}").run(trainer.train, len(share),
+            fl_client.Client(url, name=f"numpy-{i}").run(train, len(share),
                                                          evaluate=trainer.evaluate)
         except fl_client.ClientError as e:
             errors.append(e)
