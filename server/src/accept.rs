@@ -2,6 +2,7 @@
 //! first bytes have arrived, so one that connects and stays silent, or trickles a few bytes,
 //! holds its file descriptor for at most the handshake timeout. tonic and hyper have no such
 //! timeout of their own (they wait for the preface as long as the peer keeps the socket open).
+//! Accepted sockets send without delay (TCP_NODELAY), as tonic's own listener does when asked.
 
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -33,6 +34,12 @@ pub fn guarded(
             };
             match accepted {
                 Ok((stream, peer)) => {
+                    // Nagle's algorithm would hold the tail of each burst of model chunks until
+                    // the client's delayed ACK (40 ms on Linux): seconds per round for a large
+                    // model. gRPC servers send at once.
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+                    }
                     let tx = tx.clone();
                     tokio::spawn(async move {
                         match tokio::time::timeout(handshake, first_bytes(&stream)).await {
@@ -65,5 +72,28 @@ async fn first_bytes(stream: &TcpStream) -> bool {
             // Peeking again at once would return the same bytes: wait for more.
             Ok(_) => tokio::time::sleep(PEEK_EVERY).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio_stream::StreamExt;
+
+    /// A connection that sends its preface is handed on, set to send without delay.
+    #[tokio::test]
+    async fn accepted_connections_send_without_delay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut accepted = guarded(listener, Duration::from_secs(10));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(&[0u8; FIRST_BYTES]).await.unwrap();
+        let served = tokio::time::timeout(Duration::from_secs(10), accepted.next())
+            .await
+            .expect("handed on within the handshake timeout")
+            .expect("the stream is open")
+            .unwrap();
+        assert!(served.nodelay().unwrap());
     }
 }
