@@ -15,7 +15,7 @@ use crate::local_accounts::LocalAccounts;
 use crate::policy::{Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian};
 use crate::strategy::{
     CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, ResidualBalancing,
-    SecureSum, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+    SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
 use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::{PlainInputs, RoundShape};
@@ -108,6 +108,11 @@ pub fn pipeline(
             let (policy, strategy, collection) = builder.secure(secure, oracle);
             (policy, strategy, collection, builder.min())
         }
+    };
+    // The optimizer acts on what the stack released: post-processing of any mechanism's output.
+    let strategy = match config.train.server_optimizer() {
+        Some(opt) => Box::new(ServerOptimizer::new(opt).around(strategy)),
+        None => strategy,
     };
     Ok(Pipeline {
         policy,

@@ -247,6 +247,7 @@ impl Coordinator {
             .await?;
         let outcome = self.pipeline.strategy.finish_round(&ctx, global);
         let skipped = self.release(outcome.model.clone(), tally.completed, global);
+        self.pipeline.strategy.released(skipped.is_none());
         let down = down + tally.stage_bytes_down;
         totals.add(&tally, down, skipped.is_none());
         let counts = RoundCounts {

@@ -29,7 +29,7 @@ pub use privacy::{BudgetKind, PrivacyMode, PrivacySection};
 pub use robust::{Aggregator, RobustSection};
 pub use secagg::{SecAggGraph, SecAggNoise, SecAggSection};
 pub use server::ServerSection;
-pub use train::{Algorithm, TrainSection};
+pub use train::{Algorithm, ServerOptimizerKind, TrainSection};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 
 use super::{
     AdmmSection, Aggregator, Algorithm, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
-    SecAggSection, SignDsSection,
+    SecAggSection, ServerOptimizerKind, SignDsSection,
 };
 use crate::ledger::{ClipMode, LedgerTerms};
 use crate::strategy::{ClipRule, NormAction, QuantileClip};
@@ -199,6 +199,16 @@ impl RunConfig {
             return bad(
                 "train.algorithm = \"iadmm\" and privacy.mode = \"ldp-laplace\" need the \
                  built-in trainer, which cannot train model.kind = \"external\""
+                    .into(),
+            );
+        }
+        self.train
+            .validate_server_optimizer()
+            .map_err(ConfigError::Invalid)?;
+        if iadmm && self.train.server_optimizer != ServerOptimizerKind::FedAvg {
+            return bad(
+                "train.server_optimizer works with FedAvg's rounds, not with iadmm (whose \
+                 server step is the dual update)"
                     .into(),
             );
         }

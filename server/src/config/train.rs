@@ -1,5 +1,6 @@
 //! `[train]`: local training each round.
 
+use crate::strategy::{ServerOptimizerConfig, ServerStep};
 use fl_common::model::LocalConfig;
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,22 @@ pub enum Algorithm {
     FedAvg,
     /// Inexact ADMM (APPFL): one linearised primal step per round, duals kept by the server.
     Iadmm,
+}
+
+/// The server's step with the released aggregate (Reddi et al. 2021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerOptimizerKind {
+    /// x_{t+1} = the aggregate's model: FedAvg's step of 1.
+    FedAvg,
+    /// Server momentum.
+    FedAvgM,
+    /// Adagrad on the pseudo-gradient.
+    FedAdagrad,
+    /// Adam on the pseudo-gradient (no bias correction, as Reddi et al.).
+    FedAdam,
+    /// Yogi on the pseudo-gradient.
+    FedYogi,
 }
 
 /// `[train]`: local training each round.
@@ -26,6 +43,16 @@ pub struct TrainSection {
     pub batch_size: u32,
     /// eta: local SGD learning rate.
     pub learning_rate: f32,
+    /// The server optimizer: `fedavg` (default), `fedavgm`, `fedadagrad`, `fedadam`, `fedyogi`.
+    pub server_optimizer: ServerOptimizerKind,
+    /// eta_g: the server learning rate (`fedavg` takes a step of 1 whatever it says).
+    pub server_learning_rate: f64,
+    /// beta_1: FedAvgM's momentum, the adaptive optimizers' first-moment decay.
+    pub server_momentum: f64,
+    /// beta_2: FedAdam's and FedYogi's second-moment decay.
+    pub server_beta2: f64,
+    /// tau: the adaptive optimizers' adaptivity.
+    pub server_tau: f64,
 }
 
 impl Default for TrainSection {
@@ -35,11 +62,51 @@ impl Default for TrainSection {
             epochs: 1,
             batch_size: 10,
             learning_rate: 0.05,
+            server_optimizer: ServerOptimizerKind::FedAvg,
+            server_learning_rate: 1.0,
+            server_momentum: 0.9,
+            server_beta2: 0.99,
+            server_tau: 1e-3,
         }
     }
 }
 
 impl TrainSection {
+    /// Checks the server optimizer's settings.
+    pub(super) fn validate_server_optimizer(&self) -> Result<(), String> {
+        let unit = |x: f64| (0.0..1.0).contains(&x);
+        if !(self.server_learning_rate > 0.0 && self.server_learning_rate.is_finite()) {
+            return Err("train.server_learning_rate must be > 0".into());
+        }
+        if !unit(self.server_momentum) || !unit(self.server_beta2) {
+            return Err("train.server_momentum and train.server_beta2 must be in [0, 1)".into());
+        }
+        if !(self.server_tau > 0.0 && self.server_tau.is_finite()) {
+            return Err("train.server_tau must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// The server optimizer's settings; `None` for FedAvg's plain step.
+    pub fn server_optimizer(&self) -> Option<ServerOptimizerConfig> {
+        let step = match self.server_optimizer {
+            ServerOptimizerKind::FedAvg => return None,
+            ServerOptimizerKind::FedAvgM => ServerStep::Momentum {
+                momentum: self.server_momentum,
+            },
+            ServerOptimizerKind::FedAdagrad => ServerStep::Adagrad,
+            ServerOptimizerKind::FedAdam => ServerStep::Adam,
+            ServerOptimizerKind::FedYogi => ServerStep::Yogi,
+        };
+        Some(ServerOptimizerConfig {
+            step,
+            learning_rate: self.server_learning_rate,
+            beta1: self.server_momentum,
+            beta2: self.server_beta2,
+            tau: self.server_tau,
+        })
+    }
+
     /// The per-round instructions for clients.
     pub fn local_config(&self) -> LocalConfig {
         LocalConfig {
@@ -47,5 +114,35 @@ impl TrainSection {
             batch_size: self.batch_size,
             learning_rate: self.learning_rate,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Algorithm, RunConfig, ServerOptimizerKind};
+
+    fn refused(c: &RunConfig) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn server_optimizer_settings_are_checked() {
+        let mut c = RunConfig::default();
+        assert_eq!(c.train.server_optimizer(), None);
+        c.train.server_optimizer = ServerOptimizerKind::FedYogi;
+        c.validate().unwrap();
+        assert!(c.train.server_optimizer().is_some());
+        for edit in [
+            |c: &mut RunConfig| c.train.server_learning_rate = 0.0,
+            |c: &mut RunConfig| c.train.server_momentum = 1.0,
+            |c: &mut RunConfig| c.train.server_beta2 = -0.1,
+            |c: &mut RunConfig| c.train.server_tau = f64::NAN,
+        ] {
+            let mut bad = c.clone();
+            edit(&mut bad);
+            assert!(refused(&bad).contains("train.server_"), "{:?}", bad.train);
+        }
+        c.train.algorithm = Algorithm::Iadmm;
+        assert!(refused(&c).contains("not with iadmm"));
     }
 }

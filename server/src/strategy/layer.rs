@@ -33,6 +33,12 @@ pub trait Layer<S: Strategy>: Send {
         inner.finish_round(ctx, global)
     }
 
+    /// Told whether the coordinator released the round's model: by default the inner strategy
+    /// is told.
+    fn released(&mut self, inner: &mut S, applied: bool) {
+        inner.released(applied);
+    }
+
     /// The layer's own checkpoint state: scalars under keys of its own (merged into the inner
     /// strategy's object), tensors under names of its own, its clients' local ledgers.
     fn state(&self) -> StrategyState {
@@ -96,6 +102,10 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
 
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         self.layer.finish_round(&mut self.inner, ctx, global)
+    }
+
+    fn released(&mut self, applied: bool) {
+        self.layer.released(&mut self.inner, applied);
     }
 }
 

@@ -8,7 +8,8 @@
 //! strategy (one forwarding mechanism: no decorator can drop its inner strategy's state):
 //! [`CentralDp`] (clip, Gaussian noise, divide by the expected count; wraps only a
 //! [`SumStrategy`]), [`LocalDp`] (checks each upload's local release and keeps the clients' local
-//! ledgers) and [`NormBound`] (an operator's bound on update norms).
+//! ledgers), [`NormBound`] (an operator's bound on update norms) and [`ServerOptimizer`]
+//! (FedAvgM, FedAdagrad, FedAdam, FedYogi on the released aggregate).
 //! `crate::build` is the one place that stacks them for a run.
 
 mod central_dp;
@@ -18,6 +19,7 @@ mod layer;
 mod local_dp;
 mod norm_bound;
 mod secure_sum;
+mod server_optimizer;
 mod signds_avg;
 mod trimmed_mean;
 
@@ -28,6 +30,7 @@ pub use layer::{Decorated, Layer};
 pub use local_dp::LocalDp;
 pub use norm_bound::{NormAction, NormBound};
 pub use secure_sum::{Divisor, SecureSum};
+pub use server_optimizer::{ServerOptimizer, ServerOptimizerConfig, ServerStep};
 pub use signds_avg::SignDsAvg;
 pub use trimmed_mean::TrimmedMean;
 
@@ -227,6 +230,9 @@ pub trait Strategy: Send {
     }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome;
+    /// Whether the coordinator released the model [`Strategy::finish_round`] proposed (it may
+    /// refuse: too few results, a model that fails its check); called before the checkpoint.
+    fn released(&mut self, _applied: bool) {}
 }
 
 impl Strategy for Box<dyn Strategy> {
@@ -250,6 +256,9 @@ impl Strategy for Box<dyn Strategy> {
     }
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         (**self).finish_round(ctx, global)
+    }
+    fn released(&mut self, applied: bool) {
+        (**self).released(applied)
     }
 }
 
