@@ -7,7 +7,6 @@ mod support;
 
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
 use fl_common::model::Model;
-use fl_server::config::RunConfig;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::sync::Arc;
@@ -77,13 +76,7 @@ async fn an_external_model_trains_and_is_written_back_under_the_users_names() {
     std::fs::create_dir_all(&out).unwrap();
     let init = out.join("init.safetensors");
     write_init(&init);
-    let mut c = RunConfig::default();
-    c.server.clients = K;
-    c.server.clients_per_round = (K as f64).into();
-    c.server.rounds = ROUNDS;
-    c.server.round_timeout_secs = 20.0;
-    c.server.join_timeout_secs = 20.0;
-    c.server.out = out.join("run");
+    let mut c = support::small_config(&out.join("run"), K, K as f64, ROUNDS);
     c.model.kind = "external".parse().unwrap();
     c.model.init = Some(init);
     c.eval.federated = true;
@@ -136,13 +129,7 @@ async fn the_built_in_trainer_refuses_an_external_model() {
     std::fs::create_dir_all(&out).unwrap();
     let init = out.join("init.safetensors");
     write_init(&init);
-    let mut c = RunConfig::default();
-    c.server.clients = 1;
-    c.server.clients_per_round = 1.0.into();
-    c.server.rounds = 1;
-    c.server.round_timeout_secs = 20.0;
-    c.server.join_timeout_secs = 20.0;
-    c.server.out = out.join("run");
+    let mut c = support::small_config(&out.join("run"), 1, 1.0, 1);
     c.model.kind = "external".parse().unwrap();
     c.model.init = Some(init);
     let data = Arc::new(support::blobs(10));

@@ -7,7 +7,7 @@ mod support;
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
 use fl_common::model::Model;
 use fl_server::checkpoint::Checkpoint;
-use fl_server::config::{ModelKind, PrivacyMode, RunConfig, ServerOptimizerKind};
+use fl_server::config::{ModelKind, PrivacyMode, ServerOptimizerKind};
 use procs::{start_server, wait};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -203,13 +203,7 @@ async fn an_optimizer_leaves_the_ledger_unchanged() {
             "fl-opt-ledger-{optimizer:?}-{}",
             std::process::id()
         ));
-        let mut c = RunConfig::default();
-        c.server.clients = 4;
-        c.server.clients_per_round = 2.0.into();
-        c.server.rounds = 3;
-        c.server.round_timeout_secs = 20.0;
-        c.server.join_timeout_secs = 20.0;
-        c.server.out = out.clone();
+        let mut c = support::small_config(&out, 4, 2.0, 3);
         c.model.kind = ModelKind::Logistic;
         c.privacy.mode = PrivacyMode::Central;
         c.privacy.noise_multiplier = 1.0.into();

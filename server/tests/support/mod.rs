@@ -143,16 +143,23 @@ pub fn read_metrics(out: &Path) -> Vec<RoundMetrics> {
         .collect()
 }
 
-/// The hostile tests' federation: 3 clients on [`blobs`], logistic regression, 2 rounds.
-pub fn evil_config(out: &Path) -> RunConfig {
+/// A test federation writing to `out`: K = `clients`, m = `per_round`, `rounds` rounds, 20 s
+/// to join and per round.
+pub fn small_config(out: &Path, clients: usize, per_round: f64, rounds: u64) -> RunConfig {
     let mut c = RunConfig::default();
-    c.server.clients = 3;
-    c.server.clients_per_round = 3.0.into();
-    c.server.rounds = 2;
+    c.server.clients = clients;
+    c.server.clients_per_round = per_round.into();
+    c.server.rounds = rounds;
     c.server.round_timeout_secs = 20.0;
     c.server.join_timeout_secs = 20.0;
-    c.server.seed = Some(1);
     c.server.out = out.to_owned();
+    c
+}
+
+/// The hostile tests' federation: 3 clients on [`blobs`], logistic regression, 2 rounds.
+pub fn evil_config(out: &Path) -> RunConfig {
+    let mut c = small_config(out, 3, 3.0, 2);
+    c.server.seed = Some(1);
     c.model.kind = ModelKind::Logistic;
     c
 }
