@@ -260,6 +260,7 @@ impl Builder<'_> {
                         sampled: 0,
                         min_survivor_fraction: s.min_survivors,
                         distributed_noise: None,
+                        neighbours: s.neighbours,
                     },
                 });
                 (

@@ -316,6 +316,7 @@ mod tests {
                 client_variance: 100,
                 l2_sensitivity: 2.0,
                 dim: 10,
+                neighbours: Default::default(),
             }),
             ..entry(5, 1.0)
         };

@@ -3,12 +3,36 @@
 //!
 //! n clients each add N_Z(0, sigma^2) to their quantised update; the sum of n such noises is
 //! close to, but not exactly, N_Z(0, n sigma^2), and Prop. 14 bounds the RDP of the sum with the
-//! excess tau. Neighbours replace one client's data (the participants, and so the number of noise
-//! terms, are the same on both sides); more survivors than the n accounted only add independent
-//! noise (post-processing). No amplification by sampling is claimed: each round is accounted as
-//! if every client took part (q = 1), which errs towards a larger epsilon.
+//! excess tau. The participants, and so the number of noise terms, are the same on both sides of
+//! a neighbouring pair ([`Neighbours`]: one client's data replaced, or its contribution zeroed
+//! while it still adds its noise share); more survivors than the n accounted only add
+//! independent noise (post-processing). No amplification by sampling is claimed: each round is
+//! accounted as if every client took part (q = 1), which errs towards a larger epsilon.
 
 use serde::{Deserialize, Serialize};
+
+/// The neighbouring relation a round is accounted under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Neighbours {
+    /// One client's data replaced by any other: the sum moves by at most 2 Delta_2.
+    #[default]
+    ReplaceOne,
+    /// One client's contribution replaced by zero, its noise share still added (Kairouz et al.
+    /// 2021, "Practical and Private (Deep) Learning without Sampling or Shuffling", Sec. 2, as
+    /// TFF's DP-FTRL and DDGauss deployments account): the sum moves by at most Delta_2.
+    ZeroOut,
+}
+
+impl Neighbours {
+    /// The sum's L2 sensitivity between neighbours when one contribution is bounded by `bound`.
+    pub fn sensitivity(self, bound: f64) -> f64 {
+        match self {
+            Neighbours::ReplaceOne => 2.0 * bound,
+            Neighbours::ZeroOut => bound,
+        }
+    }
+}
 
 /// One round of the distributed discrete Gaussian, as the accountant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -18,8 +42,12 @@ pub struct DdgRound {
     /// sigma^2: each client's discrete variance, in quantisation levels.
     pub client_variance: u64,
     /// Delta_2: L2 sensitivity of the noiseless sum between neighbouring datasets, in
-    /// quantisation levels (replace-one: twice one client's quantised-update bound).
+    /// quantisation levels ([`Neighbours::sensitivity`] of one client's quantised-update bound).
     pub l2_sensitivity: f64,
+    /// The neighbouring relation `l2_sensitivity` is for (ledgers written before it was
+    /// recorded used replace-one).
+    #[serde(default)]
+    pub neighbours: Neighbours,
     /// d: the model's dimension.
     pub dim: u64,
 }
@@ -64,6 +92,7 @@ mod tests {
             client_variance: 400,
             l2_sensitivity: 60.0,
             dim: 1000,
+            neighbours: Neighbours::ReplaceOne,
         };
         assert!(r.tau() < 1e-300);
         let gaussian = 8.0 * 60.0f64.powi(2) / (2.0 * 10.0 * 400.0);
@@ -78,6 +107,7 @@ mod tests {
             client_variance: 1,
             l2_sensitivity: 10.0,
             dim: 100_000,
+            neighbours: Neighbours::ReplaceOne,
         };
         assert!(r.tau() > 1e-9);
         assert!(r.rdp(2.0) > 2.0 * 100.0 / (2.0 * 100.0));

@@ -3,7 +3,7 @@
 //! Learning with Secure Aggregation").
 
 use super::{QuantizeError, Quantizer, Ring};
-use crate::privacy::{DdgRound, discrete_variance};
+use crate::privacy::{DdgRound, Neighbours, discrete_variance};
 
 /// Largest per-client discrete Gaussian standard deviation, in levels (2^30): keeps the exact
 /// sampler's integer arithmetic in range.
@@ -26,6 +26,8 @@ pub struct RoundShape {
     pub min_survivor_fraction: f64,
     /// z: the distributed noise's multiplier, or `None` for no client noise.
     pub distributed_noise: Option<f64>,
+    /// The neighbouring relation the noise is accounted under.
+    pub neighbours: Neighbours,
 }
 
 /// The round's code and noise.
@@ -60,8 +62,8 @@ impl Calibration {
     /// n_min = max(3, ceil(f m_t)) survivors, gamma for the sampled count, and, for distributed
     /// noise, each client's discrete variance sigma_i^2 = ceil((z Delta_2)^2 / n_min) so that any
     /// n_min survivors carry noise of standard deviation at least z Delta_2 (Kairouz et al. 2021).
-    /// As for central noise under fixed-size sampling, z is relative to one update's bound
-    /// Delta_2 and the accountant sees the replace-one sensitivity 2 Delta_2.
+    /// z is relative to one update's bound Delta_2; the accountant sees the sensitivity of the
+    /// round's neighbouring relation (replace-one 2 Delta_2, zero-out Delta_2).
     pub fn plan(shape: &RoundShape) -> Result<Self, CalibrationError> {
         let dim = shape.dim;
         let min_survivors =
@@ -77,13 +79,13 @@ impl Calibration {
         if shape.distributed_noise.is_some() && sigma_i > MAX_DISCRETE_SIGMA {
             return Err(CalibrationError::NoiseTooLarge(sigma_i));
         }
-        // Replace-one neighbours (the participants, hence the noise terms, are the same on both
-        // sides): the sum moves by at most 2 Delta_2.
+        // The participants, hence the noise terms, are the same on both sides of a pair.
         let ddg = shape.distributed_noise.map(|_| DdgRound {
             clients: min_survivors as u64,
             client_variance: discrete_variance(sigma_i),
-            l2_sensitivity: 2.0 * delta2,
+            l2_sensitivity: shape.neighbours.sensitivity(delta2),
             dim: dim as u64,
+            neighbours: shape.neighbours,
         });
         Ok(Self {
             quantizer,
@@ -114,6 +116,7 @@ mod tests {
             sampled: 10,
             min_survivor_fraction: 0.5,
             distributed_noise: noise,
+            neighbours: Neighbours::ReplaceOne,
         }
     }
 
@@ -139,5 +142,48 @@ mod tests {
         assert_eq!((c.min_survivors, c.ddg, c.noise_std(3)), (3, None, None));
         let huge = Calibration::plan(&shape(Some(1e12)));
         assert!(huge.is_err(), "{huge:?}");
+    }
+
+    /// Zero-out neighbours account distributed noise as central Gaussian noise of the same z on
+    /// the same clients (q = 1, add/remove sensitivity S); replace-one pays twice the
+    /// sensitivity, four times the RDP. With sigma_i in the thousands of levels tau vanishes, and
+    /// only the rounding up of sigma_i^2 (relative 1/sigma_i^2) lowers the zero-out RDP.
+    #[test]
+    fn zero_out_noise_is_accounted_as_central_noise_of_the_same_z() {
+        use crate::privacy::{GaussianRound, PrivacyEvent, Sampling};
+        let z = 1.2;
+        let event = |neighbours| {
+            let c = Calibration::plan(&RoundShape {
+                neighbours,
+                ..shape(Some(z))
+            })
+            .unwrap();
+            let ddg = c.ddg.unwrap();
+            assert_eq!(ddg.neighbours, neighbours);
+            assert!(ddg.tau() < 1e-300);
+            PrivacyEvent::from(ddg)
+        };
+        let central = PrivacyEvent::from(GaussianRound {
+            q: 1.0,
+            noise_multiplier: z,
+            sampling: Sampling::Poisson,
+        });
+        let orders = [2.0, 8.0, 32.0];
+        let gaussian = central.rdp_curve(&orders);
+        let zero_out = event(Neighbours::ZeroOut).rdp_curve(&orders);
+        let replace_one = event(Neighbours::ReplaceOne).rdp_curve(&orders);
+        for i in 0..orders.len() {
+            let alpha = orders[i];
+            assert!((gaussian[i] - alpha / (2.0 * z * z)).abs() < 1e-9 * gaussian[i]);
+            assert!(zero_out[i] <= gaussian[i], "{zero_out:?} vs {gaussian:?}");
+            assert!(
+                zero_out[i] > gaussian[i] * (1.0 - 1e-6),
+                "{zero_out:?} vs {gaussian:?}"
+            );
+            assert!(
+                (replace_one[i] / zero_out[i] - 4.0).abs() < 1e-6,
+                "{replace_one:?}"
+            );
+        }
     }
 }

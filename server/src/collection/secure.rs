@@ -117,6 +117,8 @@ impl SecureCollection {
                 sampled: plan.sampled.len(),
                 min_survivor_fraction: self.settings.min_survivors,
                 distributed_noise: None,
+                // No noise: nothing is accounted.
+                neighbours: Default::default(),
             })
             .map_err(ServerError::Calibration)?,
         };

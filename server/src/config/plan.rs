@@ -298,7 +298,7 @@ impl RunConfig {
             SecAggNoise::Central => SecureNoise::Central(self.central_noise()?),
             SecAggNoise::Distributed if p.sampling != Sampling::Fixed => {
                 return bad(
-                    "distributed noise is accounted for replace-one neighbours: set \
+                    "distributed noise is calibrated for a fixed number of participants: set \
                      privacy.sampling = \"fixed\"",
                 );
             }
@@ -306,11 +306,12 @@ impl RunConfig {
                 self.check_noise()?;
                 // A budget already spent by the first round is refused now. The distributed
                 // discrete Gaussian is checked as a Gaussian round without sampling (q = 1) at
-                // z/2 (replace-one), which its RDP approaches for wide noise; the ledger
-                // enforces its exact bound.
+                // z over the neighbours' sensitivity factor (z/2 for replace-one), which its RDP
+                // approaches for wide noise; the ledger enforces its exact bound.
+                let factor = self.secagg.neighbours.sensitivity(1.0);
                 let first = GaussianRound {
                     q: 1.0,
-                    noise_multiplier: p.noise_multiplier.at(1, self.server.rounds) / 2.0,
+                    noise_multiplier: p.noise_multiplier.at(1, self.server.rounds) / factor,
                     sampling: Sampling::Poisson,
                 };
                 let ledger = self.ledger_terms(false)?;
@@ -592,7 +593,7 @@ mod tests {
         c.validate().unwrap();
         assert!(c.plan().unwrap().ledger().is_none());
         c.secagg.noise = SecAggNoise::Distributed;
-        assert!(refused(&c).contains("replace-one"));
+        assert!(refused(&c).contains("a fixed number of participants"));
         c.privacy.sampling = Sampling::Fixed;
         // Accounted at z/2: z = 1 spends the default budget in one round, z = 4 does not.
         assert!(refused(&c).contains("already spent by round 1"));

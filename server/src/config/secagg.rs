@@ -2,6 +2,7 @@
 
 use super::{ConfigError, DropoutStage};
 use crate::collection::SecureSettings;
+use fl_common::privacy::Neighbours;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -65,6 +66,10 @@ pub struct SecAggSection {
     pub degree: usize,
     /// Seconds each stage after the first waits for answers.
     pub stage_timeout_secs: f64,
+    /// The neighbouring relation distributed noise is accounted under: `replace-one` (one
+    /// client's data replaced: sensitivity 2 Delta_2) or `zero-out` (its contribution replaced
+    /// by zero while it still adds its noise share: Delta_2, half the noise for the same epsilon).
+    pub neighbours: Neighbours,
     /// `fl sim` only: fraction of each round's clients the dropout injector drops.
     pub sim_dropout: f64,
     /// `fl sim` only: the stage at which they drop.
@@ -81,6 +86,7 @@ impl Default for SecAggSection {
             graph: SecAggGraph::Complete,
             degree: 0,
             stage_timeout_secs: 60.0,
+            neighbours: Neighbours::ReplaceOne,
             sim_dropout: 0.0,
             sim_dropout_stage: DropoutStage::AfterShares,
         }
@@ -114,10 +120,34 @@ impl SecAggSection {
                 self.graph == SecAggGraph::Complete || self.degree == 0 || self.degree >= 2,
                 "secagg.degree must be 0 (automatic) or at least 2",
             ),
+            (
+                self.neighbours == Neighbours::ReplaceOne || self.noise == SecAggNoise::Distributed,
+                "secagg.neighbours is the accounting of distributed noise: set it only with \
+                 secagg.noise = \"distributed\"",
+            ),
         ];
         match checks.into_iter().find(|(ok, _)| !ok) {
             Some((_, message)) => Err(ConfigError::Invalid(message.into())),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{PrivacyMode, RunConfig};
+
+    #[test]
+    fn zero_out_neighbours_are_for_distributed_noise_only() {
+        let mut c = RunConfig::default();
+        c.privacy.mode = PrivacyMode::SecAgg;
+        c.secagg.neighbours = Neighbours::ZeroOut;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("secagg.neighbours"), "{e}");
+        c.secagg.noise = SecAggNoise::Distributed;
+        c.privacy.sampling = fl_common::privacy::Sampling::Fixed;
+        c.privacy.noise_multiplier = 3.0.into();
+        c.validate().unwrap();
     }
 }
