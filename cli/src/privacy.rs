@@ -2,8 +2,8 @@
 
 use anyhow::{Context, bail};
 use fl_common::privacy::{
-    AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
-    min_sigma,
+    Accountant, AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds,
+    max_rounds, min_sigma, tree_depth, tree_nodes,
 };
 use serde_json::json;
 
@@ -64,9 +64,13 @@ pub struct Args {
     /// poisson or fixed.
     #[arg(long, default_value = "poisson", value_parser = parse_sampling)]
     sampling: Sampling,
-    /// pld (tighter; Poisson sampling only) or rdp (default: pld for Poisson sampling).
+    /// pld (tighter; Poisson sampling and DP-FTRL) or rdp (default: pld where it applies).
     #[arg(long)]
     accountant: Option<AccountantKind>,
+    /// DP-FTRL: the rounds are tree-aggregation steps, the tree restarted every N rounds (no
+    /// sampling: --q, --m, --k and --sampling are not used).
+    #[arg(long, value_name = "N")]
+    tree_rounds: Option<u64>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -82,6 +86,9 @@ fn parse_sampling(s: &str) -> Result<Sampling, String> {
 
 impl Args {
     fn q(&self) -> anyhow::Result<f64> {
+        if self.tree_rounds.is_some() {
+            return Ok(1.0);
+        }
         match (self.q, self.m, self.k) {
             (Some(q), None, None) => Ok(q),
             (None, Some(m), Some(k)) if k > 0.0 => Ok(m / k),
@@ -92,6 +99,9 @@ impl Args {
     /// The accountant asked for, or PLD for Poisson sampling and RDP otherwise; PLD does not
     /// account fixed-size sampling.
     fn accountant(&self) -> anyhow::Result<AccountantKind> {
+        if self.tree_rounds.is_some() {
+            return Ok(self.accountant.unwrap_or(AccountantKind::Pld));
+        }
         match (self.accountant, self.sampling) {
             (Some(AccountantKind::Pld), Sampling::Fixed) => {
                 bail!("--accountant pld accounts Poisson sampling only: use rdp with fixed")
@@ -100,6 +110,36 @@ impl Args {
             (None, Sampling::Poisson) => Ok(AccountantKind::Pld),
             (None, Sampling::Fixed) => Ok(AccountantKind::Rdp),
         }
+    }
+
+    /// The round (a tree's Gaussian node under DP-FTRL) and how many of them `rounds` rounds
+    /// hold.
+    fn event(&self, sigma: f64, rounds: u64) -> anyhow::Result<(PrivacyEvent, u64)> {
+        Ok(match self.tree_rounds {
+            Some(n) => {
+                let node = GaussianRound::new(1.0, sigma, Sampling::Poisson)?;
+                (node.into(), tree_nodes(rounds, n))
+            }
+            None => (
+                GaussianRound::new(self.q()?, sigma, self.sampling)?.into(),
+                rounds,
+            ),
+        })
+    }
+
+    /// The accountant after `rounds` rounds at `sigma`.
+    fn after(&self, sigma: f64, rounds: u64) -> anyhow::Result<Box<dyn Accountant>> {
+        let (event, count) = self.event(sigma, rounds)?;
+        Ok(after_rounds(self.accountant()?, &event, count))
+    }
+
+    /// The most rounds a budget that allows `nodes` tree nodes lets DP-FTRL run with trees of
+    /// `n` rounds: whole trees of depth(n) nodes, then 2^r - 1 steps of a tree for the r nodes
+    /// left (depth(2^r - 1) = r).
+    fn tree_rounds_for(nodes: u64, n: u64) -> u64 {
+        let n = n.max(1);
+        let (trees, rest) = (nodes / tree_depth(n), nodes % tree_depth(n));
+        trees * n + ((1u64 << rest) - 1)
     }
 
     fn need<T: Copy>(value: Option<T>, flag: &str) -> anyhow::Result<T> {
@@ -161,20 +201,18 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             return Ok(());
         }
         Question::Epsilon(a) => {
-            let event: PrivacyEvent =
-                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let delta = Args::need(a.delta, "--delta")?;
             fl_common::privacy::check_delta(delta)?;
-            let acc = after_rounds(a.accountant()?, &event, Args::need(a.rounds, "--rounds")?);
+            let sigma = Args::need(a.sigma, "--sigma")?;
+            let acc = a.after(sigma, Args::need(a.rounds, "--rounds")?)?;
             let eps = acc.epsilon(delta);
             (a, json!({"epsilon": eps, "delta": delta}))
         }
         Question::Delta(a) => {
-            let event: PrivacyEvent =
-                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
             let eps = Args::need(a.eps, "--eps")?;
             fl_common::privacy::check_epsilon(eps)?;
-            let acc = after_rounds(a.accountant()?, &event, Args::need(a.rounds, "--rounds")?);
+            let sigma = Args::need(a.sigma, "--sigma")?;
+            let acc = a.after(sigma, Args::need(a.rounds, "--rounds")?)?;
             (a, json!({"epsilon": eps, "delta": acc.delta(eps)}))
         }
         Question::Sigma(a) => {
@@ -183,12 +221,13 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 delta: Args::need(a.delta, "--delta")?,
             };
             let rounds = Args::need(a.rounds, "--rounds")?;
-            let sigma = min_sigma(a.accountant()?, a.q()?, rounds, &budget, a.sampling)?;
-            let acc = after_rounds(
-                a.accountant()?,
-                &GaussianRound::new(a.q()?, sigma, a.sampling)?.into(),
-                rounds,
-            );
+            // Under DP-FTRL: the nodes, each a Gaussian round without sampling.
+            let (event, count) = a.event(1.0, rounds)?;
+            let PrivacyEvent::SampledGaussian(round) = event else {
+                unreachable!("Args::event gives Gaussian rounds")
+            };
+            let sigma = min_sigma(a.accountant()?, round.q, count, &budget, round.sampling)?;
+            let acc = a.after(sigma, rounds)?;
             let delta = Args::need(a.delta, "--delta")?;
             (
                 a,
@@ -200,10 +239,14 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 epsilon: Args::need(a.eps, "--eps")?,
                 delta: Args::need(a.delta, "--delta")?,
             };
-            let event: PrivacyEvent =
-                GaussianRound::new(a.q()?, Args::need(a.sigma, "--sigma")?, a.sampling)?.into();
-            let rounds = max_rounds(a.accountant()?, &event, &budget, 10_000_000)?;
-            let acc = after_rounds(a.accountant()?, &event, rounds);
+            let sigma = Args::need(a.sigma, "--sigma")?;
+            let (event, _) = a.event(sigma, 1)?;
+            let count = max_rounds(a.accountant()?, &event, &budget, 10_000_000)?;
+            let rounds = match a.tree_rounds {
+                Some(n) => Args::tree_rounds_for(count, n),
+                None => count,
+            };
+            let acc = a.after(sigma, rounds)?;
             let delta = Args::need(a.delta, "--delta")?;
             (
                 a,
@@ -213,8 +256,13 @@ pub fn run(question: Question) -> anyhow::Result<()> {
     };
     let mut out = answer;
     out["accountant"] = json!(args.accountant()?.to_string());
-    out["sampling"] = json!(args.sampling.to_string());
-    out["q"] = json!(args.q()?);
+    match args.tree_rounds {
+        Some(n) => out["tree_rounds"] = json!(n),
+        None => {
+            out["sampling"] = json!(args.sampling.to_string());
+            out["q"] = json!(args.q()?);
+        }
+    }
     for (key, value) in [("sigma", args.sigma), ("m", args.m), ("k", args.k)] {
         if let Some(v) = value
             && out.get(key).is_none()
@@ -229,4 +277,22 @@ pub fn run(question: Question) -> anyhow::Result<()> {
     }
     print(&out, args.json);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rounds a node budget allows are the most rounds whose trees hold at most that many
+    /// nodes.
+    #[test]
+    fn tree_rounds_for_a_node_budget_is_the_largest_that_fits() {
+        for n in [1, 2, 3, 4, 7, 10, 64] {
+            for nodes in 0..40 {
+                let t = Args::tree_rounds_for(nodes, n);
+                assert!(tree_nodes(t, n) <= nodes, "n = {n}, {nodes} nodes: {t}");
+                assert!(tree_nodes(t + 1, n) > nodes, "n = {n}, {nodes} nodes: {t}");
+            }
+        }
+    }
 }

@@ -6,13 +6,15 @@
 use crate::ServerError;
 use crate::collection::{Collection, PlainCollection, SecureCollection};
 use crate::config::plan::{
-    Aggregation, CentralNoise, IadmmPlan, LocalAccounting, LocalPlan, LocalRule, SecureNoise,
-    SecurePlan,
+    Aggregation, CentralNoise, FtrlPlan, IadmmPlan, LocalAccounting, LocalPlan, LocalRule,
+    SecureNoise, SecurePlan,
 };
 use crate::config::{Aggregator, PrivacyPlan, RunConfig};
 use crate::ledger::{Ledger, LedgerTerms};
 use crate::local_accounts::LocalAccounts;
-use crate::policy::{Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian};
+use crate::policy::{
+    Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
+};
 use crate::strategy::{
     CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, ResidualBalancing,
     SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
@@ -81,10 +83,19 @@ pub fn pipeline(
             )
         }
         PrivacyPlan::Central(noise) => {
-            let strategy = builder.central_dp(&noise, FedAvg::new(dim));
+            let strategy = builder.central_dp(noise.clip, FedAvg::new(dim));
             let policy = builder.sampled_gaussian(noise);
             (
                 policy,
+                strategy,
+                builder.collect_plain(),
+                ReleaseRule::Always,
+            )
+        }
+        PrivacyPlan::Ftrl(ftrl) => {
+            let strategy = builder.central_dp(ClipRule::Fixed(ftrl.clip_bound), FedAvg::new(dim));
+            (
+                builder.tree_aggregation(&ftrl),
                 strategy,
                 builder.collect_plain(),
                 ReleaseRule::Always,
@@ -156,6 +167,12 @@ impl Builder<'_> {
         })
     }
 
+    /// DP-FTRL's rounds: trees of the plan's length.
+    fn tree_aggregation(&self, ftrl: &FtrlPlan) -> Box<dyn RoundPolicy> {
+        let (z, n) = (ftrl.noise_multiplier, ftrl.tree_rounds);
+        Box::new(TreeAggregation::new(self.cohort(), z, n))
+    }
+
     /// Release at `server.min_clients` results.
     fn min(&self) -> ReleaseRule {
         ReleaseRule::MinResults(self.config.server.min_clients)
@@ -177,19 +194,16 @@ impl Builder<'_> {
     }
 
     /// Central DP around `inner`, with the plan's clip rule; its noise always comes from a
-    /// generator seeded by the OS, even in seeded runs.
-    fn central_dp<S: SumStrategy + 'static>(
-        &self,
-        noise: &CentralNoise,
-        inner: S,
-    ) -> Box<dyn Strategy> {
-        if matches!(noise.clip, ClipRule::Median) {
+    /// generator seeded by the OS, even in seeded runs (independent per round, or a tree's when
+    /// the round policy says the round's tree step).
+    fn central_dp<S: SumStrategy + 'static>(&self, clip: ClipRule, inner: S) -> Box<dyn Strategy> {
+        if matches!(clip, ClipRule::Median) {
             tracing::warn!(
                 "clip = median: S is the median of the clients' update norms, which is NOT \
                  private; the reported epsilon does not cover it"
             );
         }
-        let layer = CentralDp::new(self.dim, noise.clip, StdRng::from_os_rng());
+        let layer = CentralDp::new(self.dim, clip, StdRng::from_os_rng());
         Box::new(layer.around(inner))
     }
 
@@ -243,7 +257,7 @@ impl Builder<'_> {
         let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
             SecureNoise::None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),
             SecureNoise::Central(noise) => {
-                let strategy = self.central_dp(&noise, SecureSum::new(Divisor::Survivors));
+                let strategy = self.central_dp(noise.clip, SecureSum::new(Divisor::Survivors));
                 (self.sampled_gaussian(noise), strategy)
             }
             SecureNoise::Distributed {

@@ -209,3 +209,68 @@ async fn central_rounds_release_whatever_the_number_of_participants() {
     assert_eq!(summary.rounds_completed, 8);
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// DP-FTRL end to end: trees of K/m = 3 rounds restart, each round's ledger entry is its step
+/// (zero-out neighbours), only steps 1 and 2 of a tree add a node (epsilon stays at step 3), the
+/// run stops at the first round whose node would cross the budget, and the ledger alone
+/// reproduces the reported epsilon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
+    use fl_common::privacy::{Neighbours, TreeRound, tree_nodes};
+    let out = temp("ftrl");
+    let mut config = private_config(&out, Sampling::Fixed, 1000);
+    config.privacy.mode = PrivacyMode::DpFtrl;
+    config.server.clients_per_round = 2.0.into();
+    config.privacy.noise_multiplier = 3.0.into();
+    let budget = config.privacy.budget();
+    let Budget::Epsilon { epsilon, delta } = budget else {
+        unreachable!()
+    };
+    let node: PrivacyEvent = TreeRound::zero_out(3.0, 1).node().unwrap().into();
+    let nodes = max_rounds(AccountantKind::Pld, &node, &budget, 1000).unwrap();
+    let allowed = (1..)
+        .take_while(|t| tree_nodes(*t, 3) <= nodes)
+        .last()
+        .unwrap();
+    assert!((6..60).contains(&allowed), "{allowed} rounds");
+
+    let (summary, metrics) = run(config).await;
+
+    assert_eq!(summary.stopped_by, fl_server::output::StoppedBy::Budget);
+    assert_eq!(metrics.len() as u64, allowed);
+    assert_eq!(summary.accountant.as_deref(), Some("pld"));
+    let ledger = fl_server::ledger::read(&out.join("ledger.jsonl")).unwrap();
+    assert_eq!(ledger.len(), metrics.len());
+    for (i, (m, entry)) in metrics.iter().zip(&ledger).enumerate() {
+        let step = i as u64 % 3 + 1;
+        assert_eq!(
+            entry.event,
+            PrivacyEvent::TreeAggregation(TreeRound {
+                noise_multiplier: 3.0,
+                tree_step: step,
+                neighbours: Neighbours::ZeroOut,
+            })
+        );
+        assert_eq!(m.sampled, 2, "round {}", m.round);
+        assert_eq!(m.noise_std, Some(3.0 * 0.5));
+        let spent = m.epsilon.unwrap();
+        let expected = after_rounds(AccountantKind::Pld, &node, tree_nodes(i as u64 + 1, 3));
+        assert!(
+            (spent - expected.epsilon(delta)).abs() < 1e-9,
+            "round {}",
+            m.round
+        );
+        assert!(spent <= epsilon);
+        if step == 3 {
+            assert_eq!(
+                spent,
+                metrics[i - 1].epsilon.unwrap(),
+                "step 3 adds no node"
+            );
+        }
+    }
+    let ((eps, _), rounds) =
+        replay(&out.join("ledger.jsonl"), &budget, AccountantKind::Pld).unwrap();
+    assert_eq!((rounds as u64, eps), (allowed, summary.epsilon.unwrap()));
+    std::fs::remove_dir_all(&out).unwrap();
+}

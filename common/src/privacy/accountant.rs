@@ -7,6 +7,7 @@
 
 use super::ddg::DdgRound;
 use super::rdp::{default_orders, poisson_curve, without_replacement_curve};
+use super::tree::TreeRound;
 use serde::{Deserialize, Serialize};
 
 /// How a round's participants are drawn.
@@ -93,6 +94,8 @@ pub enum PrivacyEvent {
     SampledGaussian(GaussianRound),
     /// Distributed discrete Gaussian noise under secure aggregation (no sampling amplification).
     DistributedDiscreteGaussian(DdgRound),
+    /// A round of DP-FTRL's tree aggregation (zero-out neighbours, no sampling).
+    TreeAggregation(TreeRound),
 }
 
 impl PrivacyEvent {
@@ -103,6 +106,10 @@ impl PrivacyEvent {
             PrivacyEvent::DistributedDiscreteGaussian(d) => {
                 orders.iter().map(|&a| d.rdp(a)).collect()
             }
+            PrivacyEvent::TreeAggregation(t) => match t.node() {
+                Some(node) => node.rdp_curve(orders),
+                None => vec![0.0; orders.len()],
+            },
         }
     }
 }
@@ -110,6 +117,12 @@ impl PrivacyEvent {
 impl From<GaussianRound> for PrivacyEvent {
     fn from(g: GaussianRound) -> Self {
         PrivacyEvent::SampledGaussian(g)
+    }
+}
+
+impl From<TreeRound> for PrivacyEvent {
+    fn from(t: TreeRound) -> Self {
+        PrivacyEvent::TreeAggregation(t)
     }
 }
 
@@ -144,7 +157,7 @@ pub enum AccountantKind {
     /// Rényi DP ([`RdpAccountant`]): every event the system releases.
     Rdp,
     /// Privacy-loss distributions ([`super::PldAccountant`]): tighter, for Poisson-subsampled
-    /// Gaussian rounds only.
+    /// Gaussian rounds and tree aggregation.
     Pld,
 }
 

@@ -13,6 +13,7 @@ mod pld;
 mod protect;
 mod rdp;
 mod release;
+mod tree;
 
 pub use accountant::{
     Accountant, AccountantKind, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant,
@@ -37,3 +38,4 @@ pub use rdp::{
 pub use release::{
     ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,
 };
+pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes};

@@ -421,15 +421,25 @@ impl PldAccountant {
         }
     }
 
-    /// Whether the accountant covers `event`: Poisson-subsampled Gaussian rounds only.
+    /// Whether the accountant covers `event`: Poisson-subsampled Gaussian rounds, and tree
+    /// aggregation's rounds (Gaussian nodes without sampling).
     pub fn supports(event: &PrivacyEvent) -> bool {
-        matches!(
-            event,
-            PrivacyEvent::SampledGaussian(GaussianRound {
-                sampling: Sampling::Poisson,
-                ..
-            })
-        )
+        Self::as_gaussian(event).is_some()
+    }
+
+    /// The Gaussian round `event` composes as (`Some(None)`: a tree step that adds no node), or
+    /// `None` when this accountant cannot account it.
+    fn as_gaussian(event: &PrivacyEvent) -> Option<Option<GaussianRound>> {
+        match event {
+            PrivacyEvent::SampledGaussian(
+                round @ GaussianRound {
+                    sampling: Sampling::Poisson,
+                    ..
+                },
+            ) => Some(Some(*round)),
+            PrivacyEvent::TreeAggregation(tree) => Some(tree.node()),
+            _ => None,
+        }
     }
 
     /// The single-round PLDs (remove, add) of `round` on the grid of step `h`.
@@ -501,14 +511,15 @@ impl Accountant for PldAccountant {
         if count == 0 {
             return;
         }
-        let PrivacyEvent::SampledGaussian(round) = event else {
-            self.unsupported = true;
-            return;
+        let round = match Self::as_gaussian(event) {
+            Some(Some(round)) => round,
+            Some(None) => return,
+            None => {
+                self.unsupported = true;
+                return;
+            }
         };
-        if !Self::supports(event) {
-            self.unsupported = true;
-            return;
-        }
+        let round = &round;
         match self.rounds.last_mut() {
             Some((last, n)) if last == round => *n += count,
             _ => self.rounds.push((*round, count)),

@@ -11,7 +11,7 @@ use super::{
 use crate::ledger::{ClipMode, LedgerTerms};
 use crate::strategy::{ClipRule, NormAction, QuantileClip};
 use fl_common::privacy::{
-    AccountantKind, GaussianRound, LocalMechanism, PrivacyEvent, Sampling, max_rounds,
+    AccountantKind, GaussianRound, LocalMechanism, PrivacyEvent, Sampling, TreeRound, max_rounds,
 };
 use fl_common::schedule::Schedule;
 use fl_common::signds::SignDs;
@@ -29,6 +29,8 @@ pub enum PrivacyPlan {
     Iadmm(IadmmPlan),
     /// Secure aggregation: the server sees only the sum of clipped, quantised updates.
     Secure(SecurePlan),
+    /// DP-FTRL: the trusted curator clips and adds tree-aggregation noise (Kairouz et al. 2021).
+    Ftrl(FtrlPlan),
 }
 
 /// How the server combines the updates it sees.
@@ -51,6 +53,19 @@ pub struct CentralNoise {
     pub noise_multiplier: Schedule,
     /// How S is chosen.
     pub clip: ClipRule,
+    /// What the ledger records and enforces.
+    pub ledger: LedgerTerms,
+}
+
+/// DP-FTRL's tree noise on the clipped sum, and its accounting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FtrlPlan {
+    /// z: each tree node's multiplier (one for the run).
+    pub noise_multiplier: f64,
+    /// S, fixed.
+    pub clip_bound: f64,
+    /// Rounds per tree.
+    pub tree_rounds: u64,
     /// What the ledger records and enforces.
     pub ledger: LedgerTerms,
 }
@@ -244,6 +259,7 @@ impl RunConfig {
                 })
             }
             PrivacyMode::SecAgg => PrivacyPlan::Secure(self.secure()?),
+            PrivacyMode::DpFtrl => PrivacyPlan::Ftrl(self.ftrl()?),
         })
     }
 
@@ -353,6 +369,40 @@ impl RunConfig {
         })
     }
 
+    /// DP-FTRL: one z for every node, a fixed S (a median or an adaptive bound would be released
+    /// every round outside the tree), K / m_1 rounds per tree unless set.
+    fn ftrl(&self) -> Result<FtrlPlan, ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        let p = &self.privacy;
+        self.check_noise()?;
+        let Schedule::Constant(z) = p.noise_multiplier else {
+            return bad(
+                "privacy.mode = \"dp-ftrl\" needs one privacy.noise_multiplier (a number): the \
+                 nodes of a tree share it",
+            );
+        };
+        if p.clip != ClipMode::Fixed {
+            return bad(
+                "privacy.mode = \"dp-ftrl\" needs privacy.clip = \"fixed\": a median or adaptive \
+                 bound would be released every round, outside the tree's accounting",
+            );
+        }
+        let one_pass = (self.server.clients / self.clients_at(1).max(1)).max(1) as u64;
+        let tree_rounds = p.tree_rounds.unwrap_or(one_pass);
+        if tree_rounds == 0 {
+            return bad("privacy.tree_rounds must be at least 1");
+        }
+        let ledger = self.ledger_terms(true)?;
+        let first = TreeRound::zero_out(z, 1);
+        self.check_first_round(first.node().expect("step 1 adds a node"), &ledger)?;
+        Ok(FtrlPlan {
+            noise_multiplier: z,
+            clip_bound: p.clip_bound,
+            tree_rounds,
+            ledger,
+        })
+    }
+
     /// The noise multiplier, the clip bound and the budget of a run that keeps a ledger.
     fn check_noise(&self) -> Result<(), ConfigError> {
         let p = &self.privacy;
@@ -374,19 +424,21 @@ impl RunConfig {
             .map_err(|e| ConfigError::Invalid(format!("privacy budget: {e}")))
     }
 
-    /// The ledger's terms: `privacy.accountant`, or by default PLD (tighter) when every round
-    /// is a Poisson-subsampled Gaussian one and RDP otherwise.
-    fn ledger_terms(&self, poisson_gaussian: bool) -> Result<LedgerTerms, ConfigError> {
+    /// The ledger's terms: `privacy.accountant`, or by default PLD (tighter) when it accounts
+    /// every round of the run (Poisson-subsampled Gaussian rounds, tree aggregation) and RDP
+    /// otherwise.
+    fn ledger_terms(&self, pld_accounts: bool) -> Result<LedgerTerms, ConfigError> {
         let p = &self.privacy;
-        let default = match poisson_gaussian {
+        let default = match pld_accounts {
             true => AccountantKind::Pld,
             false => AccountantKind::Rdp,
         };
         let accountant = p.accountant.unwrap_or(default);
-        if accountant == AccountantKind::Pld && !poisson_gaussian {
+        if accountant == AccountantKind::Pld && !pld_accounts {
             return Err(ConfigError::Invalid(format!(
                 "privacy.accountant = \"{accountant}\" accounts Poisson-subsampled Gaussian \
-                 rounds only: use \"rdp\" with fixed-size sampling or distributed noise"
+                 rounds and DP-FTRL only: use \"rdp\" with fixed-size sampling or distributed \
+                 noise"
             )));
         }
         Ok(LedgerTerms {
@@ -463,6 +515,7 @@ impl PrivacyPlan {
                 noise: SecureNoise::Distributed { ledger, .. },
                 ..
             }) => Some(ledger),
+            PrivacyPlan::Ftrl(f) => Some(&f.ledger),
             PrivacyPlan::None(_)
             | PrivacyPlan::Local(_)
             | PrivacyPlan::Iadmm(_)
@@ -621,6 +674,36 @@ mod tests {
         let mut bad = c;
         bad.secagg.sim_dropout = 1.0;
         assert!(refused(&bad).contains("sim_dropout"));
+    }
+
+    /// DP-FTRL: one z, a fixed S, trees of K/m rounds unless set, PLD by default; a first node
+    /// that spends the budget is refused.
+    #[test]
+    fn dp_ftrl_settings_are_checked() {
+        let mut c = RunConfig::default();
+        c.privacy.mode = PrivacyMode::DpFtrl;
+        c.server.clients = 100;
+        c.server.clients_per_round = 30.0.into();
+        c.privacy.noise_multiplier = 3.0.into();
+        let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
+            panic!("a DP-FTRL plan")
+        };
+        assert_eq!((plan.tree_rounds, plan.noise_multiplier), (3, 3.0));
+        assert_eq!(plan.ledger.accountant, AccountantKind::Pld);
+        let mut bad = c.clone();
+        bad.privacy.noise_multiplier = Schedule::Linear { linear: (3.0, 4.0) };
+        assert!(refused(&bad).contains("one privacy.noise_multiplier"));
+        let mut bad = c.clone();
+        bad.privacy.clip = ClipMode::Quantile;
+        assert!(refused(&bad).contains("clip = \"fixed\""));
+        let mut bad = c.clone();
+        bad.privacy.tree_rounds = Some(0);
+        assert!(refused(&bad).contains("tree_rounds"));
+        let mut bad = c.clone();
+        bad.privacy.noise_multiplier = 0.2.into();
+        assert!(refused(&bad).contains("already spent by round 1"));
+        c.eval.federated = true;
+        assert!(refused(&c).contains("federated"));
     }
 
     #[test]

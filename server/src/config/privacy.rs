@@ -26,6 +26,10 @@ pub enum PrivacyMode {
     /// Each client uploads only a sign and a few dimensions (SignDS, EM-MDS), see `[signds]`.
     #[serde(rename = "signds")]
     SignDs,
+    /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds tree-aggregation noise;
+    /// no sampling, each client at most once per tree of `tree_rounds` rounds.
+    #[serde(rename = "dp-ftrl")]
+    DpFtrl,
 }
 
 /// Which quantity the budget caps.
@@ -42,7 +46,7 @@ pub enum BudgetKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PrivacySection {
-    /// `none` or `central`.
+    /// `none`, `central`, `secagg`, `ldp-gaussian`, `ldp-laplace`, `signds` or `dp-ftrl`.
     pub mode: PrivacyMode,
     /// `poisson` (each client with probability q_t = m_t/K; exact accounting) or `fixed`
     /// (exactly m_t; accounted with a valid but looser bound).
@@ -66,8 +70,11 @@ pub struct PrivacySection {
     pub epsilon: f64,
     /// The delta of the budget (the threshold Q for `budget = "delta"`).
     pub delta: f64,
-    /// `pld` or `rdp`; unset: PLD for Poisson sampling, RDP otherwise (`RunConfig::plan`).
+    /// `pld` or `rdp`; unset: PLD for Poisson sampling and DP-FTRL, RDP otherwise
+    /// (`RunConfig::plan`).
     pub accountant: Option<AccountantKind>,
+    /// DP-FTRL: rounds per tree (the restart period); unset: K / m_1, one pass over the clients.
+    pub tree_rounds: Option<u64>,
 }
 
 impl Default for PrivacySection {
@@ -85,6 +92,7 @@ impl Default for PrivacySection {
             epsilon: 8.0,
             delta: 1e-5,
             accountant: None,
+            tree_rounds: None,
         }
     }
 }

@@ -26,7 +26,7 @@ pub struct DistributedNoise {
 
 impl RoundPolicy for DistributedNoise {
     fn plan(
-        &self,
+        &mut self,
         round: u64,
         connected: &[ClientId],
         rng: &mut StdRng,
@@ -47,6 +47,7 @@ impl RoundPolicy for DistributedNoise {
                 round,
                 expected_clients: sampled.len().max(1) as f64,
                 noise_multiplier: Some(z),
+                tree_step: None,
             },
             sampled,
             event: calibration.ddg.map(PrivacyEvent::from),

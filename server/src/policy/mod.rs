@@ -4,15 +4,17 @@
 //! coordinator spends in the ledger. `crate::build` picks one per run from the privacy plan; one
 //! file per kind: [`Plain`] (no central accounting), [`SampledGaussian`] (central noise on a
 //! sampled round), [`DistributedNoise`] (the clients' discrete Gaussian under secure
-//! aggregation).
+//! aggregation), [`TreeAggregation`] (DP-FTRL: no sampling, each client once per tree).
 
 mod distributed_noise;
 mod plain;
 mod sampled_gaussian;
+mod tree_aggregation;
 
 pub use distributed_noise::DistributedNoise;
 pub use plain::Plain;
 pub use sampled_gaussian::SampledGaussian;
+pub use tree_aggregation::TreeAggregation;
 
 use crate::ServerError;
 use crate::ids::ClientId;
@@ -43,7 +45,7 @@ pub struct RoundPlan {
 pub trait RoundPolicy: Send {
     /// Plans round `round` over the `connected` clients, drawing from `rng` (a CSPRNG).
     fn plan(
-        &self,
+        &mut self,
         round: u64,
         connected: &[ClientId],
         rng: &mut StdRng,
@@ -71,17 +73,20 @@ impl Cohort {
     }
 }
 
-/// m of the connected clients, uniformly without replacement (all of them when fewer are
-/// connected), from the CSPRNG.
-fn fixed_size(connected: &[ClientId], m: usize, rng: &mut StdRng) -> BTreeSet<ClientId> {
-    if m > connected.len() {
-        let connected = connected.len();
-        tracing::warn!(connected, m, "fewer clients connected than m");
+/// m of the `available` clients, uniformly without replacement (all of them when fewer are
+/// available), from the CSPRNG.
+fn fixed_size(available: &[ClientId], m: usize, rng: &mut StdRng) -> BTreeSet<ClientId> {
+    if m > available.len() {
+        tracing::warn!(
+            available = available.len(),
+            m,
+            "fewer clients available than m"
+        );
     }
-    let m = m.min(connected.len());
-    rand::seq::index::sample(rng, connected.len(), m)
+    let m = m.min(available.len());
+    rand::seq::index::sample(rng, available.len(), m)
         .into_iter()
-        .map(|i| connected[i])
+        .map(|i| available[i])
         .collect()
 }
 
@@ -98,5 +103,6 @@ fn unnoised(round: u64, sampled: &BTreeSet<ClientId>) -> RoundContext {
         round,
         expected_clients: sampled.len().max(1) as f64,
         noise_multiplier: None,
+        tree_step: None,
     }
 }

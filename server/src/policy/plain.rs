@@ -17,7 +17,7 @@ pub struct Plain {
 
 impl RoundPolicy for Plain {
     fn plan(
-        &self,
+        &mut self,
         round: u64,
         connected: &[ClientId],
         rng: &mut StdRng,

@@ -47,7 +47,7 @@ impl SampledGaussian {
 
 impl RoundPolicy for SampledGaussian {
     fn plan(
-        &self,
+        &mut self,
         round: u64,
         connected: &[ClientId],
         rng: &mut StdRng,
@@ -69,6 +69,7 @@ impl RoundPolicy for SampledGaussian {
                 round,
                 expected_clients,
                 noise_multiplier: Some(event.noise_multiplier),
+                tree_step: None,
             },
             event: Some(PrivacyEvent::from(event)),
             calibration: None,

@@ -13,7 +13,12 @@
 //! run is marked as leaking through S), or adapted towards a target quantile of the norms with a
 //! privately noised count (Andrew et al. 2021), whose cost is folded into the round's noise
 //! multiplier.
+//!
+//! A round whose context carries a DP-FTRL tree step gets the tree's noise instead of an
+//! independent draw ([`FtrlNoise`]): the round policy that accounts the tree is the one that
+//! decides it, so the noise and the ledger cannot disagree.
 
+use super::tree_noise::{self, FtrlNoise};
 use super::{
     Layer, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy, Upload, moved,
 };
@@ -66,6 +71,8 @@ pub struct CentralDp {
     held: Vec<Vec<f32>>,
     /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
     counts: ClipCounts,
+    /// DP-FTRL's tree, from the first round with a tree step.
+    tree: Option<FtrlNoise>,
 }
 
 /// The clip counts of a round (quantile rule).
@@ -95,6 +102,30 @@ impl CentralDp {
             rng,
             held: Vec::new(),
             counts: ClipCounts::default(),
+            tree: None,
+        }
+    }
+
+    /// Adds the round's noise of standard deviation `std` to `sum`: a tree's on a DP-FTRL round,
+    /// an independent draw otherwise. Fails when the round's tree step does not follow the
+    /// tree's (it must not be released).
+    fn add_noise(
+        &mut self,
+        ctx: &RoundContext,
+        sum: &mut [f32],
+        std: f64,
+    ) -> Result<(), tree_noise::StepMismatch> {
+        match ctx.tree_step {
+            Some(step) => (self.tree.get_or_insert_with(|| FtrlNoise::new(sum.len()))).add(
+                sum,
+                step,
+                std,
+                &mut self.rng,
+            ),
+            None => {
+                add_gaussian_noise(sum, std, &mut self.rng);
+                Ok(())
+            }
         }
     }
 
@@ -200,6 +231,13 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         Ok(())
     }
 
+    fn released(&mut self, inner: &mut S, applied: bool) {
+        if let Some(tree) = &mut self.tree {
+            tree.released(applied);
+        }
+        inner.released(applied);
+    }
+
     fn finish_round(&mut self, inner: &mut S, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         let bound = match self.rule {
             ClipRule::Median => self.clip_held_to_median(inner, ctx),
@@ -221,7 +259,14 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         // Gaussian mechanism on the sum: N(0, z^2 Delta^2) per coordinate.
         let noise_std = z_sum * sensitivity;
         let mut delta = sum.values;
-        add_gaussian_noise(&mut delta, noise_std, &mut self.rng);
+        if let Err(e) = self.add_noise(ctx, &mut delta, noise_std) {
+            tracing::error!(
+                tree = e.tree,
+                round = e.round,
+                "tree step out of order: no release"
+            );
+            return RoundOutcome::default();
+        }
         // Delta w_t = (sum + noise) / expected participants.
         let scale = (1.0 / ctx.expected_clients) as f32;
         delta.iter_mut().for_each(|v| *v *= scale);

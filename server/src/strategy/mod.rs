@@ -21,6 +21,7 @@ mod norm_bound;
 mod secure_sum;
 mod server_optimizer;
 mod signds_avg;
+mod tree_noise;
 mod trimmed_mean;
 
 pub use central_dp::{CentralDp, ClipRule, QuantileClip};
@@ -52,6 +53,8 @@ pub struct RoundContext {
     pub expected_clients: f64,
     /// z_t: noise multiplier of the round (private runs).
     pub noise_multiplier: Option<f64>,
+    /// DP-FTRL: the round's step in its tree, from 1 (1 starts a new tree).
+    pub tree_step: Option<u64>,
 }
 
 /// One client's dense result.
@@ -300,6 +303,7 @@ pub(crate) mod testing {
             round,
             expected_clients: expected,
             noise_multiplier: z,
+            tree_step: None,
         }
     }
 
