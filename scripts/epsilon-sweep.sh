@@ -2,7 +2,9 @@
 # Accuracy against epsilon: for each epsilon, the noise multiplier that keeps ROUNDS rounds of
 # sampling rate Q within (epsilon, DELTA) (`fl privacy sigma`), then `fl sim` of CONFIG with that
 # budget and multiplier (training stops when the ledger reaches the budget). Each run's figures
-# are appended to runs/sweep/results.tsv under LABEL, and the whole table is printed as markdown.
+# are appended to runs/sweep/results.tsv under LABEL, the whole table is printed as markdown and
+# drawn into runs/sweep/accuracy-vs-epsilon.svg (`fl sweep-plot`). Q = tree:N plans DP-FTRL's
+# trees of N rounds instead of a sampling rate.
 #
 #   scripts/epsilon-sweep.sh LABEL CONFIG Q ROUNDS DELTA "EPSILONS" [ACCOUNTANT] [-- fl sim args]
 #
@@ -13,10 +15,11 @@
 #     -- --set train.server_optimizer=fedadam --set train.server_learning_rate=0.01
 #   scripts/epsilon-sweep.sh ddg-zero-out configs/secagg-ddg.toml 1 8 1e-3 "1 2 4 8" rdp \
 #     -- --set secagg.neighbours=zero-out --set secagg.sim_dropout=0.0 --set secagg.min_survivors=1.0
+#   scripts/epsilon-sweep.sh dp-ftrl configs/dp-ftrl.toml tree:4 100 1e-5 "1 2 4 8"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 6 ]; then
-  sed -n '2,16p' "$0" >&2
+  sed -n '2,19p' "$0" >&2
   exit 2
 fi
 label=$1 config=$2 q=$3 rounds=$4 delta=$5 epsilons=$6
@@ -29,8 +32,12 @@ mkdir -p runs/sweep
 table=runs/sweep/results.tsv
 [ -f "$table" ] || printf 'label\tepsilon\tdelta\tsigma\trounds\ttest_accuracy\n' > "$table"
 field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+case "$q" in
+  tree:*) plan=(--tree-rounds "${q#tree:}") ;;
+  *) plan=(--q "$q") ;;
+esac
 for eps in $epsilons; do
-  sigma=$("$fl" privacy sigma --q "$q" --rounds "$rounds" --eps "$eps" --delta "$delta" \
+  sigma=$("$fl" privacy sigma "${plan[@]}" --rounds "$rounds" --eps "$eps" --delta "$delta" \
     --accountant "$accountant" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['sigma'])")
   out="runs/sweep/$label-eps$eps"
   "$fl" sim --config "$config" --out "$out" --set privacy.epsilon="$eps" \
@@ -49,3 +56,4 @@ for r in rows:
     print(f"| {r['label']} | {r['epsilon']} | {r['delta']} | {float(r['sigma']):.4f} | "
           f"{r['rounds']} | {float(r['test_accuracy']):.4f} |")
 PY
+"$fl" sweep-plot "$table" --title "accuracy against epsilon" --out runs/sweep/accuracy-vs-epsilon.svg

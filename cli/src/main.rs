@@ -34,6 +34,18 @@ enum Command {
     /// Revoke an enrolled client: a running server ends its session within a second and refuses
     /// it from then on.
     Revoke(enroll::RevokeArgs),
+    /// Draw a sweep's table (scripts/epsilon-sweep.sh): final test accuracy against epsilon, a
+    /// line per label.
+    SweepPlot {
+        /// The tab-separated table (runs/sweep/results.tsv).
+        table: PathBuf,
+        /// Chart title.
+        #[arg(long, default_value = "")]
+        title: String,
+        /// The SVG to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Draw the test accuracy of several runs on one chart.
     Compare {
         /// Runs as LABEL=RUN_FOLDER.
@@ -87,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
             title,
             out,
         } => plot::compare_runs(&runs, x, &title, &out)?,
+        Command::SweepPlot { table, title, out } => plot::plot_sweep(&table, &title, &out)?,
     }
     Ok(())
 }

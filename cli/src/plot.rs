@@ -39,6 +39,8 @@ pub enum XAxis {
     Round,
     /// Megabytes sent and received by the server so far.
     Megabytes,
+    /// The epsilon spent so far (private runs).
+    Epsilon,
 }
 
 /// `(x, test accuracy)` of a run along `x`.
@@ -55,6 +57,7 @@ fn accuracy_along(run: &Path, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
             let at = match x {
                 XAxis::Round => field("round")?,
                 XAxis::Megabytes => sent / 1e6,
+                XAxis::Epsilon => field("epsilon")?,
             };
             Ok((at, field("test_accuracy")?))
         })
@@ -135,8 +138,50 @@ pub fn compare_runs(
     let x_desc = match x {
         XAxis::Round => "round",
         XAxis::Megabytes => "MB exchanged (up + down)",
+        XAxis::Epsilon => "epsilon spent",
     };
     line_chart(out, title, (x_desc, "test accuracy"), series, 0.0..1.0)
+}
+
+/// Draws a sweep's table (`scripts/epsilon-sweep.sh`'s tab-separated `label`, `epsilon`,
+/// `test_accuracy` columns) into `out`: each label's final test accuracy against its budget's
+/// epsilon.
+pub fn plot_sweep(table: &Path, title: &str, out: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(table).with_context(|| format!("reading {}", table.display()))?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines
+        .next()
+        .context("an empty table")?
+        .split('\t')
+        .collect();
+    let column = |name: &str| {
+        (header.iter().position(|h| *h == name))
+            .with_context(|| format!("{}: no `{name}` column", table.display()))
+    };
+    let (label, eps, acc) = (
+        column("label")?,
+        column("epsilon")?,
+        column("test_accuracy")?,
+    );
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split('\t').collect();
+        let number = |i: usize| -> anyhow::Result<f64> {
+            let v = f.get(i).with_context(|| format!("short line `{line}`"))?;
+            v.parse().with_context(|| format!("`{v}` in `{line}`"))
+        };
+        let point = (number(eps)?, number(acc)?);
+        match series.iter_mut().find(|(l, _)| l == f[label]) {
+            Some((_, points)) => points.push(point),
+            None => series.push((f[label].to_owned(), vec![point])),
+        }
+    }
+    for (_, points) in &mut series {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let labels = ("epsilon (budget)", "final test accuracy");
+    line_chart(out, title, labels, series, 0.0..1.0)
 }
 
 /// Writes `accuracy.svg`, and `privacy.svg` when the run is private.

@@ -155,9 +155,29 @@ fn distributed_noise_on_a_sparse_graph_is_exact_and_accounted() {
     assert_eq!(secagg["rounds"], 2, "{summary}");
     assert_eq!(secagg["max_abs_error"], 0);
     assert!(summary["epsilon"].as_f64().unwrap() > 0.0);
-    let ledger = std::fs::read_to_string(out.join("ledger.jsonl")).unwrap();
-    assert_eq!(ledger.lines().count(), 2);
-    assert!(ledger.contains("client_variance"), "{ledger}");
+    // Each round is charged for its fewest survivors (n_min = 6 of 12) before it runs, then
+    // settled for the survivors whose noise is in its sum; the ledger alone gives the summary's
+    // epsilon.
+    let ledger: Vec<serde_json::Value> = std::fs::read_to_string(out.join("ledger.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let charges: Vec<_> = ledger.iter().filter(|e| e["clients"] == 6).collect();
+    let settlements: Vec<_> = ledger.iter().filter(|e| e["survivors"].is_u64()).collect();
+    assert_eq!((charges.len(), settlements.len()), (2, 2), "{ledger:?}");
+    for s in settlements {
+        assert_eq!(s["charged"]["clients"], 6, "{s}");
+        assert!(s["survivors"].as_u64().unwrap() > 6, "{s}");
+    }
+    let replayed = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["privacy", "ledger", "--delta", "1e-5", "--json"])
+        .arg(out.join("ledger.jsonl"))
+        .output()
+        .unwrap();
+    let replayed: serde_json::Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(replayed["epsilon"], summary["epsilon"]);
+    assert_eq!(replayed["rounds"], 2);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -273,6 +273,7 @@ impl Builder<'_> {
                         planned: 0,
                         sampled: 0,
                         min_survivor_fraction: s.min_survivors,
+                        calibrate_for: s.calibrate_for(),
                         distributed_noise: None,
                         neighbours: s.neighbours,
                     },

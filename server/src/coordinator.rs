@@ -20,6 +20,7 @@ use crate::telemetry::Telemetry;
 use crate::{Observer, ServerError};
 use fl_common::model::{Evaluation, Model, check_model};
 use fl_common::privacy::PrivacyEvent;
+use fl_common::secagg::Calibration;
 use fl_common::task::{SecureTask, Task};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
@@ -241,10 +242,12 @@ impl Coordinator {
             evaluate: self.config.eval.federated_at(round),
         };
         // A span per round's collection: what is logged while collecting names the round.
+        let calibration = planned.prepared.calibration;
         let tally = (self.pipeline.collection)
             .collect(&mut self.clients, work, planned.prepared, &mut self.rng)
             .instrument(tracing::info_span!("round", round))
             .await?;
+        self.settle(round, calibration.as_ref(), &tally)?;
         let outcome = self.pipeline.strategy.finish_round(&ctx, global);
         let skipped = self.release(outcome.model.clone(), tally.completed, global);
         self.pipeline.strategy.released(skipped.is_none());
@@ -312,6 +315,24 @@ impl Coordinator {
         }
         ledger.spend(round, event)?;
         Ok(true)
+    }
+
+    /// Records the policy's correction of the round's up-front charge once its secure sum's
+    /// survivors are known (before anything of the round is released).
+    fn settle(
+        &mut self,
+        round: u64,
+        calibration: Option<&Calibration>,
+        tally: &Tally,
+    ) -> Result<(), ServerError> {
+        let survivors = (tally.secagg.as_ref()).filter(|s| s.aborted.is_none());
+        let settlement = calibration
+            .zip(survivors)
+            .and_then(|(c, s)| self.pipeline.policy.settle(c, s.survivors));
+        if let (Some(ledger), Some(event)) = (&mut self.pipeline.ledger, settlement) {
+            ledger.spend(round, &event)?;
+        }
+        Ok(())
     }
 
     /// Whether the round's aggregate replaces `global`; otherwise why not.

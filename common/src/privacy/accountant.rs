@@ -5,7 +5,7 @@
 //! The ledger persists the events, never a running epsilon, so the budget can always be
 //! recomputed from the file (the shape of Opacus' accountant history).
 
-use super::ddg::DdgRound;
+use super::ddg::{DdgRound, DdgSettlement};
 use super::rdp::{default_orders, poisson_curve, without_replacement_curve};
 use super::tree::TreeRound;
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,9 @@ pub enum PrivacyEvent {
     DistributedDiscreteGaussian(DdgRound),
     /// A round of DP-FTRL's tree aggregation (zero-out neighbours, no sampling).
     TreeAggregation(TreeRound),
+    /// The correction of a distributed-noise round once its survivors are known (never
+    /// positive).
+    DdgSettlement(DdgSettlement),
 }
 
 impl PrivacyEvent {
@@ -106,6 +109,7 @@ impl PrivacyEvent {
             PrivacyEvent::DistributedDiscreteGaussian(d) => {
                 orders.iter().map(|&a| d.rdp(a)).collect()
             }
+            PrivacyEvent::DdgSettlement(s) => orders.iter().map(|&a| s.rdp(a)).collect(),
             PrivacyEvent::TreeAggregation(t) => match t.node() {
                 Some(node) => node.rdp_curve(orders),
                 None => vec![0.0; orders.len()],

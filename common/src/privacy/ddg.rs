@@ -79,6 +79,32 @@ impl DdgRound {
     }
 }
 
+/// The correction of a round charged up front for its fewest survivors once its survivors are
+/// known: more survivors put more independent noise in the sum, which is post-processing of the
+/// sum of the fewest, so the round costs min(RDP_charged, RDP_survivors) at each order (the
+/// Prop. 14 bound grows with n through tau, the true cost cannot). The settlement's curve is that
+/// minus the charge: never positive, so a round's total never exceeds what the budget gate
+/// allowed, and a crash before the settlement leaves the larger charge.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DdgSettlement {
+    /// The event charged before the round.
+    pub charged: DdgRound,
+    /// The clients whose noise is in the released sum.
+    pub survivors: u64,
+}
+
+impl DdgSettlement {
+    /// The correction at order alpha: min(RDP_charged, RDP_survivors) - RDP_charged <= 0.
+    pub fn rdp(&self, alpha: f64) -> f64 {
+        let actual = DdgRound {
+            clients: self.survivors,
+            ..self.charged
+        };
+        let charged = self.charged.rdp(alpha);
+        charged.min(actual.rdp(alpha)) - charged
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

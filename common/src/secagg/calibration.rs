@@ -3,7 +3,7 @@
 //! Learning with Secure Aggregation").
 
 use super::{QuantizeError, Quantizer, Ring};
-use crate::privacy::{DdgRound, Neighbours, discrete_variance};
+use crate::privacy::{DdgRound, DdgSettlement, Neighbours, discrete_variance};
 
 /// Largest per-client discrete Gaussian standard deviation, in levels (2^30): keeps the exact
 /// sampler's integer arithmetic in range.
@@ -24,6 +24,9 @@ pub struct RoundShape {
     pub sampled: usize,
     /// f: the fraction of m_t that must survive every stage.
     pub min_survivor_fraction: f64,
+    /// f_c >= f: the fraction of m_t whose noise together reaches z (the survivors expected;
+    /// f_c = f calibrates for the fewest, as the round is charged up front).
+    pub calibrate_for: f64,
     /// z: the distributed noise's multiplier, or `None` for no client noise.
     pub distributed_noise: Option<f64>,
     /// The neighbouring relation the noise is accounted under.
@@ -35,9 +38,11 @@ pub struct RoundShape {
 pub struct Calibration {
     /// The fixed-point code.
     pub quantizer: Quantizer,
-    /// n_min: fewest survivors per stage (the distributed noise is calibrated for this many).
+    /// n_min: fewest survivors per stage.
     pub min_survivors: usize,
-    /// The distributed noise's accounting event, if any.
+    /// n_c >= n_min: the survivors whose noise together reaches z.
+    pub calibrated_for: usize,
+    /// The distributed noise's accounting event charged up front, for n_min survivors, if any.
     pub ddg: Option<DdgRound>,
 }
 
@@ -59,23 +64,26 @@ pub enum CalibrationError {
 }
 
 impl Calibration {
-    /// n_min = max(3, ceil(f m_t)) survivors, gamma for the sampled count, and, for distributed
-    /// noise, each client's discrete variance sigma_i^2 = ceil((z Delta_2)^2 / n_min) so that any
-    /// n_min survivors carry noise of standard deviation at least z Delta_2 (Kairouz et al. 2021).
-    /// z is relative to one update's bound Delta_2; the accountant sees the sensitivity of the
-    /// round's neighbouring relation (replace-one 2 Delta_2, zero-out Delta_2).
+    /// n_min = max(3, ceil(f m_t)) survivors, n_c = ceil(f_c m_t) clamped to [n_min, sampled],
+    /// gamma for the sampled count, and, for distributed noise, each client's discrete variance
+    /// sigma_i^2 = ceil((z Delta_2)^2 / n_c) so that any n_c survivors carry noise of standard
+    /// deviation at least z Delta_2 (Kairouz et al. 2021). z is relative to one update's bound
+    /// Delta_2; the accountant sees the sensitivity of the round's neighbouring relation
+    /// (replace-one 2 Delta_2, zero-out Delta_2). The round is charged for n_min survivors
+    /// before it runs and settled for those it had ([`Calibration::settle`]).
     pub fn plan(shape: &RoundShape) -> Result<Self, CalibrationError> {
         let dim = shape.dim;
-        let min_survivors =
-            ((shape.min_survivor_fraction * shape.planned as f64).ceil() as usize).max(3);
+        let at_least = |fraction: f64| ((fraction * shape.planned as f64).ceil() as usize).max(3);
+        let min_survivors = at_least(shape.min_survivor_fraction);
         let n_max = shape.sampled.max(min_survivors);
+        let calibrated_for = at_least(shape.calibrate_for).clamp(min_survivors, n_max);
         let z = shape.distributed_noise.unwrap_or(0.0);
-        // The noise of n_max clients, relative to Delta_2: z sqrt(n_max / n_min).
-        let headroom = z * (n_max as f64 / min_survivors as f64).sqrt();
+        // The noise of n_max clients, relative to Delta_2: z sqrt(n_max / n_c).
+        let headroom = z * (n_max as f64 / calibrated_for as f64).sqrt();
         let ring = Ring::new(shape.ring_bits).map_err(CalibrationError::Ring)?;
         let quantizer = Quantizer::plan(ring, shape.clip, n_max, dim, headroom)?;
         let delta2 = quantizer.l2_sensitivity(dim);
-        let sigma_i = z * delta2 / (min_survivors as f64).sqrt();
+        let sigma_i = z * delta2 / (calibrated_for as f64).sqrt();
         if shape.distributed_noise.is_some() && sigma_i > MAX_DISCRETE_SIGMA {
             return Err(CalibrationError::NoiseTooLarge(sigma_i));
         }
@@ -90,7 +98,18 @@ impl Calibration {
         Ok(Self {
             quantizer,
             min_survivors,
+            calibrated_for,
             ddg,
+        })
+    }
+
+    /// The settlement of a round whose sum holds the noise of `survivors` clients, when it costs
+    /// less than the up-front charge for n_min (see [`DdgSettlement`]).
+    pub fn settle(&self, survivors: usize) -> Option<DdgSettlement> {
+        let charged = self.ddg?;
+        (survivors as u64 > charged.clients).then_some(DdgSettlement {
+            charged,
+            survivors: survivors as u64,
         })
     }
 
@@ -115,6 +134,7 @@ mod tests {
             planned: 10,
             sampled: 10,
             min_survivor_fraction: 0.5,
+            calibrate_for: 0.5,
             distributed_noise: noise,
             neighbours: Neighbours::ReplaceOne,
         }
@@ -185,5 +205,57 @@ mod tests {
                 "{replace_one:?}"
             );
         }
+    }
+
+    /// Calibrated for all 10 of 10 clients, charged up front for n_min = 5: a round with all 10
+    /// survivors settles to central noise of the same z; one with 7 is charged for the noise of
+    /// 7 (z sqrt(7/10)); one with 5 keeps the charge. The settlement is never positive, even
+    /// where the Prop. 14 bound grows with n (narrow noise).
+    #[test]
+    fn expected_survivors_are_settled_for_the_noise_present() {
+        use crate::privacy::{GaussianRound, PrivacyEvent, Sampling};
+        let z = 1.2;
+        let c = Calibration::plan(&RoundShape {
+            calibrate_for: 1.0,
+            neighbours: Neighbours::ZeroOut,
+            ..shape(Some(z))
+        })
+        .unwrap();
+        assert_eq!((c.min_survivors, c.calibrated_for), (5, 10));
+        let charged = PrivacyEvent::from(c.ddg.unwrap());
+        let orders = [2.0, 8.0, 32.0];
+        let total = |survivors: usize| -> Vec<f64> {
+            let mut curve = charged.rdp_curve(&orders);
+            if let Some(s) = c.settle(survivors) {
+                let correction = PrivacyEvent::DdgSettlement(s).rdp_curve(&orders);
+                curve.iter_mut().zip(correction).for_each(|(t, x)| *t += x);
+            }
+            curve
+        };
+        let gaussian = |z: f64| {
+            PrivacyEvent::from(GaussianRound {
+                q: 1.0,
+                noise_multiplier: z,
+                sampling: Sampling::Poisson,
+            })
+            .rdp_curve(&orders)
+        };
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x / y - 1.0).abs() < 1e-6);
+        assert!(close(&total(10), &gaussian(z)), "{:?}", total(10));
+        assert!(close(&total(7), &gaussian(z * 0.7f64.sqrt())));
+        assert!(close(&total(5), &gaussian(z * 0.5f64.sqrt())));
+        assert!(c.settle(5).is_none());
+        let narrow = DdgSettlement {
+            charged: DdgRound {
+                clients: 5,
+                client_variance: 1,
+                l2_sensitivity: 10.0,
+                dim: 100_000,
+                neighbours: Neighbours::ZeroOut,
+            },
+            survivors: 100,
+        };
+        assert!(narrow.charged.tau() > 1e-9);
+        assert!(orders.iter().all(|&a| narrow.rdp(a) <= 0.0));
     }
 }

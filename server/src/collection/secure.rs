@@ -116,6 +116,7 @@ impl SecureCollection {
                 planned: plan.planned,
                 sampled: plan.sampled.len(),
                 min_survivor_fraction: self.settings.min_survivors,
+                calibrate_for: self.settings.min_survivors,
                 distributed_noise: None,
                 // No noise: nothing is accounted.
                 neighbours: Default::default(),

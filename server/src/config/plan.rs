@@ -323,11 +323,14 @@ impl RunConfig {
                 // A budget already spent by the first round is refused now. The distributed
                 // discrete Gaussian is checked as a Gaussian round without sampling (q = 1) at
                 // z over the neighbours' sensitivity factor (z/2 for replace-one), which its RDP
-                // approaches for wide noise; the ledger enforces its exact bound.
+                // approaches for wide noise, and for the up-front charge of the fewest survivors
+                // (z sqrt(f / f_c)); the ledger enforces the exact bound.
                 let factor = self.secagg.neighbours.sensitivity(1.0);
+                let fewest = (self.secagg.min_survivors / self.secagg.calibrate_for()).sqrt();
                 let first = GaussianRound {
                     q: 1.0,
-                    noise_multiplier: p.noise_multiplier.at(1, self.server.rounds) / factor,
+                    noise_multiplier: p.noise_multiplier.at(1, self.server.rounds) * fewest
+                        / factor,
                     sampling: Sampling::Poisson,
                 };
                 let ledger = self.ledger_terms(false)?;
@@ -652,12 +655,24 @@ mod tests {
         assert!(refused(&c).contains("already spent by round 1"));
         c.privacy.noise_multiplier = 4.0.into();
         c.validate().unwrap();
+        // Calibrated for more survivors than the fewest: charged up front for the fewest, so
+        // the first round is checked at z sqrt(f / f_c) (4 sqrt(0.05) / 2 = 0.45 spends it).
+        let mut expected = c.clone();
+        expected.secagg.calibrate_for = Some(1.0);
+        expected.validate().unwrap();
+        expected.secagg.min_survivors = 0.05;
+        assert!(refused(&expected).contains("already spent by round 1"));
+        expected.secagg.calibrate_for = Some(0.04);
+        assert!(refused(&expected).contains("calibrate_for"));
         let plan = c.plan().unwrap();
         assert!(
             plan.ledger().is_some()
                 && matches!(secure_noise(&plan), SecureNoise::Distributed { .. })
         );
         c.secagg.noise = SecAggNoise::Central;
+        let mut central = c.clone();
+        central.secagg.calibrate_for = Some(1.0);
+        assert!(refused(&central).contains("calibrate_for"));
         assert!(matches!(
             secure_noise(&c.plan().unwrap()),
             SecureNoise::Central(_)

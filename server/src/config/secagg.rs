@@ -30,6 +30,11 @@ pub enum SecAggGraph {
 }
 
 impl SecAggSection {
+    /// f_c: the fraction of m_t the distributed noise is calibrated for.
+    pub fn calibrate_for(&self) -> f64 {
+        self.calibrate_for.unwrap_or(self.min_survivors)
+    }
+
     /// The settings the secure collection runs its rounds by.
     pub fn settings(&self) -> SecureSettings {
         SecureSettings {
@@ -58,8 +63,13 @@ pub struct SecAggSection {
     /// always more than half).
     pub threshold: f64,
     /// Fewest survivors of each stage, as a fraction of the expected m_t; below it the round
-    /// aborts. Distributed noise is calibrated so that this many clients' noise suffices.
+    /// aborts. Distributed noise is charged up front for this many survivors.
     pub min_survivors: f64,
+    /// Distributed noise: the fraction of m_t whose noise together reaches z (at least
+    /// `min_survivors`, its default). Above `min_survivors` each client adds less noise; every
+    /// round is charged for `min_survivors` before it runs and settled for the survivors it had,
+    /// so a round that fell short of this fraction is charged for the noise actually present.
+    pub calibrate_for: Option<f64>,
     /// `complete` or `regular`.
     pub graph: SecAggGraph,
     /// k for the regular graph; 0 picks O(log n).
@@ -83,6 +93,7 @@ impl Default for SecAggSection {
             bits: 32,
             threshold: 0.6,
             min_survivors: 0.5,
+            calibrate_for: None,
             graph: SecAggGraph::Complete,
             degree: 0,
             stage_timeout_secs: 60.0,
@@ -119,6 +130,13 @@ impl SecAggSection {
             (
                 self.graph == SecAggGraph::Complete || self.degree == 0 || self.degree >= 2,
                 "secagg.degree must be 0 (automatic) or at least 2",
+            ),
+            (
+                (self.calibrate_for).is_none_or(|f| {
+                    f >= self.min_survivors && f <= 1.0 && self.noise == SecAggNoise::Distributed
+                }),
+                "secagg.calibrate_for must be in [secagg.min_survivors, 1], with secagg.noise = \
+                 \"distributed\"",
             ),
             (
                 self.neighbours == Neighbours::ReplaceOne || self.noise == SecAggNoise::Distributed,

@@ -1,7 +1,8 @@
 //! The distributed discrete Gaussian under secure aggregation (Kairouz, Liu, Steinke 2021): m_t
 //! clients drawn uniformly; each adds discrete Gaussian noise to its quantised update, calibrated
-//! ([`Calibration::plan`]) so that the fewest survivors the round accepts carry noise of
-//! multiplier z_t; the round's event is that calibration's.
+//! ([`Calibration::plan`]) so that the survivors it is calibrated for (by default the fewest the
+//! round accepts) carry noise of multiplier z_t. The round is charged for its fewest survivors
+//! before it runs and settled for the survivors it had ([`RoundPolicy::settle`]).
 
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
 use crate::ServerError;
@@ -57,5 +58,11 @@ impl RoundPolicy for DistributedNoise {
 
     fn sampling(&self) -> Sampling {
         Sampling::Fixed
+    }
+
+    fn settle(&self, calibration: &Calibration, survivors: usize) -> Option<PrivacyEvent> {
+        calibration
+            .settle(survivors)
+            .map(PrivacyEvent::DdgSettlement)
     }
 }

@@ -53,6 +53,12 @@ pub trait RoundPolicy: Send {
 
     /// How participants are drawn, as the run's summary states it.
     fn sampling(&self) -> Sampling;
+
+    /// The correction of the round's up-front charge once `survivors` clients' inputs are in its
+    /// secure sum under `calibration` (`None`: the charge stands).
+    fn settle(&self, _calibration: &Calibration, _survivors: usize) -> Option<PrivacyEvent> {
+        None
+    }
 }
 
 /// The clients of a run and how many each round asks for.
