@@ -236,3 +236,32 @@ pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep's table becomes one line per label, with the labels in the legend; a table
+    /// without the needed columns is refused by name.
+    #[test]
+    fn a_sweep_table_is_drawn_a_line_per_label() {
+        let dir = std::env::temp_dir().join(format!("fl-sweep-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let table = dir.join("results.tsv");
+        std::fs::write(
+            &table,
+            "label\tepsilon\tdelta\tsigma\trounds\ttest_accuracy\n\
+             central\t8\t1e-5\t1.6\t117\t0.94\ncentral\t2\t1e-5\t3.1\t117\t0.90\n\
+             dp-ftrl\t8\t1e-5\t5.2\t100\t0.91\n",
+        )
+        .unwrap();
+        let out = dir.join("sweep.svg");
+        plot_sweep(&table, "sweep", &out).unwrap();
+        let svg = std::fs::read_to_string(&out).unwrap();
+        assert!(svg.contains("central") && svg.contains("dp-ftrl"));
+        std::fs::write(&table, "label\teps\n").unwrap();
+        let refused = plot_sweep(&table, "sweep", &out).unwrap_err().to_string();
+        assert!(refused.contains("`epsilon`"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
