@@ -2,9 +2,9 @@
 # Accuracy against epsilon: for each epsilon, the noise multiplier that keeps ROUNDS rounds of
 # sampling rate Q within (epsilon, DELTA) (`fl privacy sigma`), then `fl sim` of CONFIG with that
 # budget and multiplier (training stops when the ledger reaches the budget). Each run's figures
-# are appended to runs/sweep/results.tsv under LABEL, the whole table is printed as markdown and
-# drawn into runs/sweep/accuracy-vs-epsilon.svg (`fl sweep-plot`). Q = tree:N plans DP-FTRL's
-# trees of N rounds instead of a sampling rate.
+# are appended to $SWEEP_DIR/results.tsv under LABEL (SWEEP_DIR defaults to runs/sweep), the whole
+# table is printed as markdown and drawn into $SWEEP_DIR/accuracy-vs-epsilon.svg (`fl sweep-plot`).
+# Q = tree:N plans DP-FTRL's trees of N rounds instead of a sampling rate.
 #
 #   scripts/epsilon-sweep.sh LABEL CONFIG Q ROUNDS DELTA "EPSILONS" [ACCOUNTANT] [-- fl sim args]
 #
@@ -28,8 +28,9 @@ shift $(( $# >= 7 ? 7 : 6 ))
 [ "${1:-}" = "--" ] && shift
 cargo build --release --quiet -p fl-cli
 fl=target/release/fl
-mkdir -p runs/sweep
-table=runs/sweep/results.tsv
+dir=${SWEEP_DIR:-runs/sweep}
+mkdir -p "$dir"
+table=$dir/results.tsv
 [ -f "$table" ] || printf 'label\tepsilon\tdelta\tsigma\trounds\ttest_accuracy\n' > "$table"
 field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 case "$q" in
@@ -39,7 +40,7 @@ esac
 for eps in $epsilons; do
   sigma=$("$fl" privacy sigma "${plan[@]}" --rounds "$rounds" --eps "$eps" --delta "$delta" \
     --accountant "$accountant" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['sigma'])")
-  out="runs/sweep/$label-eps$eps"
+  out="$dir/$label-eps$eps"
   "$fl" sim --config "$config" --out "$out" --set privacy.epsilon="$eps" \
     --set privacy.delta="$delta" --set privacy.noise_multiplier="$sigma" "$@" > /dev/null
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$eps" "$delta" "$sigma" \
@@ -56,4 +57,4 @@ for r in rows:
     print(f"| {r['label']} | {r['epsilon']} | {r['delta']} | {float(r['sigma']):.4f} | "
           f"{r['rounds']} | {float(r['test_accuracy']):.4f} |")
 PY
-"$fl" sweep-plot "$table" --title "accuracy against epsilon" --out runs/sweep/accuracy-vs-epsilon.svg
+"$fl" sweep-plot "$table" --title "accuracy against epsilon" --out "$dir/accuracy-vs-epsilon.svg"
