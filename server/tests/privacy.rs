@@ -274,3 +274,51 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
     assert_eq!((rounds as u64, eps), (allowed, summary.epsilon.unwrap()));
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// The tree's noise is a secret held in memory only: a DP-FTRL checkpoint holds the model and no
+/// tensor beside it, and a resumed run starts a new tree, which its ledger accounts as one (steps
+/// 1, 2, 3, 1 before the restart, then 1, 2 again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dp_ftrl_keeps_its_tree_out_of_checkpoints_and_restarts_it_on_resume() {
+    let out = temp("ftrl-resume");
+    let mut config = private_config(&out, Sampling::Fixed, 4);
+    config.privacy.mode = PrivacyMode::DpFtrl;
+    config.server.clients_per_round = 2.0.into();
+    config.privacy.noise_multiplier = 3.0.into();
+    config.privacy.epsilon = 100.0;
+    run(config).await;
+    let mut checkpoint = fl_server::checkpoint::Checkpoint::read(&out).unwrap();
+    assert!(
+        checkpoint.tensors.is_empty(),
+        "{:?}",
+        checkpoint.tensors.len()
+    );
+    assert_eq!(checkpoint.progress.round, 4);
+
+    checkpoint.progress.config.server.rounds = 6;
+    let data = Arc::new(blobs(600));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let data_server = data.clone();
+    let dir = out.clone();
+    let server = tokio::spawn(async move {
+        fl_server::resume(listener, &dir, checkpoint, Some(data_server), stop_rx).await
+    });
+    support::spawn_clients(&endpoint, &data, K, None);
+    tokio::time::timeout(Duration::from_secs(120), server)
+        .await
+        .expect("server finishes")
+        .unwrap()
+        .unwrap();
+    let steps: Vec<u64> = fl_server::ledger::read(&out.join("ledger.jsonl"))
+        .unwrap()
+        .iter()
+        .map(|e| match e.event {
+            PrivacyEvent::TreeAggregation(t) => t.tree_step,
+            other => panic!("round {}: {other:?}", e.round),
+        })
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 1, 1, 2]);
+    std::fs::remove_dir_all(&out).unwrap();
+}
