@@ -76,13 +76,38 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(128, 128, 128),
 ];
 
-/// Draws labelled line series into `out` (a legend when there is more than one).
+/// What a chart shows beside its series.
+struct Chart<'a> {
+    title: &'a str,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    y_range: std::ops::Range<f64>,
+    /// The x axis counts rounds: its ticks are whole numbers.
+    rounds: bool,
+    /// A horizontal line and its label (a privacy budget).
+    guide: Option<(String, f64)>,
+}
+
+impl<'a> Chart<'a> {
+    /// A chart of `y_desc` against rounds, between 0 and 1.
+    fn per_round(title: &'a str, y_desc: &'a str) -> Self {
+        Self {
+            title,
+            x_desc: "round",
+            y_desc,
+            y_range: 0.0..1.0,
+            rounds: true,
+            guide: None,
+        }
+    }
+}
+
+/// Draws labelled line series into `out` (a legend when there is more than one series or a
+/// guide line).
 fn line_chart(
     out: &Path,
-    title: &str,
-    (x_desc, y_desc): (&str, &str),
+    chart: Chart,
     series: Vec<(String, Vec<(f64, f64)>)>,
-    y_range: std::ops::Range<f64>,
 ) -> anyhow::Result<()> {
     let x_max = series
         .iter()
@@ -90,29 +115,46 @@ fn line_chart(
         .fold(1.0, f64::max);
     let root = SVGBackend::new(out, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
+    let mut drawing = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(65)
-        .build_cartesian_2d(0.0..x_max, y_range)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .draw()?;
-    let labelled = series.len() > 1;
+        .build_cartesian_2d(0.0..x_max, chart.y_range)?;
+    // Rounds: at most one tick per round, printed as whole numbers (plotters picks steps of
+    // 1, 2, 5, 10... when it has no more labels than rounds).
+    let ticks = match chart.rounds {
+        true => (x_max as usize + 1).min(11),
+        false => 10,
+    };
+    let whole = |x: &f64| format!("{x:.0}");
+    let mut mesh = drawing.configure_mesh();
+    mesh.x_desc(chart.x_desc)
+        .y_desc(chart.y_desc)
+        .x_labels(ticks);
+    if chart.rounds {
+        mesh.x_label_formatter(&whole);
+    }
+    mesh.draw()?;
+    let labelled = series.len() > 1 || chart.guide.is_some();
     for (i, (label, points)) in series.into_iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
-        let drawn = chart.draw_series(LineSeries::new(points, &colour))?;
+        let drawn = drawing.draw_series(LineSeries::new(points, &colour))?;
         if labelled {
             drawn
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
         }
     }
+    if let Some((label, y)) = chart.guide {
+        let line = DashedLineSeries::new(vec![(0.0, y), (x_max, y)], 8, 6, RED.stroke_width(2));
+        drawing
+            .draw_series(line)?
+            .label(label)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    }
     if labelled {
-        chart
+        drawing
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
@@ -140,7 +182,12 @@ pub fn compare_runs(
         XAxis::Megabytes => "MB exchanged (up + down)",
         XAxis::Epsilon => "epsilon spent",
     };
-    line_chart(out, title, (x_desc, "test accuracy"), series, 0.0..1.0)
+    let chart = Chart {
+        x_desc,
+        rounds: x == XAxis::Round,
+        ..Chart::per_round(title, "test accuracy")
+    };
+    line_chart(out, chart, series)
 }
 
 /// Draws a sweep's table (`scripts/epsilon-sweep.sh`'s tab-separated `label`, `epsilon`,
@@ -180,61 +227,75 @@ pub fn plot_sweep(table: &Path, title: &str, out: &Path) -> anyhow::Result<()> {
     for (_, points) in &mut series {
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    let labels = ("epsilon (budget)", "final test accuracy");
-    line_chart(out, title, labels, series, 0.0..1.0)
+    let chart = Chart {
+        x_desc: "epsilon (budget)",
+        rounds: false,
+        ..Chart::per_round(title, "final test accuracy")
+    };
+    line_chart(out, chart, series)
 }
 
-/// Writes `accuracy.svg`, and `privacy.svg` when the run is private.
+/// The budget of a private run, from its `summary.json`'s configuration: ("epsilon", eps) or
+/// ("delta", delta); `None` without a summary or a ledger.
+fn budget(run: &Path) -> Option<(String, f64)> {
+    let text = std::fs::read_to_string(run.join("summary.json")).ok()?;
+    let summary: serde_json::Value = serde_json::from_str(&text).ok()?;
+    summary["accountant"].as_str()?;
+    let privacy = &summary["config"]["privacy"];
+    let kind = privacy["budget"].as_str()?.to_owned();
+    let value = privacy[kind.as_str()].as_f64()?;
+    Some((kind, value))
+}
+
+/// Writes `accuracy.svg`, and `privacy.svg` when the run is private, with its budget as a
+/// dashed line.
 pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
     let accuracy = read_series(run, "test_accuracy")?;
     let one = |points| vec![(String::new(), points)];
     line_chart(
         &run.join("accuracy.svg"),
-        title,
-        ("round", "test accuracy"),
+        Chart::per_round(title, "test accuracy"),
         one(accuracy),
-        0.0..1.0,
     )?;
     let epsilon = read_series(run, "epsilon")?;
     let delta = read_series(run, "delta")?;
     if epsilon.is_empty() {
         return Ok(());
     }
+    let budget = budget(run);
     // One of the two is the budget's fixed value; plot the one that grows.
     let varies = |s: &[(f64, f64)]| s.windows(2).any(|w| w[0].1 != w[1].1);
-    if varies(&epsilon) || !varies(&delta) {
-        let top = epsilon.iter().map(|p| p.1).fold(0.0, f64::max) * 1.1 + 1e-9;
-        line_chart(
-            &run.join("privacy.svg"),
-            title,
-            ("round", "epsilon spent"),
-            one(epsilon),
-            0.0..top,
-        )
+    let (points, y_desc, guide) = if varies(&epsilon) || !varies(&delta) {
+        let guide = budget.filter(|(kind, _)| kind == "epsilon");
+        (epsilon, "epsilon spent", guide.map(|(_, eps)| eps))
     } else {
-        let log: Vec<(f64, f64)> = delta
-            .into_iter()
-            .map(|(r, d)| (r, d.max(1e-300).log10()))
-            .collect();
-        let lo = log
-            .iter()
-            .map(|p| p.1)
-            .fold(f64::INFINITY, f64::min)
-            .floor();
-        let hi = log
-            .iter()
-            .map(|p| p.1)
-            .fold(f64::NEG_INFINITY, f64::max)
-            .ceil()
-            + 0.5;
-        line_chart(
-            &run.join("privacy.svg"),
-            title,
-            ("round", "log10 delta (at fixed epsilon)"),
-            one(log),
-            lo..hi,
+        let log = |d: f64| d.max(1e-300).log10();
+        let points = delta.into_iter().map(|(r, d)| (r, log(d))).collect();
+        let guide = budget.filter(|(kind, _)| kind == "delta");
+        (
+            points,
+            "log10 delta (at fixed epsilon)",
+            guide.map(|(_, d)| log(d)),
         )
-    }
+    };
+    let ys = (points.iter().map(|p| p.1)).chain(guide);
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| {
+        (lo.min(y), hi.max(y))
+    });
+    let y_range = match y_desc {
+        "epsilon spent" => 0.0..hi * 1.1 + 1e-9,
+        _ => lo.floor()..hi.ceil() + 0.5,
+    };
+    let chart = Chart {
+        y_range,
+        guide: guide.map(|y| ("budget".to_owned(), y)),
+        ..Chart::per_round(title, y_desc)
+    };
+    line_chart(
+        &run.join("privacy.svg"),
+        chart,
+        vec![(y_desc.to_owned(), points)],
+    )
 }
 
 #[cfg(test)]

@@ -96,7 +96,13 @@ fn private_sim_reports_its_privacy_and_plots_it() {
          [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
          [privacy]\nmode = \"central\"\nnoise_multiplier = 2.0\nepsilon = 50.0",
     );
-    assert!(out.join("privacy.svg").is_file());
+    // The privacy plot draws the budget, and its rounds are whole numbers (the y labels carry
+    // a decimal point, so a bare "2" is an x tick).
+    let svg = std::fs::read_to_string(out.join("privacy.svg")).unwrap();
+    let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+    assert!(texts.contains(&"budget"), "no budget line");
+    assert!(["1", "2", "3"].iter().all(|t| texts.contains(t)), "round ticks");
+    assert!(!texts.contains(&"0.5") && !texts.contains(&"2.5"), "fractional round ticks");
     assert!(out.join("ledger.jsonl").is_file());
     assert_eq!(summary["accountant"], "pld");
     assert_eq!(summary["sampling"], "poisson");
