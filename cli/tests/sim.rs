@@ -101,8 +101,14 @@ fn private_sim_reports_its_privacy_and_plots_it() {
     let svg = std::fs::read_to_string(out.join("privacy.svg")).unwrap();
     let texts: Vec<&str> = svg.lines().map(str::trim).collect();
     assert!(texts.contains(&"budget"), "no budget line");
-    assert!(["1", "2", "3"].iter().all(|t| texts.contains(t)), "round ticks");
-    assert!(!texts.contains(&"0.5") && !texts.contains(&"2.5"), "fractional round ticks");
+    assert!(
+        ["1", "2", "3"].iter().all(|t| texts.contains(t)),
+        "round ticks"
+    );
+    assert!(
+        !texts.contains(&"0.5") && !texts.contains(&"2.5"),
+        "fractional round ticks"
+    );
     assert!(out.join("ledger.jsonl").is_file());
     assert_eq!(summary["accountant"], "pld");
     assert_eq!(summary["sampling"], "poisson");
