@@ -216,4 +216,31 @@ mod tests {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
     }
+
+    /// Every metric `deploy/grafana-dashboard.json` queries is one the server exposes.
+    #[test]
+    fn the_grafana_dashboard_queries_exposed_metrics() {
+        let dashboard = include_str!("../../deploy/grafana-dashboard.json");
+        let text = Telemetry::default().render(0);
+        let mut names: Vec<&str> = dashboard
+            .match_indices("fl_")
+            .map(|(at, _)| {
+                let rest = &dashboard[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 10, "{names:?}");
+        for name in names {
+            let exposed = text.lines().any(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+            });
+            assert!(exposed, "the dashboard queries {name}, not in\n{text}");
+        }
+    }
 }
