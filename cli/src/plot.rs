@@ -43,25 +43,30 @@ pub enum XAxis {
     Epsilon,
 }
 
-/// `(x, test accuracy)` of a run along `x`.
+/// A metrics line's accuracy: the server's test accuracy, or where the server has no test set
+/// (an external model) the federated evaluation's.
+fn accuracy(line: &serde_json::Value) -> Option<f64> {
+    (line["test_accuracy"].as_f64()).or(line["federated_eval"]["accuracy"].as_f64())
+}
+
+/// `(x, accuracy)` of a run along `x`, over the rounds that have an accuracy.
 fn accuracy_along(run: &Path, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
     let mut sent = 0.0;
-    read_rows(run)?
-        .into_iter()
-        .map(|v| {
-            let field = |k: &str| {
-                v[k].as_f64()
-                    .with_context(|| format!("{}: line without `{k}`", run.display()))
-            };
-            sent += field("bytes_up")? + field("bytes_down")?;
-            let at = match x {
-                XAxis::Round => field("round")?,
-                XAxis::Megabytes => sent / 1e6,
-                XAxis::Epsilon => field("epsilon")?,
-            };
-            Ok((at, field("test_accuracy")?))
-        })
-        .collect()
+    let mut points = Vec::new();
+    for v in read_rows(run)? {
+        let field = |k: &str| {
+            v[k].as_f64()
+                .with_context(|| format!("{}: line without `{k}`", run.display()))
+        };
+        sent += field("bytes_up")? + field("bytes_down")?;
+        let at = match x {
+            XAxis::Round => field("round")?,
+            XAxis::Megabytes => sent / 1e6,
+            XAxis::Epsilon => field("epsilon")?,
+        };
+        points.extend(accuracy(&v).map(|a| (at, a)));
+    }
+    Ok(points)
 }
 
 /// Colours of successive series.
@@ -250,12 +255,11 @@ fn budget(run: &Path) -> Option<(String, f64)> {
 /// Writes `accuracy.svg`, and `privacy.svg` when the run is private, with its budget as a
 /// dashed line.
 pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
-    let accuracy = read_series(run, "test_accuracy")?;
     let one = |points| vec![(String::new(), points)];
     line_chart(
         &run.join("accuracy.svg"),
         Chart::per_round(title, "test accuracy"),
-        one(accuracy),
+        one(accuracy_along(run, XAxis::Round)?),
     )?;
     let epsilon = read_series(run, "epsilon")?;
     let delta = read_series(run, "delta")?;
@@ -301,6 +305,25 @@ pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run of an external model (no test set) is drawn from its federated evaluation.
+    #[test]
+    fn an_external_model_run_plots_its_federated_accuracy() {
+        let dir = std::env::temp_dir().join(format!("fl-plot-external-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |round: u32, acc: &str| {
+            format!(
+                "{{\"round\":{round},\"bytes_up\":1,\"bytes_down\":1,\"test_accuracy\":null,\
+                 \"federated_eval\":{acc}}}\n"
+            )
+        };
+        let metrics = line(1, "null") + &line(2, r#"{"accuracy":0.8}"#);
+        std::fs::write(dir.join("metrics.jsonl"), metrics).unwrap();
+        assert_eq!(accuracy_along(&dir, XAxis::Round).unwrap(), [(2.0, 0.8)]);
+        plot_run(&dir, "external").unwrap();
+        assert!(dir.join("accuracy.svg").is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A sweep's table becomes one line per label, with the labels in the legend; a table
     /// without the needed columns is refused by name.
