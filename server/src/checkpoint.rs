@@ -122,6 +122,11 @@ impl Checkpoint {
         write_atomic(&dir.join(FILE), &file)
     }
 
+    /// Whether `dir` holds a checkpoint.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(FILE).is_file()
+    }
+
     /// Reads `dir/checkpoint.safetensors`.
     pub fn read(dir: &Path) -> std::io::Result<Self> {
         let invalid = |e: String| {

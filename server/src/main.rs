@@ -91,6 +91,11 @@ struct Args {
     /// (only --listen may change).
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     resume: Option<PathBuf>,
+    /// With --config: when the run folder already holds a checkpoint (a server restarted or
+    /// rescheduled, e.g. by Kubernetes), resume that run as --resume would, listening where the
+    /// configuration says; otherwise start the configured run.
+    #[arg(long, requires = "config")]
+    resume_existing: bool,
 }
 
 impl Args {
@@ -144,6 +149,43 @@ impl Args {
     }
 }
 
+/// The run to serve: a fresh one from the configuration, or an interrupted one (its folder and
+/// checkpoint) with its own configuration, of which only where it listens may change.
+type Start = (Option<(PathBuf, Checkpoint)>, RunConfig);
+
+/// What `args` ask to serve (--resume, --resume-existing with a checkpoint, or a fresh run).
+fn start(args: Args) -> anyhow::Result<Start> {
+    let (listen, metrics_listen, dir) = match &args.resume {
+        Some(dir) => (
+            args.listen.clone(),
+            args.metrics_listen.clone(),
+            dir.clone(),
+        ),
+        None => {
+            let resume_existing = args.resume_existing;
+            let fresh = args.resolve()?;
+            let out = fresh.server.out.clone();
+            if !(resume_existing && Checkpoint::exists(&out)) {
+                return Ok((None, fresh));
+            }
+            tracing::info!(run = %out.display(), "the run folder holds a checkpoint: resuming it");
+            let s = fresh.server;
+            (Some(s.listen), s.metrics_listen, out)
+        }
+    };
+    let mut checkpoint = Checkpoint::read(&dir)
+        .with_context(|| format!("reading the checkpoint in {}", dir.display()))?;
+    let c = &mut checkpoint.progress.config;
+    if let Some(listen) = listen {
+        c.server.listen = listen;
+    }
+    if let Some(metrics) = metrics_listen {
+        c.server.metrics_listen = Some(metrics);
+    }
+    let config = c.clone();
+    Ok((Some((dir, checkpoint)), config))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -155,24 +197,7 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let mut resume = match &args.resume {
-        Some(dir) => Some((dir.clone(), Checkpoint::read(dir)?)),
-        None => None,
-    };
-    let config = match &mut resume {
-        Some((_, checkpoint)) => {
-            // The interrupted run's configuration; only where it listens may change.
-            let c = &mut checkpoint.progress.config;
-            if let Some(listen) = &args.listen {
-                c.server.listen = listen.clone();
-            }
-            if let Some(metrics) = &args.metrics_listen {
-                c.server.metrics_listen = Some(metrics.clone());
-            }
-            c.clone()
-        }
-        None => args.resolve()?,
-    };
+    let (resume, config) = start(args)?;
     // The server evaluates a built-in network on the test set; it cannot run an external model.
     let test = match config.model.is_external() {
         true => None,

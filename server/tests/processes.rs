@@ -166,6 +166,54 @@ fn sigterm_stops_a_training_server_in_order() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// `--resume-existing` (what a Kubernetes StatefulSet runs): the first start trains the configured
+/// run; after SIGTERM the same command resumes it from its checkpoint instead of starting over,
+/// so the run's metrics lines before the restart stay the first lines after it.
+#[test]
+fn resume_existing_continues_the_run_in_its_folder() {
+    let dir = std::env::temp_dir().join(format!("fl-resume-existing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("run");
+    let config = dir.join("run.toml");
+    let body = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nclients = 2\nclients_per_round = 2\nrounds = 1000\n\
+         out = \"{}\"\n[model]\nkind = \"logistic\"\n[data]\nsource = \"{}\"\n",
+        out.display(),
+        procs::mnist()
+    );
+    std::fs::write(&config, body).unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let read = || std::fs::read_to_string(&metrics).unwrap_or_default();
+    // Runs the server until the metrics file has more than `lines` lines, then stops it.
+    let run_past = |name: &str, lines: usize| {
+        let args = ["--config", config.to_str().unwrap(), "--resume-existing"];
+        let (mut server, addr) = start_server(name, &args);
+        let mut client = start_client(name, &addr, &["--partition", "iid:2:0", "--simulate", "2"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while read().lines().count() <= lines {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no new round recorded"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let sent = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0);
+        assert!(wait(&mut server, Duration::from_secs(30)).success());
+        assert!(wait(&mut client, Duration::from_secs(30)).success());
+        read()
+    };
+    let before = run_past("resume-existing-1", 1);
+    let after = run_past("resume-existing-2", before.lines().count());
+    assert!(
+        after.starts_with(&before),
+        "the restarted server began a new run:\n{before}\n---\n{after}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `fl-client` refuses unusable privacy limits before it loads data or connects.
 #[test]
 fn client_refuses_unusable_privacy_limits() {
