@@ -32,3 +32,23 @@ fn shipped_configs_are_valid() {
         "expected the quickstart and the Geyer configs, found {seen}"
     );
 }
+
+/// The run configuration of the Kubernetes manifests (`deploy/k8s/config.yaml`'s `run.toml`)
+/// parses and passes start-up validation, with its run folder on the server's volume.
+#[test]
+fn the_kubernetes_run_config_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let yaml = std::fs::read_to_string(root.join("deploy/k8s/config.yaml")).unwrap();
+    let toml: String = (yaml.lines())
+        .skip_while(|l| l.trim() != "run.toml: |")
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(toml.contains("[server]"), "no run.toml in config.yaml");
+    let path = std::env::temp_dir().join(format!("fl-k8s-run-{}.toml", std::process::id()));
+    std::fs::write(&path, toml).unwrap();
+    let config = RunConfig::load(&path).unwrap_or_else(|e| panic!("deploy/k8s/config.yaml: {e}"));
+    std::fs::remove_file(&path).unwrap();
+    assert!(config.server.out.starts_with("/runs"));
+    assert_eq!(config.server.listen, "0.0.0.0:50051");
+}

@@ -6,6 +6,7 @@
 mod procs;
 
 use procs::{bin, start_client, start_server, wait};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -212,6 +213,28 @@ fn resume_existing_continues_the_run_in_its_folder() {
         "the restarted server began a new run:\n{before}\n---\n{after}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every flag the Kubernetes manifests pass (`deploy/k8s/`) is one the binaries take.
+#[test]
+fn the_kubernetes_manifests_pass_known_flags() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (manifest, binary) in [("server.yaml", "fl-server"), ("clients.yaml", "fl-client")] {
+        let yaml = std::fs::read_to_string(root.join("deploy/k8s").join(manifest)).unwrap();
+        let help = Command::new(bin(binary)).arg("--help").output().unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        let flags: Vec<&str> = (yaml.lines())
+            .filter_map(|l| l.trim().strip_prefix("- --"))
+            .map(|f| f.split('=').next().unwrap())
+            .collect();
+        assert!(flags.len() >= 4, "{manifest}: {flags:?}");
+        for flag in flags {
+            assert!(
+                help.contains(&format!("--{flag} ")) || help.contains(&format!("--{flag}\n")),
+                "{manifest}: {binary} has no --{flag}"
+            );
+        }
+    }
 }
 
 /// `fl-client` refuses unusable privacy limits before it loads data or connects.
