@@ -210,6 +210,15 @@ async fn central_rounds_release_whatever_the_number_of_participants() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// DP-FTRL over the K clients, 2 per round (trees of K/m = 3 rounds), nodes of z = 3.
+fn ftrl_config(out: &std::path::Path, rounds: u64) -> RunConfig {
+    let mut config = private_config(out, Sampling::Fixed, rounds);
+    config.privacy.mode = PrivacyMode::DpFtrl;
+    config.server.clients_per_round = 2.0.into();
+    config.privacy.noise_multiplier = 3.0.into();
+    config
+}
+
 /// DP-FTRL end to end: trees of K/m = 3 rounds restart, each round's ledger entry is its step
 /// (zero-out neighbours), only steps 1 and 2 of a tree add a node (epsilon stays at step 3), the
 /// run stops at the first round whose node would cross the budget, and the ledger alone
@@ -218,10 +227,7 @@ async fn central_rounds_release_whatever_the_number_of_participants() {
 async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
     use fl_common::privacy::{Neighbours, TreeRound, tree_nodes};
     let out = temp("ftrl");
-    let mut config = private_config(&out, Sampling::Fixed, 1000);
-    config.privacy.mode = PrivacyMode::DpFtrl;
-    config.server.clients_per_round = 2.0.into();
-    config.privacy.noise_multiplier = 3.0.into();
+    let config = ftrl_config(&out, 1000);
     let budget = config.privacy.budget();
     let Budget::Epsilon { epsilon, delta } = budget else {
         unreachable!()
@@ -281,10 +287,7 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_ftrl_keeps_its_tree_out_of_checkpoints_and_restarts_it_on_resume() {
     let out = temp("ftrl-resume");
-    let mut config = private_config(&out, Sampling::Fixed, 4);
-    config.privacy.mode = PrivacyMode::DpFtrl;
-    config.server.clients_per_round = 2.0.into();
-    config.privacy.noise_multiplier = 3.0.into();
+    let mut config = ftrl_config(&out, 4);
     config.privacy.epsilon = 100.0;
     run(config).await;
     let mut checkpoint = fl_server::checkpoint::Checkpoint::read(&out).unwrap();
