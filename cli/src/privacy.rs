@@ -112,19 +112,19 @@ impl Args {
         }
     }
 
-    /// The round (a tree's Gaussian node under DP-FTRL) and how many of them `rounds` rounds
-    /// hold.
-    fn event(&self, sigma: f64, rounds: u64) -> anyhow::Result<(PrivacyEvent, u64)> {
+    /// The Gaussian rounds that `rounds` rounds hold, as (q, sampling, count): under DP-FTRL the
+    /// trees' nodes, each without sampling.
+    fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64)> {
         Ok(match self.tree_rounds {
-            Some(n) => {
-                let node = GaussianRound::new(1.0, sigma, Sampling::Poisson)?;
-                (node.into(), tree_nodes(rounds, n))
-            }
-            None => (
-                GaussianRound::new(self.q()?, sigma, self.sampling)?.into(),
-                rounds,
-            ),
+            Some(n) => (1.0, Sampling::Poisson, tree_nodes(rounds, n)),
+            None => (self.q()?, self.sampling, rounds),
         })
+    }
+
+    /// The Gaussian round at `sigma` and how many of them `rounds` rounds hold.
+    fn event(&self, sigma: f64, rounds: u64) -> anyhow::Result<(PrivacyEvent, u64)> {
+        let (q, sampling, count) = self.gaussian_rounds(rounds)?;
+        Ok((GaussianRound::new(q, sigma, sampling)?.into(), count))
     }
 
     /// The accountant after `rounds` rounds at `sigma`.
@@ -221,12 +221,8 @@ pub fn run(question: Question) -> anyhow::Result<()> {
                 delta: Args::need(a.delta, "--delta")?,
             };
             let rounds = Args::need(a.rounds, "--rounds")?;
-            // Under DP-FTRL: the nodes, each a Gaussian round without sampling.
-            let (event, count) = a.event(1.0, rounds)?;
-            let PrivacyEvent::SampledGaussian(round) = event else {
-                unreachable!("Args::event gives Gaussian rounds")
-            };
-            let sigma = min_sigma(a.accountant()?, round.q, count, &budget, round.sampling)?;
+            let (q, sampling, count) = a.gaussian_rounds(rounds)?;
+            let sigma = min_sigma(a.accountant()?, q, count, &budget, sampling)?;
             let acc = a.after(sigma, rounds)?;
             let delta = Args::need(a.delta, "--delta")?;
             (
