@@ -75,7 +75,9 @@ fn parse_labelled(s: &str) -> Result<(String, PathBuf), String> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // The operator endpoints' addresses (the live page's URL) and warnings.
+                .unwrap_or_else(|_| "warn,fl_server::operator=info".into()),
         )
         .with_writer(std::io::stderr)
         // Colours only on a terminal: logs collected by docker or a file stay plain text.

@@ -16,6 +16,7 @@ use fl_proto::Frame;
 use fl_proto::v1::RoundTask;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
@@ -37,6 +38,8 @@ pub struct Clients {
     stop: watch::Receiver<bool>,
     /// The round's task, for clients sampled into it and those that come back.
     tasks: Option<RoundTasks>,
+    /// Clients refused since [`Clients::take_refused`] was last called.
+    refused: AtomicUsize,
 }
 
 /// The task of a round and which stream of each client got it.
@@ -61,6 +64,7 @@ impl Clients {
             events,
             stop,
             tasks: None,
+            refused: AtomicUsize::new(0),
         }
     }
 
@@ -184,11 +188,17 @@ impl Clients {
     /// without it.
     pub fn reject(&self, client: ClientId, rejection: Rejection) {
         tracing::warn!(client, error = %rejection, "update refused; client dropped");
+        self.refused.fetch_add(1, Ordering::Relaxed);
         if let Some(outbox) = self.shared.registry().disconnect(client) {
             tokio::spawn(async move {
                 let _ = outbox.send(Err(Box::new(rejection.into()))).await;
             });
         }
+    }
+
+    /// How many clients were refused since the last call (a round's count, taken at its end).
+    pub fn take_refused(&self) -> usize {
+        self.refused.swap(0, Ordering::Relaxed)
     }
 
     /// Tells every connected client that training is over and releases their streams.

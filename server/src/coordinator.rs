@@ -12,6 +12,7 @@ use crate::collection::{RoundWork, Tally};
 use crate::config::RunConfig;
 use crate::ids::ClientId;
 use crate::ledger::Ledger;
+use crate::live_page::LivePage;
 use crate::local_accounts::LocalAccounts;
 use crate::model_setup::TestSet;
 use crate::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
@@ -52,6 +53,8 @@ pub struct Coordinator {
     pub initial: Option<Vec<f32>>,
     /// The Prometheus metrics.
     pub telemetry: Arc<Telemetry>,
+    /// The live run page, when it is served.
+    pub page: Option<Arc<LivePage>>,
 }
 
 /// The run's totals, carried across rounds and checkpoints.
@@ -122,8 +125,12 @@ struct Evaluations {
 
 /// A round's own figures beyond its tally.
 struct RoundCounts {
+    /// Clients with a live stream when it was planned.
+    connected: usize,
     /// |Z_t|.
     sampled: usize,
+    /// Clients refused during it.
+    refused: usize,
     /// Bytes sent in the round.
     bytes_down: u64,
     /// When the round started.
@@ -133,6 +140,7 @@ struct RoundCounts {
 /// A round as fixed before its tasks go out.
 struct Planned {
     ctx: RoundContext,
+    connected: usize,
     sampled: BTreeSet<ClientId>,
     prepared: crate::collection::Prepared,
 }
@@ -162,6 +170,9 @@ impl Coordinator {
             self.folder.write_local_privacy(&accounts.per_client())?;
         }
         self.folder.write_summary(&summary)?;
+        if let Some(page) = &self.page {
+            page.finish(stopped_by);
+        }
         Ok(summary)
     }
 
@@ -254,7 +265,9 @@ impl Coordinator {
         let down = down + tally.stage_bytes_down;
         totals.add(&tally, down, skipped.is_none());
         let counts = RoundCounts {
+            connected: planned.connected,
             sampled: planned.sampled.len(),
+            refused: self.clients.take_refused(),
             bytes_down: down,
             started: t0,
         };
@@ -295,6 +308,7 @@ impl Coordinator {
         let (ctx, sampled) = (plan.ctx, plan.sampled);
         Ok(Ok(Planned {
             ctx,
+            connected: connected.len(),
             sampled,
             prepared,
         }))
@@ -407,9 +421,11 @@ impl Coordinator {
         RoundMetrics {
             secagg: tally.secagg.clone(),
             round,
+            connected: counts.connected,
             sampled,
             completed: tally.completed,
             dropped: sampled - tally.completed,
+            refused: counts.refused,
             applied: skipped.is_none(),
             skipped,
             clip_bound: outcome.clip_bound,
@@ -450,6 +466,9 @@ impl Coordinator {
         }
         self.folder.append_round(&metrics)?;
         self.telemetry.observe(&metrics);
+        if let Some(page) = &self.page {
+            page.publish(&metrics, self.pipeline.ledger.as_ref());
+        }
         if let Some(reason) = &metrics.skipped {
             tracing::warn!(round = metrics.round, %reason, "round skipped, model unchanged");
         }

@@ -4,6 +4,7 @@
 
 use fl_common::privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::Path;
 
@@ -73,7 +74,13 @@ pub struct Ledger {
     /// A round spent just before a crash whose result never left the server (see
     /// [`Ledger::reopen`]).
     unreleased: Option<LedgerEntry>,
+    /// The last [`RECENT`] entries, for the live page.
+    recent: VecDeque<LedgerEntry>,
 }
+
+/// Entries a ledger keeps in memory: the live page's [`LEDGER_TAIL`] and the at most two lines
+/// of a round spent but not yet published.
+const RECENT: usize = crate::live_page::LEDGER_TAIL + 2;
 
 impl Ledger {
     /// Starts `dir/ledger.jsonl` afresh under `terms`.
@@ -83,6 +90,7 @@ impl Ledger {
             accountant: terms.accountant.accountant(),
             terms,
             unreleased: None,
+            recent: VecDeque::new(),
         })
     }
 
@@ -99,7 +107,7 @@ impl Ledger {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let mut accountant = terms.accountant.accountant();
         let mut keep = 0;
-        let mut after = Vec::new();
+        let (mut after, mut recent) = (Vec::new(), VecDeque::new());
         for line in text.split_inclusive('\n') {
             match serde_json::from_str::<LedgerEntry>(line.trim_end()) {
                 Ok(entry) if line.ends_with('\n') => {
@@ -119,6 +127,7 @@ impl Ledger {
                     }
                     accountant.compose(&entry.event, 1);
                     keep += line.len();
+                    push_recent(&mut recent, entry.clone());
                     if entry.round > checkpointed {
                         after.push(entry);
                     }
@@ -141,6 +150,7 @@ impl Ledger {
             accountant,
             terms,
             unreleased,
+            recent,
         })
     }
 
@@ -194,7 +204,14 @@ impl Ledger {
         self.file.write_all(&line)?;
         self.file.sync_data()?;
         self.accountant.compose(&entry.event, 1);
+        push_recent(&mut self.recent, entry);
         Ok(())
+    }
+
+    /// The last entries of rounds up to `round`, oldest first: those a page may show once
+    /// `round` is published.
+    pub fn recent_through(&self, round: u64) -> impl Iterator<Item = &LedgerEntry> {
+        self.recent.iter().filter(move |e| e.round <= round)
     }
 
     /// (epsilon, delta) spent so far, stated the way the budget is: epsilon at the budget's
@@ -212,6 +229,14 @@ impl Ledger {
     pub fn accountant_name(&self) -> &'static str {
         self.accountant.name()
     }
+}
+
+/// Appends `entry` to `recent`, forgetting the oldest beyond [`RECENT`].
+fn push_recent(recent: &mut VecDeque<LedgerEntry>, entry: LedgerEntry) {
+    if recent.len() == RECENT {
+        recent.pop_front();
+    }
+    recent.push_back(entry);
 }
 
 fn spent(accountant: &dyn Accountant, budget: &Budget) -> (f64, f64) {

@@ -22,9 +22,11 @@ pub mod framer;
 pub mod ids;
 mod join_gate;
 pub mod ledger;
+pub mod live_page;
 pub mod local_accounts;
 pub mod model_file;
 pub mod model_setup;
+mod operator;
 pub mod outbox;
 pub mod output;
 pub mod policy;
@@ -46,6 +48,7 @@ use credentials::Credentials;
 use fl_common::data::Dataset;
 use fl_common::secagg::PlainInputs;
 use ledger::Ledger;
+use live_page::LivePage;
 use output::{RoundMetrics, RunFolder, Summary};
 use registry::Registry;
 use shared::Shared;
@@ -147,10 +150,25 @@ async fn run_server(
     }
     let telemetry = Arc::new(Telemetry::default());
     let (done_tx, done_rx) = watch::channel(false);
+    let operator = config.server.operator_token.as_ref().map(|t| t.digest());
     if let Some(addr) = &config.server.metrics_listen {
+        let app = telemetry::router(telemetry.clone(), shared.clone());
         let done = transport::signalled(done_rx.clone());
-        transport::spawn_metrics(addr, telemetry.clone(), shared.clone(), done).await?;
+        operator::spawn_endpoint("metrics", addr, app, operator, done).await?;
     }
+    let page = match &config.server.page_listen {
+        Some(addr) => {
+            let ledger = pipeline.ledger.as_ref();
+            let page = LivePage::new(&config, &start.model, ledger, folder.rounds()?)
+                .map(Arc::new)
+                .map_err(|e| ServerError::Internal(e.to_string()))?;
+            let app = live_page::router(page.clone(), shared.clone());
+            let done = transport::signalled(done_rx.clone());
+            operator::spawn_endpoint("live run page", addr, app, operator, done).await?;
+            Some(page)
+        }
+        None => None,
+    };
     let done = transport::signalled(done_rx);
     let serving = transport::spawn_grpc(&config.server, listener, shared.clone(), done)?;
     let result = coordinator::Coordinator {
@@ -165,6 +183,7 @@ async fn run_server(
         resume: checkpoint,
         initial: start.initial,
         telemetry,
+        page,
     }
     .run()
     .await;

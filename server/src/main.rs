@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use fl_common::data::DataSource;
 use fl_server::checkpoint::Checkpoint;
-use fl_server::config::{ModelKind, RunConfig};
+use fl_server::config::{ModelKind, RunConfig, ServerSection};
 use fl_server::credentials::Token;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -67,6 +67,14 @@ struct Args {
     /// Address of the Prometheus endpoint (GET /metrics), e.g. 0.0.0.0:9100.
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Address of the live run page, e.g. 127.0.0.1:8080 (beyond loopback it needs
+    /// --operator-token).
+    #[arg(long)]
+    page_listen: Option<String>,
+    /// Token the live run page and the metrics endpoint require (HTTP Basic password or Bearer
+    /// token). Prefer the FL_OPERATOR_TOKEN environment variable.
+    #[arg(long, env = "FL_OPERATOR_TOKEN", hide_env_values = true)]
+    operator_token: Option<String>,
     /// Seed (reproducible experiments only; not for production privacy).
     #[arg(long)]
     seed: Option<u64>,
@@ -88,7 +96,7 @@ struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
     overrides: Vec<String>,
     /// Resume the interrupted run in this folder from its checkpoint, with its configuration
-    /// (only --listen may change).
+    /// (only --listen, --metrics-listen, --page-listen and --operator-token may change).
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     resume: Option<PathBuf>,
     /// With --config: when the run folder already holds a checkpoint (a server restarted or
@@ -100,6 +108,7 @@ struct Args {
 
 impl Args {
     fn resolve(self) -> anyhow::Result<RunConfig> {
+        let endpoints = self.operator_endpoints();
         let mut c = match &self.config {
             Some(path) => RunConfig::load_with(path, &self.overrides)?,
             None => RunConfig::default(),
@@ -128,9 +137,7 @@ impl Args {
         if self.seed.is_some() {
             c.server.seed = self.seed;
         }
-        if self.metrics_listen.is_some() {
-            c.server.metrics_listen = self.metrics_listen;
-        }
+        endpoints.apply(&mut c.server);
         if self.tls_cert.is_some() {
             c.server.tls_cert = self.tls_cert;
             c.server.tls_key = self.tls_key;
@@ -149,18 +156,49 @@ impl Args {
     }
 }
 
+/// Where the operator's endpoints listen and the token they require: what flags may change, also
+/// for a resumed run.
+#[derive(Debug)]
+struct OperatorEndpoints {
+    metrics_listen: Option<String>,
+    page_listen: Option<String>,
+    operator_token: Option<Token>,
+}
+
+impl OperatorEndpoints {
+    /// Sets in `s` what was given.
+    fn apply(self, s: &mut ServerSection) {
+        if self.metrics_listen.is_some() {
+            s.metrics_listen = self.metrics_listen;
+        }
+        if self.page_listen.is_some() {
+            s.page_listen = self.page_listen;
+        }
+        if self.operator_token.is_some() {
+            s.operator_token = self.operator_token;
+        }
+    }
+}
+
+impl Args {
+    fn operator_endpoints(&self) -> OperatorEndpoints {
+        OperatorEndpoints {
+            metrics_listen: self.metrics_listen.clone(),
+            page_listen: self.page_listen.clone(),
+            operator_token: self.operator_token.as_deref().map(Token::new),
+        }
+    }
+}
+
 /// The run to serve: a fresh one from the configuration, or an interrupted one (its folder and
-/// checkpoint) with its own configuration, of which only where it listens may change.
+/// checkpoint) with its own configuration, of which only where it and its operator endpoints
+/// listen, and the operator token, may change.
 type Start = (Option<(PathBuf, Checkpoint)>, RunConfig);
 
 /// What `args` ask to serve (--resume, --resume-existing with a checkpoint, or a fresh run).
 fn start(args: Args) -> anyhow::Result<Start> {
-    let (listen, metrics_listen, dir) = match &args.resume {
-        Some(dir) => (
-            args.listen.clone(),
-            args.metrics_listen.clone(),
-            dir.clone(),
-        ),
+    let (listen, endpoints, dir) = match &args.resume {
+        Some(dir) => (args.listen.clone(), args.operator_endpoints(), dir.clone()),
         None => {
             let resume_existing = args.resume_existing;
             let fresh = args.resolve()?;
@@ -169,8 +207,14 @@ fn start(args: Args) -> anyhow::Result<Start> {
                 return Ok((None, fresh));
             }
             tracing::info!(run = %out.display(), "the run folder holds a checkpoint: resuming it");
+            // The configuration's endpoints and token, or the flags' (already in `fresh`).
             let s = fresh.server;
-            (Some(s.listen), s.metrics_listen, out)
+            let endpoints = OperatorEndpoints {
+                metrics_listen: s.metrics_listen,
+                page_listen: s.page_listen,
+                operator_token: s.operator_token,
+            };
+            (Some(s.listen), endpoints, out)
         }
     };
     let mut checkpoint = Checkpoint::read(&dir)
@@ -179,9 +223,8 @@ fn start(args: Args) -> anyhow::Result<Start> {
     if let Some(listen) = listen {
         c.server.listen = listen;
     }
-    if let Some(metrics) = metrics_listen {
-        c.server.metrics_listen = Some(metrics);
-    }
+    endpoints.apply(&mut c.server);
+    c.validate()?;
     let config = c.clone();
     Ok((Some((dir, checkpoint)), config))
 }

@@ -13,12 +13,19 @@ use std::path::{Path, PathBuf};
 pub struct RoundMetrics {
     /// Round number, from 1.
     pub round: u64,
+    /// Clients with a live stream when the round was planned.
+    #[serde(default)]
+    pub connected: usize,
     /// Clients sampled.
     pub sampled: usize,
     /// Results absorbed into the aggregate.
     pub completed: usize,
     /// Sampled clients that gave no usable result (gone, timed out, failed or refused).
     pub dropped: usize,
+    /// Clients whose messages the round refused (malformed, out of turn, or not what the round's
+    /// mechanism asks for); their streams were ended.
+    #[serde(default)]
+    pub refused: usize,
     /// Whether the global model changed (at least `min_clients` results, and a sound aggregate).
     pub applied: bool,
     /// Why the round left the model unchanged, when it did.
@@ -244,6 +251,14 @@ impl RunFolder {
             dir: dir.to_owned(),
             metrics,
         })
+    }
+
+    /// The rounds `metrics.jsonl` holds (a reopened run's earlier ones), in order.
+    pub fn rounds(&self) -> std::io::Result<Vec<RoundMetrics>> {
+        let text = std::fs::read_to_string(self.dir.join("metrics.jsonl"))?;
+        text.lines()
+            .map(|line| serde_json::from_str(line).map_err(std::io::Error::other))
+            .collect()
     }
 
     /// The folder.

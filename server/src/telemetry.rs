@@ -11,7 +11,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use tokio::net::TcpListener;
 
 /// The server's metrics.
 #[derive(Debug)]
@@ -146,14 +145,9 @@ impl Telemetry {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `done` resolves.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    telemetry: Arc<Telemetry>,
-    shared: Arc<Shared>,
-    done: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = axum::Router::new().route(
+/// The router of `GET /metrics` (served by [`crate::operator`]).
+pub fn router(telemetry: Arc<Telemetry>, shared: Arc<Shared>) -> axum::Router {
+    axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || async move {
             let connected = shared.registry().connected().len();
@@ -165,10 +159,7 @@ pub async fn serve_metrics(
                 telemetry.render(connected),
             )
         }),
-    );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(done)
-        .await
+    )
 }
 
 #[cfg(test)]
@@ -180,9 +171,11 @@ mod tests {
         let t = Telemetry::default();
         let m = RoundMetrics {
             round: 3,
+            connected: 12,
             sampled: 10,
             completed: 9,
             dropped: 1,
+            refused: 1,
             applied: true,
             skipped: None,
             clip_bound: None,

@@ -1,12 +1,11 @@
 //! The transport at the edge: the gRPC server (TLS, keep-alive, a tracing span per RPC, the
-//! guarded accept loop), the Prometheus endpoint, and their bounded drain at the end of a run.
+//! guarded accept loop) and its bounded drain at the end of a run.
 
 use crate::accept;
-use crate::config::{ConfigError, ServerSection};
+use crate::config::{ConfigError, ServerSection, is_loopback};
 use crate::service::FederationService;
 use crate::session::Routes;
 use crate::shared::Shared;
-use crate::telemetry::{self, Telemetry};
 use crate::{MAX_MESSAGE_BYTES, ServerError};
 use fl_proto::v1::federation_server::FederationServer;
 use std::future::Future;
@@ -63,39 +62,10 @@ pub async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error>>) {
     }
 }
 
-/// Serves Prometheus metrics at `addr` until `done`.
-pub async fn spawn_metrics(
-    addr: &str,
-    telemetry: Arc<Telemetry>,
-    shared: Arc<Shared>,
-    done: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
-    let listener = TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    tracing::info!(address = %bound, "Prometheus metrics at /metrics");
-    if !bound.ip().is_loopback() {
-        tracing::warn!(
-            address = %bound,
-            "the metrics endpoint is reachable beyond this host: its counts (clients connected, \
-             dropped, updates) are curator-side figures the privacy guarantee does not cover"
-        );
-    }
-    tokio::spawn(async move {
-        if let Err(e) = telemetry::serve_metrics(listener, telemetry, shared, done).await {
-            tracing::warn!(error = %e, "metrics endpoint failed");
-        }
-    });
-    Ok(())
-}
-
 /// A transport builder with TLS (and client certificates) when the configuration asks for it.
 fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
     let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
-        let loopback = s
-            .listen
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| a.ip().is_loopback());
-        if !loopback {
+        if !is_loopback(&s.listen) {
             tracing::warn!("TLS is off: updates and models travel in clear text");
         }
         return Ok(Server::builder());

@@ -4,35 +4,12 @@
 mod support;
 
 use fl_server::config::PrivacyMode;
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// A plain HTTP/1.1 GET of `/metrics`, blocking.
-fn scrape(addr: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_the_rounds() {
     let out = std::env::temp_dir().join(format!("fl-metrics-{}", std::process::id()));
-    // A free port picked now; the server binds it.
-    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    let metrics_addr = support::free_loopback_addr();
     let mut config = support::evil_config(&out);
     config.server.metrics_listen = Some(metrics_addr.clone());
     config.privacy.mode = PrivacyMode::Central;
@@ -43,7 +20,7 @@ async fn metrics_follow_the_rounds() {
     // The observer runs on the round loop's worker: the blocking scrape hands that worker's
     // queued tasks (the metrics endpoint among them) to another thread first.
     let observer: fl_server::Observer = Arc::new(move |_round| {
-        let text = tokio::task::block_in_place(|| scrape(&addr));
+        let text = tokio::task::block_in_place(|| support::http_get(&addr, "/metrics", None));
         seen.lock().unwrap().push(text);
     });
     let support::TestServer {

@@ -28,7 +28,7 @@ pub use plan::PrivacyPlan;
 pub use privacy::{BudgetKind, PrivacyMode, PrivacySection};
 pub use robust::{Aggregator, RobustSection};
 pub use secagg::{SecAggGraph, SecAggNoise, SecAggSection};
-pub use server::ServerSection;
+pub use server::{ServerSection, is_loopback};
 pub use train::{Algorithm, ServerOptimizerKind, TrainSection};
 
 use serde::{Deserialize, Serialize};

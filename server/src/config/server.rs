@@ -53,6 +53,13 @@ pub struct ServerSection {
     pub max_idle_clients: usize,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
+    /// Address of the live run page (`GET /`, see [`crate::live_page`]); none serves no page.
+    /// An address beyond loopback needs `operator_token`.
+    pub page_listen: Option<String>,
+    /// The operator's token (in clear, or as `sha256:HEX`; always written out as its digest):
+    /// when set, the live run page and the metrics endpoint answer only requests that present
+    /// it, as the password of HTTP Basic authentication or as `Authorization: Bearer TOKEN`.
+    pub operator_token: Option<Token>,
     /// Joins (and partition requests) allowed per second from one address; more get
     /// RESOURCE_EXHAUSTED and retry later.
     pub join_rate: f64,
@@ -87,6 +94,8 @@ impl Default for ServerSection {
             forget_after_secs: 120.0,
             max_idle_clients: 20_000,
             metrics_listen: None,
+            page_listen: None,
+            operator_token: None,
             join_rate: 100.0,
             join_burst: 2000,
             tls_cert: None,
@@ -159,6 +168,15 @@ impl ServerSection {
                 "server.join_rate must be positive and server.join_burst at least 1".into(),
             ),
             (
+                s.page_listen.as_deref().is_none_or(is_loopback) || s.operator_token.is_some(),
+                format!(
+                    "server.page_listen {:?} is reachable beyond this host: set \
+                     server.operator_token (fl-server --operator-token, or FL_OPERATOR_TOKEN) \
+                     so that only operators can read the run",
+                    s.page_listen.as_deref().unwrap_or_default()
+                ),
+            ),
+            (
                 s.tls_cert.is_some() == s.tls_key.is_some()
                     && (s.tls_client_ca.is_none() || s.tls_cert.is_some()),
                 "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
@@ -174,5 +192,15 @@ impl ServerSection {
             &format!("between 1 and clients (K = {})", s.clients),
         )
         .map_err(ConfigError::Invalid)
+    }
+}
+
+/// Whether `addr` (`HOST:PORT`) names a loopback address: a loopback IP, or `localhost`.
+pub fn is_loopback(addr: &str) -> bool {
+    match addr.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => addr
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
     }
 }

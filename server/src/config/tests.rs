@@ -61,3 +61,18 @@ fn overrides_set_keys_in_any_section() {
     assert!(set(&["server.clients=0"]).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The live run page binds beyond loopback only behind the operator's token.
+#[test]
+fn a_page_beyond_loopback_needs_the_operator_token() {
+    let mut c = RunConfig::default();
+    for open in ["127.0.0.1:8080", "[::1]:0", "localhost:8080"] {
+        c.server.page_listen = Some(open.into());
+        c.validate().unwrap();
+    }
+    c.server.page_listen = Some("0.0.0.0:8080".into());
+    let refused = c.validate().unwrap_err().to_string();
+    assert!(refused.contains("server.operator_token"), "{refused}");
+    c.server.operator_token = Some(crate::credentials::Token::new("an operator's secret"));
+    c.validate().unwrap();
+}

@@ -134,6 +134,32 @@ pub async fn raw_hello(
     Ok((tx, inbound))
 }
 
+/// A loopback address with a port free now, for a server to bind (an endpoint whose address
+/// comes from the configuration).
+pub fn free_loopback_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// A plain HTTP/1.1 GET of `path` at `addr` with an optional `Authorization` header, blocking:
+/// the whole response, status line first.
+pub fn http_get(addr: &str, path: &str, authorization: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
 /// The lines of a run folder's `metrics.jsonl`.
 pub fn read_metrics(out: &Path) -> Vec<RoundMetrics> {
     std::fs::read_to_string(out.join("metrics.jsonl"))

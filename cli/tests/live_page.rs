@@ -1,0 +1,161 @@
+//! The live run page in a real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
+//! installs; `CHROMIUM` names another binary) opens the page of a running `fl sim` once two rounds
+//! are done, runs its script, and the rounds it shows carry the test accuracy and epsilon of
+//! `metrics.jsonl`. Ignored by `cargo test`, as it needs the browser:
+//! `cargo test -p fl-cli --test live_page -- --ignored`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the simulation gets to start its page and run two rounds, and the browser to load it.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `fl sim` of a long private run in `dir` with its page on a free loopback port; returns
+/// the process and the page's URL, read from its log.
+fn start_sim(dir: &Path) -> (Killed, String) {
+    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
+    let config = dir.join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nclients = 5\nclients_per_round = 3\nrounds = 100000\n\
+             page_listen = \"127.0.0.1:0\"\n\
+             [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
+             [privacy]\nmode = \"central\"\nnoise_multiplier = 2.0\naccountant = \"rdp\"\n\
+             epsilon = 1000.0\n\
+             [data]\nsource = \"mnist:{}\"\npartition = \"iid\"\n",
+            mnist.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["sim", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(dir.join("run"))
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let sim = Killed(child);
+    // The line `... operator endpoint what=live run page url=http://127.0.0.1:PORT/`; the rest
+    // of the log is read on, so that the simulation never writes into a closed pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some((_, url)) = line.split_once("live run page url=") {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(DEADLINE)
+        .expect("fl sim logs the page's URL");
+    (sim, url)
+}
+
+/// Waits until `metrics.jsonl` in `run` has `rounds` lines.
+fn wait_for_rounds(run: &Path, rounds: usize, started: Instant) {
+    loop {
+        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
+        if text.lines().count() >= rounds {
+            return;
+        }
+        assert!(started.elapsed() < DEADLINE, "no {rounds} rounds in time");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The page's DOM once Chromium has run its script for a few (virtual) seconds.
+fn rendered(url: &str, profile: &Path) -> String {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let mut child = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{chromium}: {e} (apt-get install chromium)"));
+    let mut stdout = child.stdout.take().unwrap();
+    let browser = Killed(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut dom = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut dom);
+        let _ = tx.send(dom);
+    });
+    let dom = rx.recv_timeout(DEADLINE).expect("chromium answers in time");
+    drop(browser);
+    dom
+}
+
+/// The text of the first `<td class="{class}">` in `row`.
+fn cell<'a>(row: &'a str, class: &str) -> &'a str {
+    let open = format!("<td class=\"{class}\">");
+    let start = row
+        .find(&open)
+        .unwrap_or_else(|| panic!("no {class} in {row}"))
+        + open.len();
+    let end = row[start..].find("</td>").unwrap() + start;
+    &row[start..end]
+}
+
+#[test]
+#[ignore = "needs Debian's chromium: .ci/run installs it and runs this test"]
+fn chromium_shows_the_rounds_of_a_running_sim() {
+    let dir = std::env::temp_dir().join(format!("fl-live-page-browser-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let (sim, url) = start_sim(&dir);
+    let run = dir.join("run");
+    wait_for_rounds(&run, 2, started);
+    let dom = rendered(&url, &dir.join("profile"));
+    // Every round the page shows was in metrics.jsonl before; read it after the browser.
+    let metrics: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    drop(sim);
+
+    let rows: Vec<&str> = dom.split("<tr data-round=\"").skip(1).collect();
+    assert!(rows.len() >= 2, "fewer than two rounds on the page:\n{dom}");
+    for row in &rows {
+        let round: usize = row[..row.find('"').unwrap()].parse().unwrap();
+        let line = &metrics[round - 1];
+        assert_eq!(line["round"], round);
+        let accuracy = format!("{:.4}", line["test_accuracy"].as_f64().unwrap());
+        let epsilon = format!("{:.4}", line["epsilon"].as_f64().unwrap());
+        assert_eq!(cell(row, "accuracy"), accuracy, "round {round}");
+        assert_eq!(cell(row, "epsilon"), epsilon, "round {round}");
+    }
+    // The newest round heads the table and the tile; the budget is drawn as the stop line.
+    let newest: usize = rows[0][..rows[0].find('"').unwrap()].parse().unwrap();
+    assert!(dom.contains(&format!(
+        "<span id=\"round\" class=\"value\">{newest}</span>"
+    )));
+    assert!(dom.contains("budget ε = 1000: training stops before this line"));
+    assert!(dom.contains("<span id=\"mode\" class=\"badge\">central</span>"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
