@@ -78,9 +78,9 @@ pub struct Ledger {
     recent: VecDeque<LedgerEntry>,
 }
 
-/// Entries a ledger keeps in memory: the live page's [`LEDGER_TAIL`] and the at most two lines
-/// of a round spent but not yet published.
-const RECENT: usize = crate::live_page::LEDGER_TAIL + 2;
+/// Entries a ledger keeps in memory for [`Ledger::recent_through`]: the live page's ten and the
+/// at most two lines (a charge and its settlement) of a round spent but not yet published.
+const RECENT: usize = 12;
 
 impl Ledger {
     /// Starts `dir/ledger.jsonl` afresh under `terms`.

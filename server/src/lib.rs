@@ -119,19 +119,7 @@ async fn run_server(
     config.validate_for_server()?;
     warn_on_short_token(&config);
     let start = model_setup::starting_model(&config, test, checkpoint.as_ref())?;
-    let folder = match &checkpoint {
-        Some(c) => {
-            let last = c.progress.last_round.clone().map(|mut line| {
-                // The line's evaluation is that of the checkpoint's model (Progress::last_round).
-                let eval = start.test.as_ref().map(|t| t.evaluate(&c.model));
-                line.test_accuracy = eval.as_ref().map(|e| e.accuracy);
-                line.test_loss = eval.map(|e| e.loss);
-                line
-            });
-            RunFolder::reopen(&config.server.out, c.progress.round, last.as_ref())?
-        }
-        None => RunFolder::create(&config.server.out)?,
-    };
+    let folder = open_folder(&config, checkpoint.as_ref(), start.test.as_ref())?;
     let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
     let pipeline =
         build::pipeline(
@@ -150,25 +138,16 @@ async fn run_server(
     }
     let telemetry = Arc::new(Telemetry::default());
     let (done_tx, done_rx) = watch::channel(false);
-    let operator = config.server.operator_token.as_ref().map(|t| t.digest());
-    if let Some(addr) = &config.server.metrics_listen {
-        let app = telemetry::router(telemetry.clone(), shared.clone());
-        let done = transport::signalled(done_rx.clone());
-        operator::spawn_endpoint("metrics", addr, app, operator, done).await?;
-    }
     let page = match &config.server.page_listen {
-        Some(addr) => {
+        Some(_) => {
             let ledger = pipeline.ledger.as_ref();
-            let page = LivePage::new(&config, &start.model, ledger, folder.rounds()?)
-                .map(Arc::new)
-                .map_err(|e| ServerError::Internal(e.to_string()))?;
-            let app = live_page::router(page.clone(), shared.clone());
-            let done = transport::signalled(done_rx.clone());
-            operator::spawn_endpoint("live run page", addr, app, operator, done).await?;
-            Some(page)
+            let page = LivePage::new(&config, &start.model, ledger, folder.rounds()?)?;
+            Some(Arc::new(page))
         }
         None => None,
     };
+    let endpoints = (telemetry.clone(), page.clone(), shared.clone());
+    spawn_operator_endpoints(&config.server, endpoints, &done_rx).await?;
     let done = transport::signalled(done_rx);
     let serving = transport::spawn_grpc(&config.server, listener, shared.clone(), done)?;
     let result = coordinator::Coordinator {
@@ -191,6 +170,45 @@ async fn run_server(
     let _ = done_tx.send(true);
     transport::drain(serving).await;
     result
+}
+
+/// The run folder: a fresh one, or the interrupted run's reopened at its `checkpoint`.
+fn open_folder(
+    config: &RunConfig,
+    checkpoint: Option<&Checkpoint>,
+    test: Option<&model_setup::TestSet>,
+) -> std::io::Result<RunFolder> {
+    let Some(c) = checkpoint else {
+        return RunFolder::create(&config.server.out);
+    };
+    let last = c.progress.last_round.clone().map(|mut line| {
+        // The line's evaluation is that of the checkpoint's model (Progress::last_round).
+        let eval = test.map(|t| t.evaluate(&c.model));
+        line.test_accuracy = eval.as_ref().map(|e| e.accuracy);
+        line.test_loss = eval.map(|e| e.loss);
+        line
+    });
+    RunFolder::reopen(&config.server.out, c.progress.round, last.as_ref())
+}
+
+/// Serves the metrics and the live page where `s` asks, until `done`.
+async fn spawn_operator_endpoints(
+    s: &config::ServerSection,
+    (telemetry, page, shared): (Arc<Telemetry>, Option<Arc<LivePage>>, Arc<Shared>),
+    done: &watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    let token = s.operator_token.as_ref().map(|t| t.digest());
+    if let Some(addr) = &s.metrics_listen {
+        let app = telemetry::router(telemetry, shared.clone());
+        let done = transport::signalled(done.clone());
+        operator::spawn_endpoint("metrics", addr, app, token, done).await?;
+    }
+    if let (Some(addr), Some(page)) = (&s.page_listen, page) {
+        let app = live_page::router(page, shared);
+        let done = transport::signalled(done.clone());
+        operator::spawn_endpoint("live run page", addr, app, token, done).await?;
+    }
+    Ok(())
 }
 
 /// Warns when a shared token is short enough to be guessed back from its digest.

@@ -23,8 +23,8 @@ use fl_common::model::Model;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Ledger entries the page shows.
-pub const LEDGER_TAIL: usize = 10;
+/// Ledger entries the page shows (the ledger keeps a few more, see `Ledger::recent_through`).
+const LEDGER_TAIL: usize = 10;
 
 /// The page's own files.
 const PAGE_HTML: &str = include_str!("page.html");
@@ -104,24 +104,23 @@ impl LivePage {
         model: &Model,
         ledger: Option<&Ledger>,
         earlier: Vec<RoundMetrics>,
-    ) -> Result<Self, serde_json::Error> {
+    ) -> std::io::Result<Self> {
         let mut whole = serde_json::to_value(config)?;
         if let Some(server) = whole.get_mut("server").and_then(|s| s.as_object_mut()) {
             server.remove("token");
             server.remove("operator_token");
         }
+        // Described, not acted on: the sections as the configuration file has them.
+        let privacy = serde_json::to_value(&config.privacy)?;
         let run = RunDescription {
-            mode: serde_json::to_value(config.privacy.mode)?
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
+            mode: privacy["mode"].as_str().unwrap_or_default().to_owned(),
             model: model.to_string(),
             clients: config.server.clients,
             clients_per_round: config.server.clients_per_round.to_string(),
             rounds: config.server.rounds,
             budget: ledger.map(|l| l.terms().budget),
             accountant: ledger.map(|l| l.accountant_name().to_owned()),
-            privacy: serde_json::to_value(&config.privacy)?,
+            privacy,
             config: whole,
         };
         let last = earlier.last().map_or(0, |m| m.round);

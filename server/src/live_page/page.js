@@ -183,12 +183,23 @@ function drawPrivacy(xmax) {
   }
   const spent = {
     label: `${budget.symbol} spent`,
-    points: state.rounds.filter((m) => m[budget.key] !== null).map((m) => [m.round, m[budget.key]]),
+    points: state.rounds.filter((m) => m[budget.key] > 0).map((m) => [m.round, m[budget.key]]),
   };
-  const top = Math.max(budget.limit, ...spent.points.map((p) => p[1])) * 1.12;
+  const line = { y: budget.limit, label: `budget ${budget.symbol} = ${budget.limit}: training stops before this line` };
+  if (budget.key === "epsilon") {
+    const top = Math.max(budget.limit, ...spent.points.map((p) => p[1])) * 1.12;
+    drawChart(svg, { xmax, ymin: 0, ymax: top, series: [spent], format: budget.format, lines: [line] });
+    return;
+  }
+  // delta grows by orders of magnitude until the last rounds: drawn as log10(delta), whole decades.
+  show("privacy-caption", "Privacy spent against the budget (δ at a fixed ε, log scale)");
+  const log = (v) => Math.log10(v);
+  const logged = { label: spent.label, points: spent.points.map(([r, v]) => [r, log(v)]) };
+  const lowest = Math.min(log(budget.limit) - 1, ...logged.points.map((p) => p[1]));
+  const step = Math.max(1, niceStep((log(budget.limit) - lowest) / 5));
   drawChart(svg, {
-    xmax, ymin: 0, ymax: top, series: [spent], format: budget.format,
-    lines: [{ y: budget.limit, label: `budget ${budget.symbol} = ${budget.limit}: training stops before this line` }],
+    xmax, ymin: Math.floor(lowest / step) * step, ymax: log(budget.limit) + 0.5, step,
+    series: [logged], format: (v) => `1e${Math.round(v)}`, lines: [{ ...line, y: log(budget.limit) }],
   });
 }
 
@@ -222,14 +233,15 @@ function element(name, attributes, content) {
   return e;
 }
 
-/// A line chart of rounds 1..xmax against [ymin, ymax], with labelled horizontal lines.
-function drawChart(svg, { xmax, ymin, ymax, series, format, lines = [], empty = "no round yet" }) {
+/// A line chart of rounds 1..xmax against [ymin, ymax] (y ticks `step` apart, or a nice step),
+/// with labelled horizontal lines.
+function drawChart(svg, { xmax, ymin, ymax, series, format, step, lines = [], empty = "no round yet" }) {
   const [width, height, left, right, top, bottom] = [480, 240, 52, 14, 12, 30];
   const x = (r) => left + ((r - 1) / (xmax - 1)) * (width - left - right);
   const y = (v) => top + (1 - (v - ymin) / (ymax - ymin)) * (height - top - bottom);
   svg.replaceChildren();
-  const step = niceStep((ymax - ymin) / 5);
-  for (let v = ymin; v <= ymax + 1e-12; v += step) {
+  const yStep = step || niceStep((ymax - ymin) / 5);
+  for (let v = ymin; v <= ymax + 1e-12; v += yStep) {
     svg.append(element("line", { class: "grid", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
     svg.append(element("text", { class: "tick", x: left - 6, y: y(v) + 4, "text-anchor": "end" }, format(v)));
   }
