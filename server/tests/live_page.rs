@@ -30,6 +30,16 @@ fn ledger_rounds(out: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// The run folder and configuration of a 3-client federation of `rounds` rounds with its page on
+/// a free loopback port.
+fn with_page(name: &str, rounds: u64) -> (std::path::PathBuf, fl_server::config::RunConfig) {
+    let out = std::env::temp_dir().join(format!("fl-live-page-{name}-{}", std::process::id()));
+    let mut config = support::evil_config(&out);
+    config.server.rounds = rounds;
+    config.server.page_listen = Some(support::free_loopback_addr());
+    (out, config)
+}
+
 /// What the page's JSON and the run folder held when round `round` was published.
 struct Seen {
     round: u64,
@@ -42,11 +52,8 @@ struct Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_published_rounds_behind_the_operator_token() {
-    let out = std::env::temp_dir().join(format!("fl-live-page-{}", std::process::id()));
-    let page_addr = support::free_loopback_addr();
-    let mut config = support::evil_config(&out);
-    config.server.rounds = 3;
-    config.server.page_listen = Some(page_addr.clone());
+    let (out, mut config) = with_page("shows", 3);
+    let page_addr = config.server.page_listen.clone().unwrap();
     config.server.metrics_listen = Some(support::free_loopback_addr());
     config.server.operator_token = Some(Token::new(TOKEN));
     config.privacy.mode = PrivacyMode::Central;
@@ -157,11 +164,8 @@ async fn the_page_shows_published_rounds_behind_the_operator_token() {
 /// `GET /api/run?after=N` leaves out the rounds the page already has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_asks_only_for_new_rounds() {
-    let out = std::env::temp_dir().join(format!("fl-live-page-after-{}", std::process::id()));
-    let page_addr = support::free_loopback_addr();
-    let mut config = support::evil_config(&out);
-    config.server.rounds = 2;
-    config.server.page_listen = Some(page_addr.clone());
+    let (out, config) = with_page("after", 2);
+    let page_addr = config.server.page_listen.clone().unwrap();
     let data = Arc::new(support::blobs(300));
     let after = Arc::new(Mutex::new(None));
     let (record, addr) = (after.clone(), page_addr.clone());
