@@ -54,6 +54,9 @@ async fn nan_update_is_refused() {
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("NaN"), "{status:?}");
     assert_round_went_on(&metrics, done);
+    // The round counts the refusal, and the next one no longer has the refused client.
+    let counts = |m: &RoundMetrics| (m.connected, m.refused);
+    assert_eq!((counts(&metrics[0]), counts(&metrics[1])), ((3, 1), (2, 0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
