@@ -31,6 +31,11 @@ pub struct SimArgs {
     /// `--set local.epsilon=2`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Serve the live run page at this address (without one: 127.0.0.1:8080); its URL is
+    /// logged.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1,
+          default_missing_value = fl_server::live_page::DEFAULT_ADDR)]
+    page_listen: Option<String>,
 }
 
 /// Runs the simulation; returns the summary.
@@ -44,6 +49,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     }
     if args.seed.is_some() {
         config.server.seed = args.seed;
+    }
+    if args.page_listen.is_some() {
+        config.server.page_listen = args.page_listen;
     }
     config.server.listen = "127.0.0.1:0".into();
     anyhow::ensure!(

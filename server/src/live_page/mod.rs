@@ -23,6 +23,9 @@ use fl_common::model::Model;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Where the page listens when its flag is given without an address: this host only.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+
 /// Ledger entries the page shows (the ledger keeps a few more, see `Ledger::recent_through`).
 const LEDGER_TAIL: usize = 10;
 
