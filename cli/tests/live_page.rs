@@ -67,11 +67,19 @@ fn start_sim(dir: &Path) -> (Killed, String) {
     (sim, url)
 }
 
+/// The complete lines of `metrics.jsonl` in `run` (the server may be appending the next one).
+fn metrics_lines(run: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    (complete.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Waits until `metrics.jsonl` in `run` has `rounds` lines.
 fn wait_for_rounds(run: &Path, rounds: usize, started: Instant) {
     loop {
-        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
-        if text.lines().count() >= rounds {
+        if metrics_lines(run).len() >= rounds {
             return;
         }
         assert!(started.elapsed() < DEADLINE, "no {rounds} rounds in time");
@@ -132,11 +140,7 @@ fn chromium_shows_the_rounds_of_a_running_sim() {
     wait_for_rounds(&run, 2, started);
     let dom = rendered(&url, &dir.join("profile"));
     // Every round the page shows was in metrics.jsonl before; read it after the browser.
-    let metrics: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let metrics = metrics_lines(&run);
     drop(sim);
 
     let rows: Vec<&str> = dom.split("<tr data-round=\"").skip(1).collect();
