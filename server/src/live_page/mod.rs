@@ -47,7 +47,7 @@ pub struct LivePage {
 }
 
 /// The run as configured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 struct RunDescription {
     /// `privacy.mode`.
     mode: String,
@@ -70,7 +70,7 @@ struct RunDescription {
 }
 
 /// What the coordinator has published.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PageState {
     rounds: Vec<RoundMetrics>,
     ledger: Vec<LedgerEntry>,
@@ -183,7 +183,7 @@ fn ledger_tail(ledger: Option<&Ledger>, round: u64) -> Vec<LedgerEntry> {
 /// The router of the page, its files and `GET /api/run`.
 pub fn router(page: Arc<LivePage>, shared: Arc<Shared>) -> axum::Router {
     let file = |content_type: &'static str, body: &'static str| {
-        axum::routing::get(move || async move { served(content_type, body.to_owned()) })
+        axum::routing::get(move || async move { served(content_type, body) })
     };
     axum::Router::new()
         .route("/", file("text/html; charset=utf-8", PAGE_HTML))
@@ -199,7 +199,7 @@ pub fn router(page: Arc<LivePage>, shared: Arc<Shared>) -> axum::Router {
 }
 
 /// A response of `content_type` that no cache keeps and no other page can frame or script.
-fn served(content_type: &'static str, body: String) -> impl IntoResponse {
+fn served(content_type: &'static str, body: impl IntoResponse) -> impl IntoResponse {
     (
         [
             (header::CONTENT_TYPE, content_type),
