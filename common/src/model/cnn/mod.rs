@@ -362,9 +362,11 @@ fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut Vec<f32>) {
     );
     for_each_window(layer, batch, |at, from| {
         let run = &mut patches[at..at + c];
-        match from {
-            Some(from) => run.copy_from_slice(&input[from..from + c]),
-            None => run.fill(0.0),
+        match (from, c) {
+            // One channel (a first layer's image): a plain load, not a call to memmove per value.
+            (Some(from), 1) => run[0] = input[from],
+            (Some(from), _) => run.copy_from_slice(&input[from..from + c]),
+            (None, _) => run.fill(0.0),
         }
     });
 }

@@ -58,17 +58,18 @@ fn the_small_problem_has_the_layout_of_its_layers() {
     );
 }
 
-/// The first layers' outputs against a convolution and a pooling written from their definitions.
-#[test]
-fn forward_is_convolution_then_pooling_by_definition() {
-    let (cnn, params, x, _) = small_problem(2);
-    let mut ws = CnnWorkspace::default();
-    cnn.forward(&params, x.view(), &mut ws);
-    let conv = cnn.layers()[3];
-    let (k, s, p) = (3usize, 2usize, 1usize);
+/// Layer `l`'s outputs for a batch of `batch` against the convolution written from its
+/// definition, with kernel k, stride s and padding p; its input is `input`.
+fn assert_convolution_by_definition(
+    (cnn, l, batch): (&Cnn, usize, usize),
+    params: &[f32],
+    input: &[f32],
+    output: &[f32],
+    (k, s, p): (usize, usize, usize),
+) {
+    let conv = cnn.layers()[l];
     let (i, o) = (conv.input, conv.output);
-    let input = &ws.outs[2];
-    for b in 0..3 {
+    for b in 0..batch {
         for (oy, ox, co) in itertools_product(o.height, o.width, o.channels) {
             // z[b, oy, ox, co] = b_co + sum_{ky, kx, ci} W[(ky, kx, ci), co] a[b, oy s + ky - p, ox s + kx - p, ci]
             let mut z = params[conv.bias_offset + co];
@@ -86,13 +87,23 @@ fn forward_is_convolution_then_pooling_by_definition() {
                     [conv.weight_offset + ((ky * k + kx) * i.channels + ci) * o.channels + co];
                 z += w * a;
             }
-            let got = ws.outs[3][((b * o.height + oy) * o.width + ox) * o.channels + co];
+            let got = output[((b * o.height + oy) * o.width + ox) * o.channels + co];
             assert!(
                 (got - z).abs() < 1e-5,
                 "conv at {b},{oy},{ox},{co}: {got} vs {z}"
             );
         }
     }
+}
+
+/// The first layers' outputs against a convolution and a pooling written from their definitions.
+#[test]
+fn forward_is_convolution_then_pooling_by_definition() {
+    let (cnn, params, x, _) = small_problem(2);
+    let mut ws = CnnWorkspace::default();
+    cnn.forward(&params, x.view(), &mut ws);
+    let (input, output) = (&ws.outs[2], &ws.outs[3]);
+    assert_convolution_by_definition((&cnn, 3, 3), &params, input, output, (3, 2, 1));
     let pool = cnn.layers()[2];
     let (i, o) = (pool.input, pool.output);
     for b in 0..3 {
@@ -107,6 +118,25 @@ fn forward_is_convolution_then_pooling_by_definition() {
             );
         }
     }
+}
+
+/// A convolution of a one-channel image (a first layer's, whose patches im2col gathers value by
+/// value) against its definition.
+#[test]
+fn a_one_channel_convolution_is_its_definition() {
+    let input = Shape {
+        height: 7,
+        width: 6,
+        channels: 1,
+    };
+    let cnn = Cnn::new(input, &layers(&["conv:4:3:pad1", "dense:2"])).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let params = random(&mut rng, cnn.num_params());
+    let x = Array2::from_shape_vec((2, input.len()), random(&mut rng, 2 * input.len())).unwrap();
+    let mut ws = CnnWorkspace::default();
+    cnn.forward(&params, x.view(), &mut ws);
+    let image = x.as_slice().unwrap();
+    assert_convolution_by_definition((&cnn, 0, 2), &params, image, &ws.outs[0], (3, 1, 1));
 }
 
 /// Every (a, b, c) with a < n0, b < n1, c < n2, in row-major order.
