@@ -8,7 +8,6 @@
 //! time, and never kept in clear.
 
 use crate::ServerError;
-use crate::config::is_loopback;
 use crate::credentials::Digest;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -33,7 +32,7 @@ pub async fn spawn_endpoint(
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(%what, url = %format!("http://{bound}/"), "operator endpoint");
-    if !is_loopback(&bound.to_string()) {
+    if !bound.ip().is_loopback() {
         tracing::warn!(
             %what,
             address = %bound,
