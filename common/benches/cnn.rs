@@ -90,7 +90,11 @@ fn cnn_epoch(c: &mut Criterion) {
                 let a = Array2::<f32>::from_elem((rows, f), 0.5);
                 let w = Array2::<f32>::from_elem((f, o), 0.01);
                 let z = Array2::<f32>::zeros((rows, o));
-                (a.clone(), w, z, a, delta)
+                // A dense layer's (one row per example) input delta is formed transposed, as
+                // training does.
+                let dense = r == 1;
+                let da = if dense { Array2::zeros((f, rows)) } else { a.clone() };
+                (a, w, z, da, delta.then_some(dense))
             })
             .collect();
         let mut mats = mats;
@@ -100,8 +104,11 @@ fn cnn_epoch(c: &mut Criterion) {
                     for (a, w, z, da, delta) in &mut mats {
                         mat_mul(1.0, &a.view(), &w.view(), 0.0, &mut z.view_mut());
                         mat_mul(1.0, &a.t(), &z.view(), 1.0, &mut w.view_mut());
-                        if *delta {
-                            mat_mul(1.0, &z.view(), &w.t(), 0.0, &mut da.view_mut());
+                        let mut da = da.view_mut();
+                        match delta {
+                            None => {}
+                            Some(false) => mat_mul(1.0, &z.view(), &w.t(), 0.0, &mut da),
+                            Some(true) => mat_mul(1.0, &w.view(), &z.t(), 0.0, &mut da),
                         }
                     }
                 }

@@ -225,14 +225,15 @@ impl Cnn {
                 LayerSpec::Conv { .. } => {
                     if wants_prev {
                         set_len(&mut ws.scratch, ws.patches[l].len());
-                        input_delta(layer, target.params(), &ws.delta, &mut ws.scratch);
+                        patch_delta(layer, target.params(), &ws.delta, &mut ws.scratch);
                         col2im(layer, batch, &ws.scratch, &mut ws.prev);
                     }
                     send_gradient(layer, &mut target, &ws.patches[l], &ws.delta);
                 }
                 LayerSpec::Dense { .. } => {
                     if wants_prev {
-                        input_delta(layer, target.params(), &ws.delta, &mut ws.prev);
+                        let (params, delta) = (target.params(), &ws.delta);
+                        dense_input_delta(layer, params, delta, &mut ws.scratch, &mut ws.prev);
                     }
                     send_gradient(layer, &mut target, input, &ws.delta);
                 }
@@ -287,13 +288,37 @@ fn affine(layer: &Placed, params: &[f32], input: &[f32], out: &mut [f32]) {
     mat_mul(1.0, &a, &w, 1.0, &mut z);
 }
 
-/// The delta of an affine layer's input rows: dA = dZ W^T.
-fn input_delta(layer: &Placed, params: &[f32], dz: &[f32], da: &mut [f32]) {
+/// The delta of a convolution's patch rows: dP = dZ W^T.
+fn patch_delta(layer: &Placed, params: &[f32], dz: &[f32], da: &mut [f32]) {
     let (w, b) = weights(layer, params);
     let rows = dz.len() / b.len();
     let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
     let mut da = ArrayViewMut2::from_shape((rows, layer.fan_in()), da).expect("rows of fan-in");
     mat_mul(1.0, &dz, &w.t(), 0.0, &mut da);
+}
+
+/// The delta of a dense layer's inputs, dA = dZ W^T (batch x fan-in), formed as its transpose
+/// dA^T = W dZ^T in `scratch` and then transposed into `da`. With a batch's few rows, the direct
+/// product had gemm pack all of W into panels for every step (fan-in x outputs values moved for
+/// batch times as many multiply-adds): 9 GFLOP/s for the FedAvg CNN's 3136 x 512 layer at B = 10,
+/// against 68 for the transposed form, where W^T is a right-hand side gemm reads in place
+/// (docs/performance.md, issue 29's second change).
+fn dense_input_delta(
+    layer: &Placed,
+    params: &[f32],
+    dz: &[f32],
+    scratch: &mut Vec<f32>,
+    da: &mut [f32],
+) {
+    let (w, b) = weights(layer, params);
+    let (rows, fan_in) = (dz.len() / b.len(), layer.fan_in());
+    set_len(scratch, rows * fan_in);
+    let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
+    let mut da_t = ArrayViewMut2::from_shape((fan_in, rows), scratch).expect("fan-in x rows");
+    mat_mul(1.0, &w, &dz.t(), 0.0, &mut da_t);
+    ArrayViewMut2::from_shape((rows, fan_in), da)
+        .expect("rows of fan-in")
+        .assign(&da_t.t());
 }
 
 /// Sends an affine layer's gradient to `target`: dW = A^T dZ, db = sum_rows dZ.
