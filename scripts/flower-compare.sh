@@ -8,6 +8,9 @@
 #
 #   scripts/flower-compare.sh [RUNS] [ROUNDS] [MODEL]   (defaults 3 100 mlp; on an idle machine)
 #
+# With COMPETING_LOAD=1 a busy loop (one Python process spinning) runs on the side for the whole
+# comparison: both systems then share the two cores with it.
+#
 # The first run makes a venv in ${FLOWER_VENV:-target/flower-venv} with flwr[simulation]==1.41.0
 # and torch==2.15.0 from PyPI (about 6 GB).
 set -euo pipefail
@@ -30,6 +33,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 cargo build --release --quiet -p fl-cli
 out=$(mktemp -d)
+if [ "${COMPETING_LOAD:-0}" = 1 ]; then
+  python3 -c 'while True: pass' &
+  load=$!
+  trap 'kill $load' EXIT
+fi
 for i in $(seq 1 "$runs"); do
   ./target/release/fl sim --config "$config" --set train.epochs="$FLOWER_EPOCHS" \
     --set train.batch_size="$FLOWER_BATCH" --set train.learning_rate="$FLOWER_LR" \

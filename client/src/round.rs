@@ -13,6 +13,7 @@
 
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::admm::primal_step;
+use fl_common::cores::CoreBudget;
 use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
 use fl_common::task::{AdmmStep, Task};
 use rand::SeedableRng;
@@ -127,6 +128,14 @@ fn evaluation(work: &Work, trainer: &dyn Trainer) -> Option<Evaluation> {
     }
 }
 
+/// Runs `work` (a trainer's steps) holding one of the process's cores, which it shares with
+/// the other clients' training and, in `fl sim`, the server's test evaluation. The federated
+/// evaluation runs after the hold is given back: its workers hold cores of their own.
+fn on_a_core<T>(work: impl FnOnce() -> T) -> T {
+    let _core = CoreBudget::process().hold();
+    work()
+}
+
 /// The request the trainer gets.
 fn request(work: &Work) -> TrainRequest {
     TrainRequest {
@@ -147,11 +156,11 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
             let sgd = trainer
                 .built_in()
                 .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
-            let (weights, loss) = sgd.train_clipped_l1(&request, global, clip)?;
+            let (weights, loss) = on_a_core(|| sgd.train_clipped_l1(&request, global, clip))?;
             (weights, Some(loss), sgd.examples())
         }
         _ => {
-            let t = trainer.train(&request, global).map_err(trainer_failed)?;
+            let t = on_a_core(|| trainer.train(&request, global)).map_err(trainer_failed)?;
             (t.weights, t.loss, t.examples)
         }
     };
@@ -204,7 +213,8 @@ fn admm_step(
         None => f64::INFINITY,
         Some(m) => m.admm_clip()?,
     };
-    let (gradient_sum, loss) = sgd.clipped_gradient_sum(&work.task.model, point, clip)?;
+    let (gradient_sum, loss) =
+        on_a_core(|| sgd.clipped_gradient_sum(&work.task.model, point, clip))?;
     let z = primal_step(anchor, &gradient_sum, step.rho, step.total_examples);
     match mechanism {
         None => Ok(Computed::Plain {

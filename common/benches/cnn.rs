@@ -93,7 +93,11 @@ fn cnn_epoch(c: &mut Criterion) {
                 // A dense layer's (one row per example) input delta is formed transposed, as
                 // training does.
                 let dense = r == 1;
-                let da = if dense { Array2::zeros((f, rows)) } else { a.clone() };
+                let da = if dense {
+                    Array2::zeros((f, rows))
+                } else {
+                    a.clone()
+                };
                 (a, w, z, da, delta.then_some(dense))
             })
             .collect();

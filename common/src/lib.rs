@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod admm;
+pub mod cores;
 pub mod data;
 pub mod model;
 pub mod privacy;

@@ -1,10 +1,12 @@
 //! Local training (mini-batch SGD, McMahan et al. 2017's ClientUpdate) and evaluation.
 
 use super::{Architecture, ModelSpec, Workspace, loss_and_grad_in, loss_and_step_in};
+use crate::cores::CoreBudget;
 use crate::data::Dataset;
 use ndarray::ArrayView2;
 use rand::Rng;
 use rand::seq::SliceRandom;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What the server asks a client to do locally in a round.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -197,24 +199,38 @@ fn eval_batch(spec: &ModelSpec) -> usize {
 }
 
 /// Accuracy and mean cross-entropy of `params` on all of `data`, its batches spread over the
-/// machine's cores (the server evaluates every round while the clients wait). The result does
-/// not depend on the number of cores: per-batch sums are added in batch order.
+/// process's cores ([`CoreBudget::process`]: shared with the clients' training in `fl sim`).
 pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation {
+    evaluate_within(spec, params, data, CoreBudget::process())
+}
+
+/// [`evaluate`] on the cores of `budget`: as many workers as it has cores, each holding one for
+/// each batch it takes. The result does not depend on the number of cores or on which worker
+/// took which batch: per-batch sums are added in batch order.
+fn evaluate_within(
+    spec: &ModelSpec,
+    params: &[f32],
+    data: &Dataset,
+    budget: &CoreBudget,
+) -> Evaluation {
     let batch = eval_batch(spec);
-    let starts: Vec<usize> = (0..data.len()).step_by(batch).collect();
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let per_thread = starts.len().div_ceil(threads).max(1);
-    let sums: Vec<(usize, f64)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = starts
-            .chunks(per_thread)
-            .map(|mine| {
-                scope.spawn(move || {
+    let batches = data.len().div_ceil(batch);
+    let next = AtomicUsize::new(0);
+    let mut sums: Vec<(usize, (usize, f64))> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..budget.cores().min(batches))
+            .map(|_| {
+                scope.spawn(|| {
                     let mut workspace = Workspace::default();
-                    let mut at = |&start: &usize| {
-                        let end = (start + batch).min(data.len());
-                        evaluate_batch(spec, params, data, start..end, &mut workspace)
-                    };
-                    mine.iter().map(&mut at).collect::<Vec<_>>()
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= batches {
+                            return mine;
+                        }
+                        let range = i * batch..((i + 1) * batch).min(data.len());
+                        let _core = budget.hold();
+                        mine.push((i, evaluate_batch(spec, params, data, range, &mut workspace)));
+                    }
                 })
             })
             .collect();
@@ -223,9 +239,10 @@ pub fn evaluate(spec: &ModelSpec, params: &[f32], data: &Dataset) -> Evaluation 
             .flat_map(|w| w.join().expect("evaluation does not panic"))
             .collect()
     });
+    sums.sort_unstable_by_key(|&(i, _)| i);
     let (correct, loss) = sums
         .into_iter()
-        .fold((0, 0.0), |(c, l), (bc, bl)| (c + bc, l + bl));
+        .fold((0, 0.0), |(c, l), (_, (bc, bl))| (c + bc, l + bl));
     let n = data.len().max(1) as f64;
     Evaluation {
         accuracy: correct as f64 / n,
@@ -407,5 +424,36 @@ mod tests {
         let got = evaluate(&spec, &params, &data);
         assert_eq!(got.accuracy, correct as f64 / n as f64);
         assert!((got.loss - loss / n as f64).abs() < 1e-6, "{got:?}");
+    }
+
+    /// An evaluation takes its cores from the budget: with the only core held elsewhere it
+    /// waits, then finishes once the core is free, with the figures of any number of cores.
+    #[test]
+    fn evaluation_waits_for_the_budgets_cores() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let n = 3 * EVAL_BATCH + 11;
+        let labels: Vec<u32> = (0..n).map(|_| rng.random_range(0..3)).collect();
+        let features = Array2::from_shape_fn((n, 5), |_| rng.random_range(-1.0f32..1.0));
+        let data = Dataset::new(features, labels, 3).unwrap();
+        let spec = ModelSpec::mlp(5, &[7], 3).unwrap();
+        let params = spec.init(&mut rng);
+        let one = CoreBudget::new(1);
+        let held = one.hold();
+        std::thread::scope(|s| {
+            let evaluation = s.spawn(|| evaluate_within(&spec, &params, &data, &one));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while one.waiting() == 0 {
+                assert!(!evaluation.is_finished(), "evaluated without a core");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never asked for a core"
+                );
+                std::thread::yield_now();
+            }
+            drop(held);
+            let on_one = evaluation.join().unwrap();
+            let on_three = evaluate_within(&spec, &params, &data, &CoreBudget::new(3));
+            assert_eq!(on_one, on_three);
+        });
     }
 }
