@@ -400,17 +400,29 @@ mod tests {
         assert!((f64::from(loss) - after.loss).abs() < 0.2);
     }
 
+    /// `n` random examples of `inputs` features and `classes` labels from `seed`, an MLP with
+    /// one hidden layer of `hidden` units and its initial parameters.
+    fn random_problem(
+        seed: u64,
+        n: usize,
+        (inputs, hidden, classes): (usize, usize, u32),
+    ) -> (Dataset, ModelSpec, Vec<f32>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let labels: Vec<u32> = (0..n).map(|_| rng.random_range(0..classes)).collect();
+        let features = Array2::from_shape_fn((n, inputs), |_| rng.random_range(-1.0f32..1.0));
+        let classes = classes as usize;
+        let data = Dataset::new(features, labels, classes).unwrap();
+        let spec = ModelSpec::mlp(inputs, &[hidden], classes).unwrap();
+        let params = spec.init(&mut rng);
+        (data, spec, params)
+    }
+
     /// The batched, multi-threaded evaluation against the straightforward one: all examples in
     /// one forward pass, accuracy and mean cross-entropy by their definitions.
     #[test]
     fn evaluation_over_threads_equals_the_plain_definition() {
-        let mut rng = ChaCha8Rng::seed_from_u64(8);
         let n = 2 * EVAL_BATCH + 377;
-        let labels: Vec<u32> = (0..n).map(|_| rng.random_range(0..4)).collect();
-        let features = Array2::from_shape_fn((n, 6), |_| rng.random_range(-1.0f32..1.0));
-        let data = Dataset::new(features, labels, 4).unwrap();
-        let spec = ModelSpec::mlp(6, &[9], 4).unwrap();
-        let params = spec.init(&mut rng);
+        let (data, spec, params) = random_problem(8, n, (6, 9, 4));
         let mut workspace = Workspace::default();
         let logits =
             super::super::logits_in(&spec, &params, data.features().view(), &mut workspace);
@@ -430,13 +442,7 @@ mod tests {
     /// waits, then finishes once the core is free, with the figures of any number of cores.
     #[test]
     fn evaluation_waits_for_the_budgets_cores() {
-        let mut rng = ChaCha8Rng::seed_from_u64(9);
-        let n = 3 * EVAL_BATCH + 11;
-        let labels: Vec<u32> = (0..n).map(|_| rng.random_range(0..3)).collect();
-        let features = Array2::from_shape_fn((n, 5), |_| rng.random_range(-1.0f32..1.0));
-        let data = Dataset::new(features, labels, 3).unwrap();
-        let spec = ModelSpec::mlp(5, &[7], 3).unwrap();
-        let params = spec.init(&mut rng);
+        let (data, spec, params) = random_problem(9, 3 * EVAL_BATCH + 11, (5, 7, 3));
         let one = CoreBudget::new(1);
         let held = one.hold();
         std::thread::scope(|s| {
