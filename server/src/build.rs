@@ -121,7 +121,7 @@ pub fn pipeline(
         }
     };
     // The optimizer acts on what the stack released: post-processing of any mechanism's output.
-    let strategy = match config.train.server_optimizer() {
+    let strategy = match config.train.server_optimizer(config.server.rounds) {
         Some(opt) => Box::new(ServerOptimizer::new(opt).around(strategy)),
         None => strategy,
     };

@@ -209,7 +209,7 @@ async fn an_optimizer_leaves_the_ledger_unchanged() {
         c.privacy.noise_multiplier = 1.0.into();
         c.privacy.epsilon = 50.0;
         c.train.server_optimizer = optimizer;
-        c.train.server_learning_rate = 0.01;
+        c.train.server_learning_rate = 0.01.into();
         let data = Arc::new(support::blobs(400));
         let server = support::start_server(c, data.clone(), None, None).await;
         support::spawn_clients(&server.endpoint, &data, 4, None);

@@ -2,6 +2,7 @@
 
 use crate::strategy::{ServerOptimizerConfig, ServerStep};
 use fl_common::model::LocalConfig;
+use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
 /// The training algorithm.
@@ -18,7 +19,7 @@ pub enum Algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerOptimizerKind {
-    /// x_{t+1} = the aggregate's model: FedAvg's step of 1.
+    /// x_{t+1} = x_t + eta_t Delta_t: the aggregate's model itself at eta = 1.
     FedAvg,
     /// Server momentum.
     FedAvgM,
@@ -45,8 +46,9 @@ pub struct TrainSection {
     pub learning_rate: f32,
     /// The server optimizer: `fedavg` (default), `fedavgm`, `fedadagrad`, `fedadam`, `fedyogi`.
     pub server_optimizer: ServerOptimizerKind,
-    /// eta_g: the server learning rate (`fedavg` takes a step of 1 whatever it says).
-    pub server_learning_rate: f64,
+    /// eta_g: the server learning rate, a number or a per-round schedule (`{ steps = [[1, 1.0],
+    /// [80, 0.3]] }`, or `{ linear = [1.0, 0.1] }` over `server.rounds`).
+    pub server_learning_rate: Schedule,
     /// beta_1: FedAvgM's momentum, the adaptive optimizers' first-moment decay.
     pub server_momentum: f64,
     /// beta_2: FedAdam's and FedYogi's second-moment decay.
@@ -63,7 +65,7 @@ impl Default for TrainSection {
             batch_size: 10,
             learning_rate: 0.05,
             server_optimizer: ServerOptimizerKind::FedAvg,
-            server_learning_rate: 1.0,
+            server_learning_rate: Schedule::Constant(1.0),
             server_momentum: 0.9,
             server_beta2: 0.99,
             server_tau: 1e-3,
@@ -75,22 +77,25 @@ impl TrainSection {
     /// Checks the server optimizer's settings.
     pub(super) fn validate_server_optimizer(&self) -> Result<(), String> {
         let unit = |x: f64| (0.0..1.0).contains(&x);
-        if !(self.server_learning_rate > 0.0 && self.server_learning_rate.is_finite()) {
-            return Err("train.server_learning_rate must be > 0".into());
-        }
+        let positive = |x: f64| x > 0.0 && x.is_finite();
+        (self.server_learning_rate).check("train.server_learning_rate", positive, "> 0")?;
         if !unit(self.server_momentum) || !unit(self.server_beta2) {
             return Err("train.server_momentum and train.server_beta2 must be in [0, 1)".into());
         }
-        if !(self.server_tau > 0.0 && self.server_tau.is_finite()) {
+        if !positive(self.server_tau) {
             return Err("train.server_tau must be > 0".into());
         }
         Ok(())
     }
 
-    /// The server optimizer's settings; `None` for FedAvg's plain step.
-    pub fn server_optimizer(&self) -> Option<ServerOptimizerConfig> {
+    /// The server optimizer's settings over `rounds` rounds (T of a linear schedule); `None`
+    /// for FedAvg's step of 1, which takes the aggregate's model as it is.
+    pub fn server_optimizer(&self, rounds: u64) -> Option<ServerOptimizerConfig> {
         let step = match self.server_optimizer {
-            ServerOptimizerKind::FedAvg => return None,
+            ServerOptimizerKind::FedAvg if self.server_learning_rate == Schedule::Constant(1.0) => {
+                return None;
+            }
+            ServerOptimizerKind::FedAvg => ServerStep::Sgd,
             ServerOptimizerKind::FedAvgM => ServerStep::Momentum {
                 momentum: self.server_momentum,
             },
@@ -100,7 +105,8 @@ impl TrainSection {
         };
         Some(ServerOptimizerConfig {
             step,
-            learning_rate: self.server_learning_rate,
+            learning_rate: self.server_learning_rate.clone(),
+            rounds,
             beta1: self.server_momentum,
             beta2: self.server_beta2,
             tau: self.server_tau,
@@ -128,12 +134,12 @@ mod tests {
     #[test]
     fn server_optimizer_settings_are_checked() {
         let mut c = RunConfig::default();
-        assert_eq!(c.train.server_optimizer(), None);
+        assert_eq!(c.train.server_optimizer(10), None);
         c.train.server_optimizer = ServerOptimizerKind::FedYogi;
         c.validate().unwrap();
-        assert!(c.train.server_optimizer().is_some());
+        assert!(c.train.server_optimizer(10).is_some());
         for edit in [
-            |c: &mut RunConfig| c.train.server_learning_rate = 0.0,
+            |c: &mut RunConfig| c.train.server_learning_rate = 0.0.into(),
             |c: &mut RunConfig| c.train.server_momentum = 1.0,
             |c: &mut RunConfig| c.train.server_beta2 = -0.1,
             |c: &mut RunConfig| c.train.server_tau = f64::NAN,

@@ -2,6 +2,8 @@
 //! Optimization", Algorithm 2; FedAvgM after Hsu et al. 2019 and McMahan et al. 2018's DP-FedAvg
 //! with server momentum). The inner strategy's next model x' gives the pseudo-gradient
 //! Delta_t = x' - x_t, and the layer takes an optimizer step with it instead of x_{t+1} = x'.
+//! The server learning rate eta_t may follow a schedule: under noise, a decaying eta_t lowers the
+//! noise the last rounds leave in the model (each round's noise enters x_{t+1} scaled by eta_t).
 //!
 //! Under central DP, secure aggregation and distributed noise, x' is already the mechanism's
 //! output: the step is post-processing, with no privacy cost and no ledger entry. A round the
@@ -9,10 +11,13 @@
 //! ([`Strategy::released`]).
 
 use super::{Layer, RoundContext, RoundOutcome, Strategy, StrategyState};
+use fl_common::schedule::Schedule;
 
 /// Which step the server takes with the pseudo-gradient Delta_t.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ServerStep {
+    /// FedAvg with a server learning rate: x_{t+1} = x_t + eta_t Delta_t (no state).
+    Sgd,
     /// FedAvgM: m_t = beta m_{t-1} + Delta_t; x_{t+1} = x_t + eta m_t.
     Momentum {
         /// beta.
@@ -26,13 +31,22 @@ pub enum ServerStep {
     Yogi,
 }
 
+impl ServerStep {
+    /// Whether the step keeps a second moment v_t.
+    fn is_adaptive(self) -> bool {
+        !matches!(self, ServerStep::Sgd | ServerStep::Momentum { .. })
+    }
+}
+
 /// The optimizer's settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerOptimizerConfig {
     /// The step.
     pub step: ServerStep,
-    /// eta: the server learning rate.
-    pub learning_rate: f64,
+    /// eta_t: the server learning rate of round t.
+    pub learning_rate: Schedule,
+    /// T: the rounds a linear schedule spans.
+    pub rounds: u64,
     /// beta_1 of the adaptive steps' first moment.
     pub beta1: f64,
     /// beta_2 of FedAdam's and FedYogi's second moment.
@@ -73,9 +87,11 @@ impl ServerOptimizer {
         }
     }
 
-    /// x_{t+1} from x_t = `global` and the inner strategy's `next`; sets the pending moments.
-    fn step(&mut self, global: &[f32], next: &[f32]) -> Vec<f32> {
-        let c = self.config;
+    /// x_{t+1} from x_t = `global` and the inner strategy's `next` in round t = `round`; sets the
+    /// pending moments.
+    fn step(&mut self, round: u64, global: &[f32], next: &[f32]) -> Vec<f32> {
+        let c = &self.config;
+        let eta = c.learning_rate.at(round, c.rounds);
         let d = global.len();
         let mut m = self.moments.m.clone();
         let mut v = self.moments.v.clone();
@@ -89,6 +105,7 @@ impl ServerOptimizer {
             let delta = f64::from(next[i]) - x;
             let (m_prev, v_prev) = (f64::from(m[i]), f64::from(v[i]));
             let update = match c.step {
+                ServerStep::Sgd => delta,
                 ServerStep::Momentum { momentum } => {
                     let m_t = momentum * m_prev + delta;
                     m[i] = m_t as f32;
@@ -107,9 +124,12 @@ impl ServerOptimizer {
                     m_t / (v_t.sqrt() + c.tau)
                 }
             };
-            out.push((x + c.learning_rate * update) as f32);
+            out.push((x + eta * update) as f32);
         }
-        if matches!(c.step, ServerStep::Momentum { .. }) {
+        if c.step == ServerStep::Sgd {
+            m.clear();
+        }
+        if !c.step.is_adaptive() {
             v.clear();
         }
         self.pending = Some(Moments { m, v });
@@ -127,7 +147,7 @@ impl<S: Strategy> Layer<S> for ServerOptimizer {
         let mut outcome = inner.finish_round(ctx, global);
         self.pending = None;
         if let Some(next) = &outcome.model {
-            outcome.model = Some(self.step(global, next));
+            outcome.model = Some(self.step(ctx.round, global, next));
         }
         outcome
     }
@@ -159,8 +179,7 @@ impl<S: Strategy> Layer<S> for ServerOptimizer {
         };
         let m = tensor(M).ok_or("the checkpoint has no server optimizer state")?;
         let v = tensor(V).unwrap_or_default();
-        let adaptive = !matches!(self.config.step, ServerStep::Momentum { .. });
-        if adaptive && !m.is_empty() && v.len() != m.len() {
+        if self.config.step.is_adaptive() && !m.is_empty() && v.len() != m.len() {
             return Err("the checkpoint's server optimizer has no second moment".into());
         }
         self.moments = Moments { m, v };
@@ -197,7 +216,8 @@ mod tests {
     fn optimizer(step: ServerStep) -> Decorated<ServerOptimizer, Proposes> {
         ServerOptimizer::new(ServerOptimizerConfig {
             step,
-            learning_rate: 0.1,
+            learning_rate: Schedule::Constant(0.1),
+            rounds: 2,
             beta1: 0.9,
             beta2: 0.99,
             tau: 1e-3,
@@ -219,10 +239,12 @@ mod tests {
 
     /// Each optimizer's two steps against values computed by hand (in f64, from Reddi et al.'s
     /// Algorithm 2 with eta = 0.1, beta_1 = 0.9, beta_2 = 0.99, tau = 1e-3, v_{-1} = tau^2; and
-    /// m_t = 0.9 m_{t-1} + Delta_t, x_{t+1} = x_t + 0.1 m_t for FedAvgM).
+    /// m_t = 0.9 m_{t-1} + Delta_t, x_{t+1} = x_t + 0.1 m_t for FedAvgM; x_{t+1} = x_t + 0.1
+    /// Delta_t for FedAvg with a server learning rate).
     #[test]
     fn each_optimizer_takes_the_hand_computed_steps() {
-        let expected: [(ServerStep, [[f64; 2]; 2]); 4] = [
+        let expected: [(ServerStep, [[f64; 2]; 2]); 5] = [
+            (ServerStep::Sgd, [[1.05, -2.025], [1.0, -1.925]]),
             (
                 ServerStep::Momentum { momentum: 0.9 },
                 [[1.05, -2.025], [1.045, -1.9475]],
@@ -249,6 +271,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// eta_t follows its schedule: FedAvg's step of 1 in round 1, then 0.5 from round 2 on
+    /// (x_2 = x_1 + 0.5 Delta_2, by hand).
+    #[test]
+    fn the_learning_rate_follows_its_schedule() {
+        let mut s = ServerOptimizer::new(ServerOptimizerConfig {
+            step: ServerStep::Sgd,
+            learning_rate: Schedule::Steps {
+                steps: vec![(1, 1.0), (2, 0.5)],
+            },
+            rounds: 2,
+            beta1: 0.9,
+            beta2: 0.99,
+            tau: 1e-3,
+        })
+        .around(Proposes(DELTAS.to_vec()));
+        assert_eq!(rounds(&mut s, &X0, 1, 2), [[1.5, -2.25], [1.25, -1.75]]);
     }
 
     /// A round the coordinator does not release leaves the moments as they were.
