@@ -186,6 +186,7 @@ impl Cnn {
                         .zip(input)
                         .for_each(|(o, &v)| *o = v.max(0.0));
                 }
+                LayerSpec::Tanh => out.iter_mut().zip(input).for_each(|(o, &v)| *o = v.tanh()),
                 LayerSpec::MaxPool { size } => {
                     max_pool(layer, size, batch, input, out, &mut ws.argmax[l]);
                 }
@@ -241,6 +242,12 @@ impl Cnn {
                 LayerSpec::Relu => {
                     for ((p, &d), &o) in ws.prev.iter_mut().zip(&ws.delta).zip(&ws.outs[l]) {
                         *p = if o > 0.0 { d } else { 0.0 };
+                    }
+                }
+                // d tanh(x)/dx = 1 - tanh(x)^2, from the output.
+                LayerSpec::Tanh => {
+                    for ((p, &d), &o) in ws.prev.iter_mut().zip(&ws.delta).zip(&ws.outs[l]) {
+                        *p = d * (1.0 - o * o);
                     }
                 }
                 LayerSpec::MaxPool { .. } => {

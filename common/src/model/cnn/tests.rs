@@ -14,7 +14,7 @@ fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// A small CNN with padding, stride, pooling, flatten and dense layers (272 parameters), its
+/// A small CNN with padding, stride, pooling, flatten, tanh and dense layers (272 parameters), its
 /// parameters and a batch of 3 examples of 8 x 8 x 2.
 fn small_problem(seed: u64) -> (Cnn, Vec<f32>, Array2<f32>, Vec<u32>) {
     let input = Shape {
@@ -32,7 +32,7 @@ fn small_problem(seed: u64) -> (Cnn, Vec<f32>, Array2<f32>, Vec<u32>) {
             "relu",
             "flatten",
             "dense:5",
-            "relu",
+            "tanh",
             "dense:3",
         ]),
     )
