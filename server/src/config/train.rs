@@ -126,6 +126,7 @@ impl TrainSection {
 #[cfg(test)]
 mod tests {
     use crate::config::{Algorithm, RunConfig, ServerOptimizerKind};
+    use crate::strategy::ServerStep;
 
     fn refused(c: &RunConfig) -> String {
         c.validate().unwrap_err().to_string()
@@ -150,5 +151,24 @@ mod tests {
         }
         c.train.algorithm = Algorithm::Iadmm;
         assert!(refused(&c).contains("not with iadmm"));
+    }
+
+    /// A schedule of eta_g makes FedAvg take x_t + eta_t Delta_t; one that does not start at
+    /// round 1 is refused with the key's name.
+    #[test]
+    fn a_server_learning_rate_schedule_is_read_and_checked() {
+        let c: RunConfig =
+            toml::from_str("[train]\nserver_learning_rate = { steps = [[1, 2.0], [50, 0.5]] }")
+                .unwrap();
+        c.validate().unwrap();
+        let opt = c.train.server_optimizer(100).unwrap();
+        assert_eq!(opt.step, ServerStep::Sgd);
+        assert_eq!(
+            (opt.learning_rate.at(49, 100), opt.learning_rate.at(50, 100)),
+            (2.0, 0.5)
+        );
+        let late: RunConfig =
+            toml::from_str("[train]\nserver_learning_rate = { steps = [[2, 1.0]] }").unwrap();
+        assert!(refused(&late).contains("train.server_learning_rate"));
     }
 }
