@@ -30,6 +30,16 @@ pub(super) fn set_len(buf: &mut Vec<f32>, len: usize) {
     }
 }
 
+/// The first `len` values of `buf`, a buffer reused at varying lengths: it grows (zeroing only
+/// what it adds) and never shrinks, so a pass whose layers take turns at a small and a large
+/// length does not zero the large one again at every step. The values are to be overwritten.
+pub(super) fn prefix(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+    &mut buf[..len]
+}
+
 /// Writes every layer's output for the batch `x` into `outs`: hidden layers after ReLU, the last
 /// one the logits, each row-major (examples x outputs).
 fn forward_into(
@@ -102,11 +112,10 @@ fn softmax_cross_entropy(mut logits: ArrayViewMut2<'_, f32>, y: &[u32]) -> f32 {
 
 /// The mean cross-entropy of `logits` (examples x `classes`, row-major) for labels `y`, and
 /// its gradient with respect to the logits written into `delta`: dZ_L = (softmax(Z_L) -
-/// onehot(y)) / B.
-pub(super) fn output_delta(logits: &[f32], classes: usize, y: &[u32], delta: &mut Vec<f32>) -> f32 {
-    delta.clear();
-    delta.extend_from_slice(logits);
-    let probabilities = ArrayViewMut2::from_shape((y.len(), classes), &mut delta[..])
+/// onehot(y)) / B. `delta` is as long as `logits`.
+pub(super) fn output_delta(logits: &[f32], classes: usize, y: &[u32], delta: &mut [f32]) -> f32 {
+    delta.copy_from_slice(logits);
+    let probabilities = ArrayViewMut2::from_shape((y.len(), classes), &mut *delta)
         .expect("one row of logits per label");
     let loss = softmax_cross_entropy(probabilities, y);
     let scale = 1.0 / y.len() as f32;
@@ -223,6 +232,7 @@ fn backprop(
     );
     forward_into(layers, target.params(), x, outs);
     let last = layers.len() - 1;
+    set_len(delta, outs[last].len());
     let loss = output_delta(&outs[last], layers[last].outputs, y, delta);
     for (l, layer) in layers.iter().enumerate().rev() {
         let shape = |l: usize| (rows, layers[l].outputs);

@@ -29,7 +29,7 @@ mod layers;
 pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
 
 use super::mat_mul;
-use super::network::{Target, output_delta, set_len};
+use super::network::{Target, output_delta, prefix, set_len};
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 /// McMahan et al. 2017's CNN for MNIST (Section 3): two 5x5 convolutions of 32 and 64 channels,
@@ -214,60 +214,63 @@ impl Cnn {
         self.forward(target.params(), x, ws);
         let x = x.as_standard_layout();
         let logits = &ws.outs[self.layers.len() - 1];
-        let loss = output_delta(logits, self.classes(), y, &mut ws.delta);
+        // `delta` and `prev` take turns as dZ_l and dA_{l-1}, each used up to its layer's
+        // length (`delta_len`, `prev_len`) and never shrunk.
+        let mut delta_len = logits.len();
+        let loss = output_delta(logits, self.classes(), y, prefix(&mut ws.delta, delta_len));
         for (l, layer) in self.layers.iter().enumerate().rev() {
             let input: &[f32] = match l {
                 0 => x.as_slice().expect("standard layout"),
                 _ => &ws.outs[l - 1],
             };
             let wants_prev = l > 0;
-            set_len(&mut ws.prev, batch * layer.input.len());
+            let prev_len = batch * layer.input.len();
+            let prev = prefix(&mut ws.prev, prev_len);
+            let delta = &ws.delta[..delta_len];
             match layer.spec {
                 LayerSpec::Conv { .. } => {
                     if wants_prev {
-                        set_len(&mut ws.scratch, ws.patches[l].len());
-                        patch_delta(layer, target.params(), &ws.delta, &mut ws.scratch);
-                        col2im(layer, batch, &ws.scratch, &mut ws.prev);
+                        let d_patches = prefix(&mut ws.scratch, ws.patches[l].len());
+                        patch_delta(layer, target.params(), delta, d_patches);
+                        col2im(layer, batch, d_patches, prev);
                     }
-                    send_gradient(layer, &mut target, &ws.patches[l], &ws.delta);
+                    send_gradient(layer, &mut target, &ws.patches[l], delta);
                 }
                 LayerSpec::Dense { .. } => {
                     if wants_prev {
-                        let (params, delta) = (target.params(), &ws.delta);
-                        dense_input_delta(layer, params, delta, &mut ws.scratch, &mut ws.prev);
+                        let params = target.params();
+                        dense_input_delta(layer, params, delta, &mut ws.scratch, prev);
                     }
-                    send_gradient(layer, &mut target, input, &ws.delta);
+                    send_gradient(layer, &mut target, input, delta);
                 }
                 // The output is positive exactly where the input is.
                 LayerSpec::Relu => {
-                    for ((p, &d), &o) in ws.prev.iter_mut().zip(&ws.delta).zip(&ws.outs[l]) {
+                    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(&ws.outs[l]) {
                         *p = if o > 0.0 { d } else { 0.0 };
                     }
                 }
                 // d tanh(x)/dx = 1 - tanh(x)^2, from the output.
                 LayerSpec::Tanh => {
-                    for ((p, &d), &o) in ws.prev.iter_mut().zip(&ws.delta).zip(&ws.outs[l]) {
+                    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(&ws.outs[l]) {
                         *p = d * (1.0 - o * o);
                     }
                 }
                 LayerSpec::MaxPool { .. } => {
-                    ws.prev.fill(0.0);
+                    prev.fill(0.0);
                     let out = layer.output.len();
-                    let examples = ws
-                        .delta
-                        .chunks_exact(out)
-                        .zip(ws.argmax[l].chunks_exact(out));
+                    let examples = delta.chunks_exact(out).zip(ws.argmax[l].chunks_exact(out));
                     for (prev, (delta, argmax)) in
-                        ws.prev.chunks_exact_mut(layer.input.len()).zip(examples)
+                        prev.chunks_exact_mut(layer.input.len()).zip(examples)
                     {
                         for (&d, &at) in delta.iter().zip(argmax) {
                             prev[at as usize] += d;
                         }
                     }
                 }
-                LayerSpec::Flatten => ws.prev.copy_from_slice(&ws.delta),
+                LayerSpec::Flatten => prev.copy_from_slice(delta),
             }
             std::mem::swap(&mut ws.delta, &mut ws.prev);
+            delta_len = prev_len;
         }
         loss
     }
@@ -319,7 +322,7 @@ fn dense_input_delta(
 ) {
     let (w, b) = weights(layer, params);
     let (rows, fan_in) = (dz.len() / b.len(), layer.fan_in());
-    set_len(scratch, rows * fan_in);
+    let scratch = prefix(scratch, rows * fan_in);
     let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
     let mut da_t = ArrayViewMut2::from_shape((fan_in, rows), scratch).expect("fan-in x rows");
     mat_mul(1.0, &w, &dz.t(), 0.0, &mut da_t);
