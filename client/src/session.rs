@@ -1,17 +1,19 @@
 //! A client's life over gRPC: sessions opened until the server shuts training down, and in each
 //! session the loop that reads the server's messages into the [`Engine`], runs the trainer on the
 //! blocking pool (one of the process's training slots at a time), and sends what the engine says.
+//! The engine's heavy protocol work takes a training slot too, off the async workers.
 
 use crate::connection::open_session;
 use crate::engine::Engine;
 use crate::round::compute;
 use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
-use crate::{ClientError, ClientOptions, ClientReport, LocalData};
+use crate::{ClientError, ClientOptions, ClientReport, LocalData, TrainingSlots};
 use fl_common::task::Task;
 use fl_proto::v1::{ClientMessage, RoundTask, ServerMessage, server_message};
 use fl_proto::{TensorAssembler, server_stage};
 use std::sync::Arc;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
@@ -151,7 +153,12 @@ impl Session<'_> {
                 })
                 .await
                 .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
-                self.engine.computed(me, &work, computed)
+                // Under secure aggregation this quantises, noises and starts the protocol.
+                let engine = &mut *self.engine;
+                heavy(&self.opts.training_slots, || {
+                    engine.computed(me, &work, computed)
+                })
+                .await
             }
             Err(refusal) => refusal,
         };
@@ -168,7 +175,9 @@ impl Session<'_> {
             // A stage message that does not read ends the client's secure round, whichever it is.
             Err(e) => (self.engine.secure_round().unwrap_or(0), Err(e.to_string())),
         };
-        match self.engine.stage(round, stage) {
+        let engine = &mut *self.engine;
+        // The masked input expands a mask for each neighbour.
+        match heavy(&self.opts.training_slots, || engine.stage(round, stage)).await {
             Some(outgoing) => send_outgoing(&self.outbox, outgoing).await,
             None => {
                 tracing::debug!(
@@ -178,5 +187,58 @@ impl Session<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+/// Runs CPU-heavy protocol work (quantising and noising an update, expanding masks) in one of the
+/// process's training slots, and off the async workers when the runtime has several, so that
+/// connections keep being served meanwhile. Inline, a simulation of 1,000 secure-aggregation
+/// clients on two cores kept the workers busy long enough that a shared connection missed its
+/// keep-alive ping's 20 s and its 100 clients dropped at once.
+async fn heavy<T>(slots: &TrainingSlots, work: impl FnOnce() -> T) -> T {
+    let _slot = slots.acquire().await;
+    match Handle::current().runtime_flavor() {
+        RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    /// On a runtime of one async worker, a task of 10 ms ticks keeps ticking while another task
+    /// runs 400 ms of heavy work: the work is off the worker (inline, the ticks would stop).
+    #[test]
+    fn heavy_work_leaves_the_async_worker_free() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_time()
+            .build()
+            .unwrap();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let counter = ticks.clone();
+        let during = runtime.block_on(async move {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            tokio::spawn(async move {
+                heavy(&TrainingSlots::new(1), || {
+                    let before = ticks.load(Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(400));
+                    ticks.load(Ordering::SeqCst) - before
+                })
+                .await
+            })
+            .await
+            .unwrap()
+        });
+        // 40 ticks of 10 ms fit in 400 ms; a loaded machine may delay some, not nearly all.
+        assert!(during >= 5, "{during} ticks during the heavy work");
     }
 }
