@@ -16,8 +16,8 @@ use crate::policy::{
     Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
 };
 use crate::strategy::{
-    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, Layer, LocalDp, NormBound, ResidualBalancing,
-    SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+    CentralDp, ClipRule, Divisor, FedAvg, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
+    ResidualBalancing, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
 use fl_common::privacy::LocalMechanism;
 use fl_common::secagg::{PlainInputs, RoundShape};
@@ -124,6 +124,11 @@ pub fn pipeline(
     let strategy = match config.train.server_optimizer(config.server.rounds) {
         Some(opt) => Box::new(ServerOptimizer::new(opt).around(strategy)),
         None => strategy,
+    };
+    // The average of the released iterates: post-processing too.
+    let strategy = match config.train.average_decay {
+        decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
+        _ => strategy,
     };
     Ok(Pipeline {
         policy,

@@ -162,8 +162,9 @@ impl Coordinator {
         }
         self.publish(&mut evaluations).await?;
         self.clients.shutdown_all(self.config.server.rounds);
-        let eval = (evaluations.last).or_else(|| self.test.as_ref().map(|t| t.evaluate(&global)));
-        self.folder.write_model(&self.model, &global)?;
+        let released = self.pipeline.strategy.average().unwrap_or(&global);
+        let eval = (evaluations.last).or_else(|| self.test.as_ref().map(|t| t.evaluate(released)));
+        self.folder.write_model(&self.model, released)?;
         let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
         let summary = self.summary(&totals, eval.as_ref(), stopped_by, seconds)?;
         if let Some(accounts) = self.pipeline.strategy.local_accounts() {
@@ -275,7 +276,7 @@ impl Coordinator {
         // The evaluation releases nothing before it is published, so it may start before the
         // checkpoint (and overlap its fsync).
         let evaluation = self.test.clone().map(|test| {
-            let params = global.clone();
+            let params = self.pipeline.strategy.average().unwrap_or(global).to_vec();
             tokio::task::spawn_blocking(move || test.evaluate(&params))
         });
         let mut checkpointed = totals.clone();

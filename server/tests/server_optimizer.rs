@@ -1,5 +1,6 @@
-//! Server optimizers end to end: FedAdam's moments survive a SIGKILL of the server and its
-//! `--resume`, and an optimizer leaves the privacy ledger as FedAvg writes it.
+//! Server optimizers end to end: FedAdam's moments and the average of its iterates survive a
+//! SIGKILL of the server and its `--resume`, and an optimizer leaves the privacy ledger as FedAvg
+//! writes it.
 
 mod procs;
 mod support;
@@ -24,6 +25,8 @@ const ETA: f64 = 0.1;
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.99;
 const TAU: f64 = 1e-3;
+/// beta of the average of the released models.
+const DECAY: f64 = 0.5;
 
 /// c_t: what every client adds to the model in round t, so that the round's pseudo-gradient is
 /// known in advance whatever happens to the server.
@@ -62,7 +65,8 @@ impl Trainer for AddsC {
     }
 }
 
-/// A FedAdam run of an external 4-parameter model (starting at 0), 2 clients, all per round.
+/// A FedAdam run of an external 4-parameter model (starting at 0), 2 clients, all per round,
+/// averaging its iterates.
 fn write_config(dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     let zeros = [0u8; 4 * D];
@@ -81,7 +85,8 @@ fn write_config(dir: &Path) -> String {
              round_timeout_secs = 30\njoin_timeout_secs = 60\n\
              [model]\nkind = \"external\"\ninit = \"{}\"\n\
              [train]\nserver_optimizer = \"fedadam\"\nserver_learning_rate = {ETA}\n\
-             server_momentum = {BETA1}\nserver_beta2 = {BETA2}\nserver_tau = {TAU}\n",
+             server_momentum = {BETA1}\nserver_beta2 = {BETA2}\nserver_tau = {TAU}\n\
+             average_decay = {DECAY}\n",
             init.display()
         ),
     )
@@ -94,26 +99,44 @@ fn rounds_recorded(run: &Path) -> usize {
     std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |m| m.lines().count())
 }
 
-/// (m_T, v_T, x_T) of FedAdam after rounds 1..=T of pseudo-gradients c_t, computed in f64 from
-/// Reddi et al. 2021, Algorithm 2 (v_{-1} = tau^2).
-fn fedadam_by_hand() -> ([f64; D], [f64; D], [f64; D]) {
-    let (mut m, mut v, mut x) = ([0.0; D], [TAU * TAU; D], [0.0; D]);
+/// (m_T, v_T, x_T, a_T) of FedAdam after rounds 1..=T of pseudo-gradients c_t, computed in f64
+/// from Reddi et al. 2021, Algorithm 2 (v_{-1} = tau^2), and the average of its iterates (a_1 =
+/// x_1, a_t = beta_t a_{t-1} + (1 - beta_t) x_t, beta_t = min(beta, (1 + t) / (10 + t))).
+fn fedadam_by_hand() -> [[f64; D]; 4] {
+    let (mut m, mut v, mut x, mut a) = ([0.0; D], [TAU * TAU; D], [0.0; D], [0.0; D]);
     for t in 1..=ROUNDS {
+        let beta = if t == 1 {
+            0.0
+        } else {
+            DECAY.min((1.0 + t as f64) / (10.0 + t as f64))
+        };
         for i in 0..D {
             let delta = f64::from(c(t)[i]);
             m[i] = BETA1 * m[i] + (1.0 - BETA1) * delta;
             v[i] = BETA2 * v[i] + (1.0 - BETA2) * delta * delta;
             x[i] += ETA * m[i] / (v[i].sqrt() + TAU);
+            a[i] = beta * a[i] + (1.0 - beta) * x[i];
         }
     }
-    (m, v, x)
+    [m, v, x, a]
+}
+
+/// The parameters of the run's `model.safetensors` (one tensor).
+fn written_model(run: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(run.join("model.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, tensor) = file.tensors().pop().unwrap();
+    (tensor.data().chunks_exact(4))
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 /// The server is killed (SIGKILL) after a random round from 2 to 7 (its clients are held in the
 /// next round, so the kill lands there) and resumed with `--resume` on the same address; the
 /// clients reconnect. The final checkpoint's moments and model are
-/// FedAdam's over all eight rounds: a resume that lost or re-applied the moments would be off
-/// by far more than f32 rounding (each step moves a coordinate by about eta = 0.1).
+/// FedAdam's over all eight rounds, and the written model is the average of its eight iterates:
+/// a resume that lost or re-applied the moments or the average would be off by far more than f32
+/// rounding (each step moves a coordinate by about eta = 0.1).
 #[test]
 fn fedadam_survives_a_kill_and_resume() {
     let base = std::env::temp_dir().join(format!("fl-fedadam-{}", std::process::id()));
@@ -177,7 +200,7 @@ fn fedadam_survives_a_kill_and_resume() {
         let (_, t) = state.tensors.iter().find(|(n, _)| n == name).unwrap();
         t.clone()
     };
-    let (m, v, x) = fedadam_by_hand();
+    let [m, v, x, a] = fedadam_by_hand();
     let close = |got: &[f32], want: &[f64], what: &str| {
         for (g, w) in got.iter().zip(want) {
             // f32 storage between rounds: a relative error of a few 1e-7 per round.
@@ -190,6 +213,7 @@ fn fedadam_survives_a_kill_and_resume() {
     close(&tensor("server_optimizer.m"), &m, "m_T");
     close(&tensor("server_optimizer.v"), &v, "v_T");
     close(&checkpoint.model, &x, "x_T");
+    close(&written_model(&run_dir), &a, "a_T");
     std::fs::remove_dir_all(&base).unwrap();
 }
 

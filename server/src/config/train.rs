@@ -55,6 +55,9 @@ pub struct TrainSection {
     pub server_beta2: f64,
     /// tau: the adaptive optimizers' adaptivity.
     pub server_tau: f64,
+    /// beta of the moving average of the released models that the server evaluates and writes
+    /// (the clients still train from the iterate); 0, the default, evaluates the iterate itself.
+    pub average_decay: f64,
 }
 
 impl Default for TrainSection {
@@ -69,6 +72,7 @@ impl Default for TrainSection {
             server_momentum: 0.9,
             server_beta2: 0.99,
             server_tau: 1e-3,
+            average_decay: 0.0,
         }
     }
 }
@@ -79,8 +83,11 @@ impl TrainSection {
         let unit = |x: f64| (0.0..1.0).contains(&x);
         let positive = |x: f64| x > 0.0 && x.is_finite();
         (self.server_learning_rate).check("train.server_learning_rate", positive, "> 0")?;
-        if !unit(self.server_momentum) || !unit(self.server_beta2) {
-            return Err("train.server_momentum and train.server_beta2 must be in [0, 1)".into());
+        if !unit(self.server_momentum) || !unit(self.server_beta2) || !unit(self.average_decay) {
+            return Err(
+                "train.server_momentum, train.server_beta2 and train.average_decay must be in [0, 1)"
+                    .into(),
+            );
         }
         if !positive(self.server_tau) {
             return Err("train.server_tau must be > 0".into());
@@ -144,6 +151,7 @@ mod tests {
             |c: &mut RunConfig| c.train.server_momentum = 1.0,
             |c: &mut RunConfig| c.train.server_beta2 = -0.1,
             |c: &mut RunConfig| c.train.server_tau = f64::NAN,
+            |c: &mut RunConfig| c.train.average_decay = 1.0,
         ] {
             let mut bad = c.clone();
             edit(&mut bad);

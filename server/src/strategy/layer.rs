@@ -56,6 +56,11 @@ pub trait Layer<S: Strategy>: Send {
         None
     }
 
+    /// The averaged model the layer keeps, if any.
+    fn average(&self) -> Option<&[f32]> {
+        None
+    }
+
     /// This layer around `inner`.
     fn around(self, inner: S) -> Decorated<Self, S>
     where
@@ -98,6 +103,10 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
 
     fn local_accounts(&self) -> Option<&LocalAccounts> {
         self.layer.local_accounts().or(self.inner.local_accounts())
+    }
+
+    fn average(&self) -> Option<&[f32]> {
+        self.layer.average().or(self.inner.average())
     }
 
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {

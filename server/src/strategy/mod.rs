@@ -9,12 +9,14 @@
 //! [`CentralDp`] (clip, Gaussian noise, divide by the expected count; wraps only a
 //! [`SumStrategy`]), [`LocalDp`] (checks each upload's local release and keeps the clients' local
 //! ledgers), [`NormBound`] (an operator's bound on update norms) and [`ServerOptimizer`]
-//! (FedAvgM, FedAdagrad, FedAdam, FedYogi on the released aggregate).
+//! (FedAvgM, FedAdagrad, FedAdam, FedYogi on the released aggregate), and [`IterateAverage`] (the
+//! model evaluated and written is a moving average of the released iterates).
 //! `crate::build` is the one place that stacks them for a run.
 
 mod central_dp;
 mod fedavg;
 mod iadmm;
+mod iterate_average;
 mod layer;
 mod local_dp;
 mod norm_bound;
@@ -27,6 +29,7 @@ mod trimmed_mean;
 pub use central_dp::{CentralDp, ClipRule, QuantileClip};
 pub use fedavg::FedAvg;
 pub use iadmm::{Iadmm, ResidualBalancing};
+pub use iterate_average::IterateAverage;
 pub use layer::{Decorated, Layer};
 pub use local_dp::LocalDp;
 pub use norm_bound::{NormAction, NormBound};
@@ -231,6 +234,11 @@ pub trait Strategy: Send {
     fn local_accounts(&self) -> Option<&LocalAccounts> {
         None
     }
+    /// The model to evaluate and write instead of the global iterate, if the strategy keeps one
+    /// (an average of the released iterates).
+    fn average(&self) -> Option<&[f32]> {
+        None
+    }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome;
     /// Whether the coordinator released the model [`Strategy::finish_round`] proposed (it may
@@ -256,6 +264,9 @@ impl Strategy for Box<dyn Strategy> {
     }
     fn local_accounts(&self) -> Option<&LocalAccounts> {
         (**self).local_accounts()
+    }
+    fn average(&self) -> Option<&[f32]> {
+        (**self).average()
     }
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         (**self).finish_round(ctx, global)
