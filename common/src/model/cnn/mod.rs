@@ -442,17 +442,16 @@ fn max_pool(
     for ((b, oy, ox), (best, at)) in positions.zip(runs) {
         let start = |dy: usize, dx: usize| ((oy * size + dy) * i.width + ox * size + dx) * c;
         let example = &input[b * i.len()..(b + 1) * i.len()];
-        for dy in 0..size {
-            for dx in 0..size {
-                let from = start(dy, dx);
-                let run = &example[from..from + c];
-                let first = dy == 0 && dx == 0;
-                for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
-                    if first || v > *m {
-                        *m = v;
-                        *a = (from + ch) as u32;
-                    }
-                }
+        // The window's first position, then each later one where it is larger (ties keep the
+        // first): selects rather than branches, so the loop over channels vectorises.
+        for (dy, dx) in (0..size).flat_map(|dy| (0..size).map(move |dx| (dy, dx))) {
+            let from = start(dy, dx);
+            let run = &example[from..from + c];
+            let first = dy == 0 && dx == 0;
+            for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
+                let take = first || v > *m;
+                *m = if take { v } else { *m };
+                *a = if take { (from + ch) as u32 } else { *a };
             }
         }
     }
