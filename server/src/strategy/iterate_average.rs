@@ -86,10 +86,7 @@ impl<S: Strategy> Layer<S> for IterateAverage {
     }
 
     fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
-        let average = (state.tensors.iter())
-            .find(|(name, _)| name == AVERAGE)
-            .map(|(_, t)| t.clone())
-            .ok_or("the checkpoint has no iterate average")?;
+        let average = (state.tensor(AVERAGE)).ok_or("the checkpoint has no iterate average")?;
         let count = state.scalars["iterate_average_count"]
             .as_u64()
             .ok_or("the checkpoint has no iterate average count")?;

@@ -150,6 +150,15 @@ pub struct StrategyState {
     pub local_ledgers: BTreeMap<ClientId, LocalLedger>,
 }
 
+impl StrategyState {
+    /// A copy of the tensor named `name`, if the state holds one.
+    pub fn tensor(&self, name: &str) -> Option<Vec<f32>> {
+        (self.tensors.iter())
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+    }
+}
+
 /// What the sampled clients are told beyond the training settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RoundInstructions {

@@ -172,13 +172,8 @@ impl<S: Strategy> Layer<S> for ServerOptimizer {
     }
 
     fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
-        let tensor = |name: &str| {
-            (state.tensors.iter())
-                .find(|(n, _)| n == name)
-                .map(|(_, t)| t.clone())
-        };
-        let m = tensor(M).ok_or("the checkpoint has no server optimizer state")?;
-        let v = tensor(V).unwrap_or_default();
+        let m = (state.tensor(M)).ok_or("the checkpoint has no server optimizer state")?;
+        let v = state.tensor(V).unwrap_or_default();
         if self.config.step.is_adaptive() && !m.is_empty() && v.len() != m.len() {
             return Err("the checkpoint's server optimizer has no second moment".into());
         }
