@@ -24,6 +24,7 @@
 //! Parameters lie in layer order: for each convolution or dense layer, W (row-major, fan-in x
 //! outputs; a convolution's rows ordered by kernel row, kernel column, input channel), then b.
 
+mod kernels;
 mod layers;
 
 pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
@@ -31,6 +32,7 @@ pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
 use super::mat_mul;
 use super::network::{Target, output_delta, prefix, set_len};
 use ndarray::{ArrayView2, ArrayViewMut2};
+use std::ops::Range;
 
 /// McMahan et al. 2017's CNN for MNIST (Section 3): two 5x5 convolutions of 32 and 64 channels,
 /// each followed by 2x2 max pooling, a 512-unit dense layer with ReLU, and the logits; 1,663,370
@@ -72,12 +74,12 @@ pub struct Cnn {
     layers: Vec<Placed>,
 }
 
-/// Buffers of a forward and backward pass, kept from step to step: each layer's output, each
-/// convolution's patch matrix, each pooling layer's argmax positions, and the deltas.
+/// Buffers of a forward and backward pass, kept from step to step: each layer's output, a block
+/// of a convolution's patch matrix, each pooling layer's argmax positions, and the deltas.
 #[derive(Debug, Default)]
 pub struct CnnWorkspace {
     outs: Vec<Vec<f32>>,
-    patches: Vec<Vec<f32>>,
+    patches: Vec<f32>,
     argmax: Vec<Vec<u32>>,
     delta: Vec<f32>,
     prev: Vec<f32>,
@@ -164,7 +166,6 @@ impl Cnn {
         let batch = x.nrows();
         let n = self.layers.len();
         ws.outs.resize_with(n, Vec::new);
-        ws.patches.resize_with(n, Vec::new);
         ws.argmax.resize_with(n, Vec::new);
         let x = x.as_standard_layout();
         for (l, layer) in self.layers.iter().enumerate() {
@@ -177,18 +178,27 @@ impl Cnn {
             set_len(out, batch * layer.output.len());
             match layer.spec {
                 LayerSpec::Conv { .. } => {
-                    im2col(layer, batch, input, &mut ws.patches[l]);
-                    affine(layer, params, &ws.patches[l], out);
+                    let (ins, outs) = (layer.input.len(), layer.output.len());
+                    for block in blocks(layer, batch) {
+                        let patches = block_patches(
+                            layer,
+                            &block,
+                            &input[ins * block.start..],
+                            &mut ws.patches,
+                        );
+                        affine(
+                            layer,
+                            params,
+                            patches,
+                            &mut out[outs * block.start..outs * block.end],
+                        );
+                    }
                 }
                 LayerSpec::Dense { .. } => affine(layer, params, input, out),
-                LayerSpec::Relu => {
-                    out.iter_mut()
-                        .zip(input)
-                        .for_each(|(o, &v)| *o = v.max(0.0));
-                }
+                LayerSpec::Relu => kernels::relu(input, out),
                 LayerSpec::Tanh => out.iter_mut().zip(input).for_each(|(o, &v)| *o = v.tanh()),
                 LayerSpec::MaxPool { size } => {
-                    max_pool(layer, size, batch, input, out, &mut ws.argmax[l]);
+                    kernels::max_pool(layer, size, batch, input, out, &mut ws.argmax[l]);
                 }
                 LayerSpec::Flatten => out.copy_from_slice(input),
             }
@@ -229,12 +239,16 @@ impl Cnn {
             let delta = &ws.delta[..delta_len];
             match layer.spec {
                 LayerSpec::Conv { .. } => {
-                    if wants_prev {
-                        let d_patches = prefix(&mut ws.scratch, ws.patches[l].len());
-                        patch_delta(layer, target.params(), delta, d_patches);
-                        col2im(layer, batch, d_patches, prev);
-                    }
-                    send_gradient(layer, &mut target, &ws.patches[l], delta);
+                    let prev = wants_prev.then_some(prev);
+                    conv_backward(
+                        layer,
+                        &mut target,
+                        input,
+                        delta,
+                        prev,
+                        &mut ws.patches,
+                        &mut ws.scratch,
+                    );
                 }
                 LayerSpec::Dense { .. } => {
                     if wants_prev {
@@ -243,18 +257,8 @@ impl Cnn {
                     }
                     send_gradient(layer, &mut target, input, delta);
                 }
-                // The output is positive exactly where the input is.
-                LayerSpec::Relu => {
-                    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(&ws.outs[l]) {
-                        *p = if o > 0.0 { d } else { 0.0 };
-                    }
-                }
-                // d tanh(x)/dx = 1 - tanh(x)^2, from the output.
-                LayerSpec::Tanh => {
-                    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(&ws.outs[l]) {
-                        *p = d * (1.0 - o * o);
-                    }
-                }
+                LayerSpec::Relu => kernels::relu_backward(delta, &ws.outs[l], prev),
+                LayerSpec::Tanh => kernels::tanh_backward(delta, &ws.outs[l], prev),
                 LayerSpec::MaxPool { .. } => {
                     prev.fill(0.0);
                     let out = layer.output.len();
@@ -333,128 +337,106 @@ fn dense_input_delta(
 
 /// Sends an affine layer's gradient to `target`: dW = A^T dZ, db = sum_rows dZ.
 fn send_gradient(layer: &Placed, target: &mut Target<'_>, input: &[f32], dz: &[f32]) {
+    send_weight_gradient(layer, target, input, dz, true);
+    send_bias_gradient(layer, target, dz);
+}
+
+/// Sends dW = A^T dZ over rows of A and dZ; for a later block of rows (`first` false) its share
+/// adds to what the earlier blocks sent.
+fn send_weight_gradient(
+    layer: &Placed,
+    target: &mut Target<'_>,
+    input: &[f32],
+    dz: &[f32],
+    first: bool,
+) {
     let (fan_in, outputs) = (layer.fan_in(), layer.outputs_per_position());
     let rows = dz.len() / outputs;
     let a = ArrayView2::from_shape((rows, fan_in), input).expect("rows of fan-in");
-    let dz_view = ArrayView2::from_shape((rows, outputs), dz).expect("rows of outputs");
+    let dz = ArrayView2::from_shape((rows, outputs), dz).expect("rows of outputs");
     let (dest, alpha, beta) = target.sink();
-    let (gw, gb) = dest[layer.weight_offset..layer.end()].split_at_mut(fan_in * outputs);
+    let beta = if first { beta } else { 1.0 };
+    let gw = &mut dest[layer.weight_offset..layer.bias_offset];
     let mut gw = ArrayViewMut2::from_shape((fan_in, outputs), gw).expect("layer's weights");
-    mat_mul(alpha, &a.t(), &dz_view, beta, &mut gw);
+    mat_mul(alpha, &a.t(), &dz, beta, &mut gw);
+}
+
+/// Sends db = sum_rows dZ.
+fn send_bias_gradient(layer: &Placed, target: &mut Target<'_>, dz: &[f32]) {
+    let (dest, alpha, beta) = target.sink();
+    let gb = &mut dest[layer.bias_offset..layer.end()];
     if beta == 0.0 {
         gb.fill(0.0);
     }
-    for row in dz.chunks_exact(outputs) {
+    for row in dz.chunks_exact(gb.len()) {
         gb.iter_mut().zip(row).for_each(|(g, d)| *g += alpha * d);
     }
 }
 
-/// The convolution's geometry: (kernel, stride, pad).
-fn geometry(layer: &Placed) -> (usize, usize, usize) {
-    match layer.spec {
-        LayerSpec::Conv {
-            kernel,
-            stride,
-            pad,
-            ..
-        } => (kernel, stride, pad),
-        _ => unreachable!("only convolutions have patches"),
-    }
+/// Patch values per block of a convolution's products (512 KiB of f32): a block is as many whole
+/// examples as fit, at least one. Formed just before its product, a block's patch rows are read
+/// back from the core's cache; the whole batch's (31 MB for the FedAvg CNN's second convolution
+/// at B = 50) went out to memory and back.
+const BLOCK_VALUES: usize = 1 << 17;
+
+/// The batch's examples in blocks for a convolution's products.
+fn blocks(layer: &Placed, batch: usize) -> impl Iterator<Item = Range<usize>> {
+    let per_example = layer.output.height * layer.output.width * layer.fan_in();
+    let size = (BLOCK_VALUES / per_example).max(1);
+    (0..batch)
+        .step_by(size)
+        .map(move |start| start..(start + size).min(batch))
 }
 
-/// Calls `visit(patch_offset, input_offset)` for every run of C_in values of a patch row, with
-/// `None` for a run outside the input (the padding's zeros).
-fn for_each_window(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, Option<usize>)) {
-    let (k, s, p) = geometry(layer);
-    let (i, o) = (layer.input, layer.output);
-    let c = i.channels;
-    let inside = |at: usize, limit: usize| at.checked_sub(p).filter(|&v| v < limit);
-    let mut patch = 0;
-    for b in 0..batch {
-        for oy in 0..o.height {
-            for ox in 0..o.width {
-                for ky in 0..k {
-                    let iy = inside(oy * s + ky, i.height);
-                    for kx in 0..k {
-                        let ix = inside(ox * s + kx, i.width);
-                        let from = iy
-                            .zip(ix)
-                            .map(|(y, x)| ((b * i.height + y) * i.width + x) * c);
-                        visit(patch, from);
-                        patch += c;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The patch matrix P of a convolution's input (im2col); every value is written once.
-fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut Vec<f32>) {
-    let c = layer.input.channels;
-    set_len(
-        patches,
-        batch * layer.output.height * layer.output.width * layer.fan_in(),
-    );
-    for_each_window(layer, batch, |at, from| {
-        let run = &mut patches[at..at + c];
-        match (from, c) {
-            // One channel (a first layer's image): a plain load, not a call to memmove per value.
-            (Some(from), 1) => run[0] = input[from],
-            (Some(from), _) => run.copy_from_slice(&input[from..from + c]),
-            (None, _) => run.fill(0.0),
-        }
-    });
-}
-
-/// Adds each row of dP back onto the input window it came from (col2im), into `da`.
-fn col2im(layer: &Placed, batch: usize, d_patches: &[f32], da: &mut [f32]) {
-    let c = layer.input.channels;
-    da.fill(0.0);
-    for_each_window(layer, batch, |at, to| {
-        if let Some(to) = to {
-            da[to..to + c]
-                .iter_mut()
-                .zip(&d_patches[at..at + c])
-                .for_each(|(a, d)| *a += d);
-        }
-    });
-}
-
-/// Max pooling over size x size windows; records where each maximum came from (its index in
-/// its example's input, below [`MAX_ACTIVATIONS`] and so a u32). The channels of a position are contiguous, so each window position is
-/// compared with the best so far over C values at once.
-fn max_pool(
+/// The patch rows P of a block of examples (im2col), from `input` starting at the block's first
+/// example, in `buf`.
+fn block_patches<'b>(
     layer: &Placed,
-    size: usize,
-    batch: usize,
+    block: &Range<usize>,
     input: &[f32],
-    out: &mut [f32],
-    argmax: &mut Vec<u32>,
+    buf: &'b mut Vec<f32>,
+) -> &'b [f32] {
+    let rows = block.len() * layer.output.height * layer.output.width;
+    let patches = prefix(buf, rows * layer.fan_in());
+    kernels::im2col(layer, block.len(), input, patches);
+    patches
+}
+
+/// A convolution's backward pass, block by block as its forward pass: first dA_{l-1} (when
+/// `prev` is given), each block's dP = dZ W^T added back onto its windows by col2im, while W is
+/// as the forward pass saw it; then dW = sum over blocks of P^T dZ (each block's P formed again)
+/// and db.
+fn conv_backward(
+    layer: &Placed,
+    target: &mut Target<'_>,
+    input: &[f32],
+    dz: &[f32],
+    prev: Option<&mut [f32]>,
+    patches: &mut Vec<f32>,
+    scratch: &mut Vec<f32>,
 ) {
-    let (i, o) = (layer.input, layer.output);
-    let c = i.channels;
-    argmax.clear();
-    argmax.resize(out.len(), 0);
-    let positions = (0..batch)
-        .flat_map(|b| (0..o.height).flat_map(move |oy| (0..o.width).map(move |ox| (b, oy, ox))));
-    let runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
-    for ((b, oy, ox), (best, at)) in positions.zip(runs) {
-        let start = |dy: usize, dx: usize| ((oy * size + dy) * i.width + ox * size + dx) * c;
-        let example = &input[b * i.len()..(b + 1) * i.len()];
-        // The window's first position, then each later one where it is larger (ties keep the
-        // first): selects rather than branches, so the loop over channels vectorises.
-        for (dy, dx) in (0..size).flat_map(|dy| (0..size).map(move |dx| (dy, dx))) {
-            let from = start(dy, dx);
-            let run = &example[from..from + c];
-            let first = dy == 0 && dx == 0;
-            for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
-                let take = first || v > *m;
-                *m = if take { v } else { *m };
-                *a = if take { (from + ch) as u32 } else { *a };
-            }
+    let (ins, outs) = (layer.input.len(), layer.output.len());
+    let batch = dz.len() / outs;
+    let block_dz = |block: &Range<usize>| &dz[outs * block.start..outs * block.end];
+    if let Some(prev) = prev {
+        for block in blocks(layer, batch) {
+            let rows = block.len() * layer.output.height * layer.output.width;
+            let d_patches = prefix(scratch, rows * layer.fan_in());
+            patch_delta(layer, target.params(), block_dz(&block), d_patches);
+            kernels::col2im(
+                layer,
+                block.len(),
+                d_patches,
+                &mut prev[ins * block.start..ins * block.end],
+            );
         }
     }
+    for block in blocks(layer, batch) {
+        let first = block.start == 0;
+        let patches = block_patches(layer, &block, &input[ins * block.start..], patches);
+        send_weight_gradient(layer, target, patches, block_dz(&block), first);
+    }
+    send_bias_gradient(layer, target, dz);
 }
 
 #[cfg(test)]

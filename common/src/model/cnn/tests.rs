@@ -181,6 +181,72 @@ fn a_fused_step_equals_gradient_then_update() {
     crate::model::gradcheck::assert_step(&stepped, &params, &grad, eta);
 }
 
+/// A batch whose convolutions run in several blocks of examples (the first convolution's patches
+/// take 19,600 values per example, the second's 39,200: blocks of 6 and 3 examples of the 7): its
+/// loss and gradient are the means of its examples' (each a single block), and its fused step is
+/// the gradient followed by the update.
+#[test]
+fn a_batch_in_several_blocks_is_the_mean_of_its_examples() {
+    let input = Shape {
+        height: 28,
+        width: 28,
+        channels: 1,
+    };
+    let list = [
+        "conv:8:5:pad2",
+        "relu",
+        "maxpool:2",
+        "conv:4:5:pad2",
+        "relu",
+        "maxpool:2",
+        "dense:3",
+    ];
+    let cnn = Cnn::new(input, &layers(&list)).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let params: Vec<f32> = random(&mut rng, cnn.num_params())
+        .iter()
+        .map(|v| 0.2 * v)
+        .collect();
+    let batch = 7;
+    let x = Array2::from_shape_vec((batch, input.len()), random(&mut rng, batch * input.len()))
+        .unwrap();
+    let y: Vec<u32> = (0..batch as u32).map(|i| i % 3).collect();
+    let mut ws = CnnWorkspace::default();
+    // A stale buffer: the first block must overwrite it, the later ones add.
+    let mut grad = vec![7.0; params.len()];
+    let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
+    let (mut mean_loss, mut mean_grad) = (0.0f64, vec![0.0f64; params.len()]);
+    let mut one = vec![0.0; params.len()];
+    for b in 0..batch {
+        let xb = x.slice(ndarray::s![b..b + 1, ..]);
+        mean_loss += f64::from(cnn.loss_and_grad(&params, xb, &y[b..b + 1], &mut one, &mut ws));
+        mean_grad
+            .iter_mut()
+            .zip(&one)
+            .for_each(|(m, &g)| *m += f64::from(g));
+    }
+    let n = batch as f64;
+    assert!(
+        (f64::from(loss) - mean_loss / n).abs() < 1e-5,
+        "{loss} vs {}",
+        mean_loss / n
+    );
+    let scale = mean_grad.iter().fold(0.0f64, |m, g| m.max(g.abs() / n));
+    let worst = grad
+        .iter()
+        .zip(&mean_grad)
+        .map(|(&g, m)| (f64::from(g) - m / n).abs())
+        .fold(0.0, f64::max);
+    // f32 sums over up to 784 rows in another order: rounding far below 1e-4 of the largest.
+    assert!(
+        worst < 1e-4 * scale,
+        "worst difference {worst}, largest {scale}"
+    );
+    let mut stepped = params.clone();
+    cnn.loss_and_step(&mut stepped, 0.3, x.view(), &y, &mut ws);
+    crate::model::gradcheck::assert_step(&stepped, &params, &grad, 0.3);
+}
+
 #[test]
 fn a_network_must_end_in_logits() {
     let input = Shape::flat(4);

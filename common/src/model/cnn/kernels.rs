@@ -1,0 +1,155 @@
+//! The convolutional network's own loops, outside its matrix products: im2col and col2im, the
+//! activations' gradients and ReLU, max pooling.
+//!
+//! Why multiversioned: the workspace compiles for baseline x86-64 (SSE2, four f32 lanes), so that
+//! one binary runs on any x86-64 host; gemm picks its AVX2 or AVX-512 kernels at run time, these
+//! loops did not, and they were a quarter of the FedAvg CNN's epoch (docs/performance.md, issue
+//! 29). The `multiversion` crate compiles each function below once per x86-64 level (v2; v3 with
+//! AVX2 and FMA; v4 with AVX-512: `targets = "simd"`) and calls the widest one the CPU has
+//! (feature detection once, then a function pointer). Their bodies stay plain iterator code that
+//! the compiler vectorises, checked against the definitions in `tests.rs`.
+
+use super::{LayerSpec, Placed};
+use multiversion::multiversion;
+
+/// out = max(0, input), elementwise (ReLU).
+#[multiversion(targets = "simd")]
+pub(super) fn relu(input: &[f32], out: &mut [f32]) {
+    out.iter_mut()
+        .zip(input)
+        .for_each(|(o, &v)| *o = v.max(0.0));
+}
+
+/// dA = dZ where the ReLU's output is positive, 0 elsewhere: the output is positive exactly where
+/// its input is.
+#[multiversion(targets = "simd")]
+pub(super) fn relu_backward(delta: &[f32], outputs: &[f32], prev: &mut [f32]) {
+    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(outputs) {
+        *p = if o > 0.0 { d } else { 0.0 };
+    }
+}
+
+/// dA = dZ (1 - tanh(x)^2), with tanh(x) the layer's output: d tanh(x)/dx = 1 - tanh(x)^2.
+#[multiversion(targets = "simd")]
+pub(super) fn tanh_backward(delta: &[f32], outputs: &[f32], prev: &mut [f32]) {
+    for ((p, &d), &o) in prev.iter_mut().zip(delta).zip(outputs) {
+        *p = d * (1.0 - o * o);
+    }
+}
+
+/// The convolution's geometry: (kernel, stride, pad).
+fn geometry(layer: &Placed) -> (usize, usize, usize) {
+    match layer.spec {
+        LayerSpec::Conv {
+            kernel,
+            stride,
+            pad,
+            ..
+        } => (kernel, stride, pad),
+        _ => unreachable!("only convolutions have patches"),
+    }
+}
+
+/// Calls `visit(patch_offset, input_offset, len)` for every run of values of the patch rows that
+/// is contiguous in both the patch row and the input, with `None` for a run outside the input
+/// (the padding's zeros). A kernel row's k positions of C_in channels lie side by side in an HWC
+/// input, so a run is up to k C_in values long: one copy (im2col) or one vectorised add (col2im)
+/// per kernel row rather than one per kernel position.
+#[inline(always)]
+fn for_each_run(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, Option<usize>, usize)) {
+    let (k, s, p) = geometry(layer);
+    let (i, o) = (layer.input, layer.output);
+    let c = i.channels;
+    let mut patch = 0;
+    for b in 0..batch {
+        for oy in 0..o.height {
+            for ox in 0..o.width {
+                // Kernel columns kx in [lo, hi) fall inside the input: 0 <= ox s + kx - p < W.
+                let lo = p.saturating_sub(ox * s).min(k);
+                let hi = (i.width + p).saturating_sub(ox * s).clamp(lo, k);
+                for ky in 0..k {
+                    let iy = (oy * s + ky).checked_sub(p).filter(|&y| y < i.height);
+                    match iy {
+                        Some(y) if hi > lo => {
+                            let x = ox * s + lo - p;
+                            let from = ((b * i.height + y) * i.width + x) * c;
+                            if lo > 0 {
+                                visit(patch, None, lo * c);
+                            }
+                            visit(patch + lo * c, Some(from), (hi - lo) * c);
+                            if hi < k {
+                                visit(patch + hi * c, None, (k - hi) * c);
+                            }
+                        }
+                        _ => visit(patch, None, k * c),
+                    }
+                    patch += k * c;
+                }
+            }
+        }
+    }
+}
+
+/// The patch matrix P of a convolution's input (im2col); every value is written once.
+#[multiversion(targets = "simd")]
+pub(super) fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut [f32]) {
+    for_each_run(layer, batch, |at, from, len| {
+        let run = &mut patches[at..at + len];
+        match from {
+            Some(from) => run.copy_from_slice(&input[from..from + len]),
+            None => run.fill(0.0),
+        }
+    });
+}
+
+/// Adds each row of dP back onto the input window it came from (col2im), into `da`.
+#[multiversion(targets = "simd")]
+pub(super) fn col2im(layer: &Placed, batch: usize, d_patches: &[f32], da: &mut [f32]) {
+    da.fill(0.0);
+    for_each_run(layer, batch, |at, to, len| {
+        if let Some(to) = to {
+            da[to..to + len]
+                .iter_mut()
+                .zip(&d_patches[at..at + len])
+                .for_each(|(a, d)| *a += d);
+        }
+    });
+}
+
+/// Max pooling over size x size windows; records where each maximum came from (its index in its
+/// example's input, below [`MAX_ACTIVATIONS`](super::MAX_ACTIVATIONS) and so a u32). The channels
+/// of a position are contiguous, so each window position is compared with the best so far over C
+/// values at once.
+#[multiversion(targets = "simd")]
+pub(super) fn max_pool(
+    layer: &Placed,
+    size: usize,
+    batch: usize,
+    input: &[f32],
+    out: &mut [f32],
+    argmax: &mut Vec<u32>,
+) {
+    let (i, o) = (layer.input, layer.output);
+    let c = i.channels;
+    argmax.clear();
+    argmax.resize(out.len(), 0);
+    let positions = (0..batch)
+        .flat_map(|b| (0..o.height).flat_map(move |oy| (0..o.width).map(move |ox| (b, oy, ox))));
+    let runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
+    for ((b, oy, ox), (best, at)) in positions.zip(runs) {
+        let start = |dy: usize, dx: usize| ((oy * size + dy) * i.width + ox * size + dx) * c;
+        let example = &input[b * i.len()..(b + 1) * i.len()];
+        // The window's first position, then each later one where it is larger (ties keep the
+        // first): selects rather than branches, so the loop over channels vectorises.
+        for (dy, dx) in (0..size).flat_map(|dy| (0..size).map(move |dx| (dy, dx))) {
+            let from = start(dy, dx);
+            let run = &example[from..from + c];
+            let first = dy == 0 && dx == 0;
+            for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
+                let take = first || v > *m;
+                *m = if take { v } else { *m };
+                *a = if take { (from + ch) as u32 } else { *a };
+            }
+        }
+    }
+}
