@@ -7,7 +7,8 @@
 //! top-left corner is (y s - p, x s - p), zeros outside the input, and Z = P W + b with W of
 //! shape (k k C_in) x C_out; its backward pass is dW = P^T dZ, db = sum_rows dZ, dP = dZ W^T,
 //! and col2im adds each row of dP back onto the window it came from. Every product goes through
-//! [`mat_mul`] (the `gemm` crate). Max pooling keeps the position of each window's maximum and
+//! [`mat_mul`] (the `gemm` crate), a block of examples at a time, each block's P formed just
+//! before its product (again for dW), so that it is read back from cache. Max pooling keeps the position of each window's maximum and
 //! routes the gradient there. The last layer's outputs are the logits; the loss is the mean
 //! softmax cross-entropy, as for the fully connected networks.
 //!
@@ -15,9 +16,9 @@
 //! linear with its autograd and SGD) on one epoch of the FedAvg CNN's training steps, 600
 //! examples, one core (`scripts/cnn-kernels`, run as its doc comment says; 2-core Xeon with
 //! AVX-512): these layers took 0.575 s at B = 10 and 0.717 s at B = 50, candle 5.901 s and
-//! 4.391 s. `cargo bench -p fl-common --bench cnn` puts the epoch at 80% (B = 10) and 75%
-//! (B = 50) of the rate of its matrix products alone on a 2-core AMD EPYC (docs/performance.md). Both multiply by
-//! gemm; candle's backward pass of a convolution (a transposed convolution) is where it loses.
+//! 4.391 s. `cargo bench -p fl-common --bench cnn` puts the epoch at 78% (B = 10) and 83%
+//! (B = 50) of the rate of its matrix products alone on a 2-core Intel Xeon with AVX-512
+//! (docs/performance.md, session 23). Both multiply by gemm; candle's backward pass of a convolution (a transposed convolution) is where it loses.
 //! burn was not measured. The passes here also take the flat parameter vector and the fused SGD
 //! step the rest of the code uses.
 //!
