@@ -380,10 +380,15 @@ fn send_bias_gradient(layer: &Placed, target: &mut Target<'_>, dz: &[f32]) {
 /// at B = 50) went out to memory and back.
 const BLOCK_VALUES: usize = 1 << 17;
 
+/// The values of a convolution's patch matrix for `examples` examples: a row of fan-in values per
+/// output position.
+fn patch_values(layer: &Placed, examples: usize) -> usize {
+    examples * layer.output.height * layer.output.width * layer.fan_in()
+}
+
 /// The batch's examples in blocks for a convolution's products.
 fn blocks(layer: &Placed, batch: usize) -> impl Iterator<Item = Range<usize>> {
-    let per_example = layer.output.height * layer.output.width * layer.fan_in();
-    let size = (BLOCK_VALUES / per_example).max(1);
+    let size = (BLOCK_VALUES / patch_values(layer, 1)).max(1);
     (0..batch)
         .step_by(size)
         .map(move |start| start..(start + size).min(batch))
@@ -397,8 +402,7 @@ fn block_patches<'b>(
     input: &[f32],
     buf: &'b mut Vec<f32>,
 ) -> &'b [f32] {
-    let rows = block.len() * layer.output.height * layer.output.width;
-    let patches = prefix(buf, rows * layer.fan_in());
+    let patches = prefix(buf, patch_values(layer, block.len()));
     kernels::im2col(layer, block.len(), input, patches);
     patches
 }
@@ -421,8 +425,7 @@ fn conv_backward(
     let block_dz = |block: &Range<usize>| &dz[outs * block.start..outs * block.end];
     if let Some(prev) = prev {
         for block in blocks(layer, batch) {
-            let rows = block.len() * layer.output.height * layer.output.width;
-            let d_patches = prefix(scratch, rows * layer.fan_in());
+            let d_patches = prefix(scratch, patch_values(layer, block.len()));
             patch_delta(layer, target.params(), block_dz(&block), d_patches);
             kernels::col2im(
                 layer,
