@@ -183,9 +183,6 @@ async fn read_stream(
             })?,
             () = outbox.closed() => return Ok(()),
         };
-        if !shared.registry().is_current(id, generation) {
-            return Ok(());
-        }
         let message = match next {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
@@ -198,6 +195,13 @@ async fn read_stream(
                 )));
             }
         };
+        // A stream no longer bound to the client (training over, superseded, dropped) acts on
+        // nothing more it reads, but is read on until its response stream ends: returning here
+        // dropped the request and reset the HTTP/2 stream, and a Shutdown still queued on it
+        // was lost (the client then retried for minutes).
+        if !shared.registry().is_current(id, generation) {
+            continue;
+        }
         if Framer::opens_tensor(&message) {
             let places = shared.uploads.clone();
             tokio::select! {
