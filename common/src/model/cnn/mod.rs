@@ -197,7 +197,7 @@ impl Cnn {
                 }
                 LayerSpec::Dense { .. } => affine(layer, params, input, out),
                 LayerSpec::Relu => kernels::relu(input, out),
-                LayerSpec::Tanh => out.iter_mut().zip(input).for_each(|(o, &v)| *o = v.tanh()),
+                LayerSpec::Tanh => kernels::tanh(input, out),
                 LayerSpec::MaxPool { size } => {
                     kernels::max_pool(layer, size, batch, input, out, &mut ws.argmax[l]);
                 }
