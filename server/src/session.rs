@@ -186,6 +186,9 @@ async fn read_stream(
         let message = match next {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
+            // A client whose stream is no longer bound (its Shutdown sent, or superseded) may
+            // hang up without ending the stream: not an error of the client's.
+            Err(_) if !shared.registry().is_current(id, generation) => return Ok(()),
             // Undecodable bytes, an oversized message, or a broken transport; if the client is
             // still there it learns why.
             Err(e) => {
