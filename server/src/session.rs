@@ -183,12 +183,17 @@ async fn read_stream(
             })?,
             () = outbox.closed() => return Ok(()),
         };
+        // A stream no longer bound to the client (training over, superseded, dropped) acts on
+        // nothing more it reads, but is read on until its response stream ends: returning at once
+        // dropped the request and reset the HTTP/2 stream, and a Shutdown still queued on it was
+        // lost (the client then retried for minutes). Its client may hang up without ending the
+        // stream: not an error of the client's.
+        let bound = shared.registry().is_current(id, generation);
         let message = match next {
+            Ok(Some(_)) if !bound => continue,
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
-            // A client whose stream is no longer bound (its Shutdown sent, or superseded) may
-            // hang up without ending the stream: not an error of the client's.
-            Err(_) if !shared.registry().is_current(id, generation) => return Ok(()),
+            Err(_) if !bound => return Ok(()),
             // Undecodable bytes, an oversized message, or a broken transport; if the client is
             // still there it learns why.
             Err(e) => {
@@ -198,13 +203,6 @@ async fn read_stream(
                 )));
             }
         };
-        // A stream no longer bound to the client (training over, superseded, dropped) acts on
-        // nothing more it reads, but is read on until its response stream ends: returning here
-        // dropped the request and reset the HTTP/2 stream, and a Shutdown still queued on it
-        // was lost (the client then retried for minutes).
-        if !shared.registry().is_current(id, generation) {
-            continue;
-        }
         if Framer::opens_tensor(&message) {
             let places = shared.uploads.clone();
             tokio::select! {
