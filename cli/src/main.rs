@@ -71,8 +71,14 @@ fn parse_labelled(s: &str) -> Result<(String, PathBuf), String> {
     Ok((label.to_string(), PathBuf::from(path)))
 }
 
+fn main() -> anyhow::Result<()> {
+    // Before the runtime starts its threads (fl_common::allocator).
+    fl_common::allocator::single_arena();
+    run()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod admm;
+pub mod allocator;
 pub mod cores;
 pub mod data;
 pub mod model;
