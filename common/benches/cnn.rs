@@ -1,7 +1,7 @@
 //! One local epoch of McMahan et al. 2017's FedAvg CNN (two 5x5 convolutions of 32 and 64
-//! channels with 2x2 max pooling, dense 512, dense 10) on 600 MNIST examples, against the same
-//! epoch's matrix products alone (im2col patch matrices and dense inputs preallocated), by the
-//! kernel training uses, on one core.
+//! channels with 2x2 max pooling, dense 512, dense 10) and of LeNet-5 on 600 MNIST examples,
+//! against the same epoch's matrix products alone (im2col patch matrices and dense inputs
+//! preallocated), by the kernel training uses, on one core.
 //!
 //! Throughput is in floating-point operations ("elem/s" is FLOP/s), counted from the layers:
 //! for a layer with parameters over R rows of fan-in F and O outputs, the forward product, the
@@ -11,7 +11,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
-use fl_common::model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
+use fl_common::model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LENET5, LayerSpec, Shape};
 use fl_common::model::mat_mul;
 use ndarray::Array2;
 use rand::SeedableRng;
@@ -22,8 +22,8 @@ use std::path::Path;
 /// Examples per epoch.
 const EXAMPLES: usize = 600;
 
-fn fedavg_cnn() -> Cnn {
-    let layers: Vec<LayerSpec> = FEDAVG_CNN.iter().map(|s| s.parse().unwrap()).collect();
+fn network(layers: &[&str]) -> Cnn {
+    let layers: Vec<LayerSpec> = layers.iter().map(|s| s.parse().unwrap()).collect();
     let input = Shape {
         height: 28,
         width: 28,
@@ -55,7 +55,18 @@ fn epoch_flops(cnn: &Cnn) -> u64 {
 }
 
 fn cnn_epoch(c: &mut Criterion) {
-    let cnn = fedavg_cnn();
+    epochs(
+        c,
+        "cnn_epoch_600_examples_fedavg_cnn",
+        &FEDAVG_CNN,
+        &[10, 50],
+    );
+    epochs(c, "cnn_epoch_600_examples_lenet5", &LENET5, &[20]);
+}
+
+/// The epoch and its products for `layers` at each batch size, as group `name`.
+fn epochs(c: &mut Criterion, name: &str, layers: &[&str], batches: &[usize]) {
+    let cnn = network(layers);
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let data = load_mnist(&mnist, Split::Train).expect("shipped MNIST");
     let x = data
@@ -68,10 +79,10 @@ fn cnn_epoch(c: &mut Criterion) {
     let init: Vec<f32> = (0..cnn.num_params())
         .map(|_| dist.sample(&mut rng))
         .collect();
-    let mut group = c.benchmark_group("cnn_epoch_600_examples_fedavg_cnn");
+    let mut group = c.benchmark_group(name);
     group.sample_size(10);
     group.throughput(Throughput::Elements(epoch_flops(&cnn)));
-    for batch in [10, 50] {
+    for &batch in batches {
         let mut params = init.clone();
         let mut ws = CnnWorkspace::default();
         group.bench_function(format!("local_epoch/B={batch}"), |b| {

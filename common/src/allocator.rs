@@ -10,6 +10,10 @@
 //! 2.4 - 2.8 GB to 0.9 GB (docs/performance.md, session 25). One arena per core faulted more and
 //! kept 1.3 GB.
 //!
+//! One arena serialises the threads' allocations that miss their per-thread cache (glibc's
+//! tcache keeps small chunks, up to 1 KiB, per thread without the arena's lock); on 2 cores the
+//! user CPU did not change. It has not been measured on a many-core server.
+//!
 //! Why `mallopt` rather than another allocator: jemalloc (tikv-jemallocator 0.6.1) in the same
 //! run faulted 1,313,326 pages (it gives freed pages back after its decay time), for no gain.
 

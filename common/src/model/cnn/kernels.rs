@@ -147,6 +147,10 @@ fn for_each_run(layer: &Placed, batch: usize, mut visit: impl FnMut(usize, Optio
 /// The patch matrix P of a convolution's input (im2col); every value is written once.
 #[multiversion(targets = "simd")]
 pub(super) fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut [f32]) {
+    let (_, stride, _) = geometry(layer);
+    if layer.input.channels == 1 && stride == 1 {
+        return im2col_one_channel(layer, batch, input, patches);
+    }
     for_each_run(layer, batch, |at, from, len| {
         let run = &mut patches[at..at + len];
         match from {
@@ -154,6 +158,51 @@ pub(super) fn im2col(layer: &Placed, batch: usize, input: &[f32], patches: &mut 
             None => run.fill(0.0),
         }
     });
+}
+
+/// im2col of a one-channel input at stride 1. The runs [`for_each_run`] visits are then a kernel
+/// row of k values (5 for LeNet-5 and the FedAvg CNN), and a `memcpy` call per 20 bytes cost more
+/// than the copy. Here each input row is laid once into a buffer with its padding's zeros, and
+/// the k values of every window on it are copied at a length known when compiled.
+#[inline(always)]
+fn im2col_one_channel(layer: &Placed, batch: usize, input: &[f32], patches: &mut [f32]) {
+    let (k, _, p) = geometry(layer);
+    let (i, o) = (layer.input, layer.output);
+    // padded[p + x] = the input row's x-th value, zeros on either side.
+    let mut padded = vec![0.0; o.width + k - 1];
+    let rows = patches.chunks_exact_mut(o.width * k * k);
+    for ((b, oy), out_row) in (0..batch)
+        .flat_map(|b| (0..o.height).map(move |oy| (b, oy)))
+        .zip(rows)
+    {
+        for ky in 0..k {
+            padded.fill(0.0);
+            if let Some(y) = (oy + ky).checked_sub(p).filter(|&y| y < i.height) {
+                let from = (b * i.height + y) * i.width;
+                padded[p..p + i.width].copy_from_slice(&input[from..from + i.width]);
+            }
+            // Window ox of kernel row ky: P[(b, oy, ox), ky k .. ky k + k] = padded[ox .. ox + k].
+            let windows = out_row
+                .chunks_exact_mut(k * k)
+                .map(|w| &mut w[ky * k..ky * k + k]);
+            match k {
+                3 => copy_windows::<3>(windows, &padded),
+                5 => copy_windows::<5>(windows, &padded),
+                _ => windows
+                    .enumerate()
+                    .for_each(|(ox, w)| w.copy_from_slice(&padded[ox..ox + k])),
+            }
+        }
+    }
+}
+
+/// Copies `padded[ox .. ox + K]` into the ox-th of `windows`, K known when compiled.
+#[inline(always)]
+fn copy_windows<'a, const K: usize>(windows: impl Iterator<Item = &'a mut [f32]>, padded: &[f32]) {
+    for (w, from) in windows.zip(padded.windows(K)) {
+        let w: &mut [f32; K] = w.try_into().expect("a kernel row");
+        *w = from.try_into().expect("a kernel row");
+    }
 }
 
 /// Adds each row of dP back onto the input window it came from (col2im), into `da`.
@@ -187,23 +236,34 @@ pub(super) fn max_pool(
     let c = i.channels;
     argmax.clear();
     argmax.resize(out.len(), 0);
-    let positions = (0..batch)
-        .flat_map(|b| (0..o.height).flat_map(move |oy| (0..o.width).map(move |ox| (b, oy, ox))));
-    let runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
-    for ((b, oy, ox), (best, at)) in positions.zip(runs) {
-        let start = |dy: usize, dx: usize| ((oy * size + dy) * i.width + ox * size + dx) * c;
-        let example = &input[b * i.len()..(b + 1) * i.len()];
-        // The window's first position, then each later one where it is larger (ties keep the
-        // first): selects rather than branches, so the loop over channels vectorises.
-        for (dy, dx) in (0..size).flat_map(|dy| (0..size).map(move |dx| (dy, dx))) {
-            let from = start(dy, dx);
-            let run = &example[from..from + c];
-            let first = dy == 0 && dx == 0;
-            for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
-                let take = first || v > *m;
-                *m = if take { v } else { *m };
-                *a = if take { (from + ch) as u32 } else { *a };
+    // Plain loops over (b, oy, ox) and (dy, dx): nested `flat_map`s of ranges did not compile
+    // to loops, and their `next` took 6% of a LeNet-5 round's samples.
+    let mut runs = out.chunks_exact_mut(c).zip(argmax.chunks_exact_mut(c));
+    for example in input.chunks_exact(i.len()).take(batch) {
+        for oy in 0..o.height {
+            for ox in 0..o.width {
+                let (best, at) = runs.next().expect("a run of outputs per window");
+                // The window's first position, then each later one where it is larger (ties keep
+                // the first): selects rather than branches, so the loop over channels vectorises.
+                for dy in 0..size {
+                    for dx in 0..size {
+                        let from = ((oy * size + dy) * i.width + ox * size + dx) * c;
+                        let first = dy == 0 && dx == 0;
+                        take_larger(best, at, &example[from..from + c], from, first);
+                    }
+                }
             }
         }
+    }
+}
+
+/// best = max(best, run) and at = where each maximum is (`from` + channel), elementwise; `first`
+/// takes the run whole.
+#[inline(always)]
+fn take_larger(best: &mut [f32], at: &mut [u32], run: &[f32], from: usize, first: bool) {
+    for (ch, ((m, a), &v)) in best.iter_mut().zip(at.iter_mut()).zip(run).enumerate() {
+        let take = first || v > *m;
+        *m = if take { v } else { *m };
+        *a = if take { (from + ch) as u32 } else { *a };
     }
 }

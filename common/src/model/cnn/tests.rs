@@ -120,8 +120,9 @@ fn forward_is_convolution_then_pooling_by_definition() {
     }
 }
 
-/// A convolution of a one-channel image (a first layer's, whose patches im2col gathers value by
-/// value) against its definition.
+/// Convolutions of a one-channel image (a first layer's, which im2col gathers a row of k values
+/// at a time: k = 3 and 5 at a length known when compiled, k = 4 not) against their definition,
+/// with and without padding, and at stride 2 (the general im2col).
 #[test]
 fn a_one_channel_convolution_is_its_definition() {
     let input = Shape {
@@ -129,14 +130,23 @@ fn a_one_channel_convolution_is_its_definition() {
         width: 6,
         channels: 1,
     };
-    let cnn = Cnn::new(input, &layers(&["conv:4:3:pad1", "dense:2"])).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let params = random(&mut rng, cnn.num_params());
-    let x = Array2::from_shape_vec((2, input.len()), random(&mut rng, 2 * input.len())).unwrap();
-    let mut ws = CnnWorkspace::default();
-    cnn.forward(&params, x.view(), &mut ws);
-    let image = x.as_slice().unwrap();
-    assert_convolution_by_definition((&cnn, 0, 2), &params, image, &ws.outs[0], (3, 1, 1));
+    for (spec, geometry) in [
+        ("conv:4:3:pad1", (3, 1, 1)),
+        ("conv:3:5:pad2", (5, 1, 2)),
+        ("conv:2:5", (5, 1, 0)),
+        ("conv:2:4:pad3", (4, 1, 3)),
+        ("conv:2:3:stride2:pad1", (3, 2, 1)),
+    ] {
+        let cnn = Cnn::new(input, &layers(&[spec, "dense:2"])).unwrap();
+        let params = random(&mut rng, cnn.num_params());
+        let x =
+            Array2::from_shape_vec((2, input.len()), random(&mut rng, 2 * input.len())).unwrap();
+        let mut ws = CnnWorkspace::default();
+        cnn.forward(&params, x.view(), &mut ws);
+        let image = x.as_slice().unwrap();
+        assert_convolution_by_definition((&cnn, 0, 2), &params, image, &ws.outs[0], geometry);
+    }
 }
 
 /// Every (a, b, c) with a < n0, b < n1, c < n2, in row-major order.
