@@ -8,7 +8,7 @@
 //! 1000 MLP (2.1 MB buffers, 8 rounds, 2 cores), one arena took the page faults from 690,000 -
 //! 766,000 to 276,000 - 383,000, system CPU from 7.9 - 9.6 s to 5.5 - 5.7 s and peak RSS from
 //! 2.4 - 2.8 GB to 0.9 GB (docs/performance.md, session 25). One arena per core faulted more and
-//! kept 1.3 GB.
+//! kept 1.1 GB.
 //!
 //! One arena serialises the threads' allocations that miss their per-thread cache (glibc's
 //! tcache keeps small chunks, up to 1 KiB, per thread without the arena's lock); on 2 cores the
