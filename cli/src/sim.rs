@@ -1,4 +1,5 @@
-//! `fl sim`: the real server and K real clients in one process, talking gRPC over loopback.
+//! `fl sim`: the real server and K real clients in one process, talking gRPC over in-process
+//! pipes.
 
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
@@ -11,6 +12,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The endpoint the simulated clients name (their connections are in-process pipes).
+const IN_PROCESS: &str = "http://in-process.invalid";
+/// Connections made and not yet taken by the server before the clients' next one waits.
+const PIPES_WAITING: usize = 64;
 
 /// Options of `fl sim`.
 #[derive(Debug, clap::Args)]
@@ -86,24 +92,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         );
     }
 
-    // Each simulated client holds a socket of the server's; the clients share
-    // ceil(K / CLIENTS_PER_CONNECTION) connections, each two sockets in this process.
-    let connections = config
-        .server
-        .clients
-        .div_ceil(fl_client::CLIENTS_PER_CONNECTION) as u64;
-    let wanted = config.server.clients as u64 + 2 * connections + 256;
-    match rlimit::increase_nofile_limit(wanted) {
-        Ok(got) if got < wanted => tracing::warn!(
-            got,
-            wanted,
-            "open-file limit below what this many clients need; raise `ulimit -n`"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
-    }
-    let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
-    let endpoint = format!("http://{}", listener.local_addr()?);
+    // The clients reach the server through in-process pipes: HTTP/2 and gRPC as over a socket,
+    // without the kernel's loopback TCP (fl_server::Listener::InProcess).
+    let (dialer, pipes) = tokio::sync::mpsc::channel(PIPES_WAITING);
     let progress = progress_bar(config.server.rounds);
     let observer: fl_server::Observer = {
         let progress = progress.clone();
@@ -136,7 +127,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
         .then(|| Arc::new(PlainInputs::default()));
     let server = tokio::spawn(fl_server::serve(
-        listener,
+        fl_server::Listener::InProcess(pipes),
         config,
         Some(Arc::new(test)),
         Some(observer),
@@ -155,9 +146,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         connect_timeout: join_timeout,
         training_slots: slots,
         oracle: oracle.clone(),
-        ..ClientOptions::new(&endpoint)
+        ..ClientOptions::new(IN_PROCESS)
     };
-    let connections = fl_client::shared_connections(&template, shares.len())?;
+    let connections = fl_client::in_process_connections(&template, shares.len(), dialer)?;
     let mut clients = tokio::task::JoinSet::new();
     for (index, indices) in shares.into_iter().enumerate() {
         let opts = ClientOptions {

@@ -8,9 +8,11 @@ use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, PartitionRequest, ServerMessage, client_message,
 };
+use hyper_util::rt::TokioIo;
 use rand::Rng;
 use std::path::Path;
 use std::time::Duration;
+use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -31,6 +33,34 @@ pub fn shared_connections(
     let ep = endpoint(opts)?;
     Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
         .map(|_| Connection(ep.connect_lazy()))
+        .collect())
+}
+
+/// Bytes each direction of an in-process pipe buffers before its writer waits for the reader.
+const PIPE_BYTES: usize = 1 << 20;
+
+/// Like [`shared_connections`], to a server in the same process (`fl_server::Listener::InProcess`):
+/// each connection is a `tokio::io::duplex` pipe whose other end goes to the server through
+/// `dialer`, so gRPC and HTTP/2 run as over a socket without the kernel's loopback TCP.
+/// A connection made after the server has gone fails as a refused one would.
+pub fn in_process_connections(
+    opts: &ClientOptions,
+    clients: usize,
+    dialer: mpsc::Sender<DuplexStream>,
+) -> Result<Vec<Connection>, ClientError> {
+    let ep = endpoint(opts)?;
+    let dial = tower::service_fn(move |_: tonic::transport::Uri| {
+        let dialer = dialer.clone();
+        async move {
+            let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+            dialer.send(theirs).await.map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "the server is gone")
+            })?;
+            Ok::<_, std::io::Error>(TokioIo::new(ours))
+        }
+    });
+    Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
+        .map(|_| Connection(ep.connect_with_connector_lazy(dial.clone())))
         .collect())
 }
 

@@ -14,6 +14,7 @@
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::admm::primal_step;
 use fl_common::cores::CoreBudget;
+use fl_common::model::all_finite;
 use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
 use fl_common::task::{AdmmStep, Task};
 use rand::SeedableRng;
@@ -89,7 +90,7 @@ pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, St
         Computed::Plain { values, .. } => Some(values.as_slice()),
         Computed::Protected(p) => p.values(),
     };
-    if values.is_some_and(|v| !v.iter().all(|x| x.is_finite())) {
+    if values.is_some_and(|v| !all_finite(v)) {
         return Err("local training diverged (non-finite parameters)".into());
     }
     Ok(computed)

@@ -41,6 +41,7 @@ mod transport;
 pub mod wire;
 
 pub use error::ServerError;
+pub use transport::Listener;
 
 use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};
@@ -55,7 +56,6 @@ use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use telemetry::Telemetry;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 /// Largest gRPC message accepted or sent ([`fl_proto::MAX_MESSAGE_BYTES`]).
@@ -73,14 +73,14 @@ pub type Observer = Arc<dyn Fn(&RoundMetrics) + Send + Sync>;
 /// `oracle` (simulation only) holds the clients' plain secure-aggregation inputs, so that each
 /// round's unmasked sum can be checked.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     config: RunConfig,
     test: Option<Arc<Dataset>>,
     observer: Option<Observer>,
     oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
-    run_server(listener, config, test, observer, oracle, stop, None).await
+    run_server(listener.into(), config, test, observer, oracle, stop, None).await
 }
 
 /// Resumes the interrupted run whose folder is `dir` from its `checkpoint` (see
@@ -88,7 +88,7 @@ pub async fn serve(
 /// and `metrics.jsonl` are appended to, and training goes on from the round after the last one
 /// any of them recorded, with the checkpoint's configuration.
 pub async fn resume(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     dir: &std::path::Path,
     checkpoint: Checkpoint,
     test: Option<Arc<Dataset>>,
@@ -96,14 +96,23 @@ pub async fn resume(
 ) -> Result<Summary, ServerError> {
     let mut config = checkpoint.progress.config.clone();
     config.server.out = dir.to_owned();
-    run_server(listener, config, test, None, None, stop, Some(checkpoint)).await
+    run_server(
+        listener.into(),
+        config,
+        test,
+        None,
+        None,
+        stop,
+        Some(checkpoint),
+    )
+    .await
 }
 
 /// The shortest shared token the server accepts without a warning: 128 bits in hex.
 const MIN_TOKEN_LEN: usize = 32;
 
 async fn run_server(
-    listener: TcpListener,
+    listener: Listener,
     config: RunConfig,
     test: Option<Arc<Dataset>>,
     observer: Option<Observer>,

@@ -1,5 +1,6 @@
 //! The transport at the edge: the gRPC server (TLS, keep-alive, a tracing span per RPC, the
-//! guarded accept loop) and its bounded drain at the end of a run.
+//! guarded accept loop) on a TCP socket or on in-process pipes, and its bounded drain at the end
+//! of a run.
 
 use crate::accept;
 use crate::config::{ConfigError, ServerSection, is_loopback};
@@ -11,15 +12,37 @@ use fl_proto::v1::federation_server::FederationServer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// How long a keep-alive ping may go unanswered before the connection is closed.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long connections get to close after training ends.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// Where the server's connections come from.
+#[derive(Debug)]
+pub enum Listener {
+    /// A TCP socket: every deployment, and the tests of the transport.
+    Tcp(TcpListener),
+    /// Connections made by clients in the same process (`fl sim`): each is one end of a
+    /// `tokio::io::duplex` pipe, so HTTP/2 and gRPC run as over a socket but the bytes move
+    /// between buffers of this process instead of through the kernel's loopback TCP (a fifth of
+    /// a simulated round's CPU time for a model of 200,000 parameters). No TLS and no accept
+    /// guard: the peers are this process's own clients.
+    InProcess(mpsc::Receiver<DuplexStream>),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(listener: TcpListener) -> Self {
+        Self::Tcp(listener)
+    }
+}
 
 /// Resolves once `done` becomes true (or its sender is gone).
 pub async fn signalled(mut done: watch::Receiver<bool>) {
@@ -29,7 +52,7 @@ pub async fn signalled(mut done: watch::Receiver<bool>) {
 /// Serves the federation on `listener` until `done`.
 pub fn spawn_grpc(
     s: &ServerSection,
-    listener: TcpListener,
+    listener: Listener,
     shared: Arc<Shared>,
     done: impl Future<Output = ()> + Send + 'static,
 ) -> Result<JoinHandle<Result<(), tonic::transport::Error>>, ServerError> {
@@ -38,19 +61,26 @@ pub fn spawn_grpc(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = Routes::new(generated, shared);
     let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
-    Ok(tokio::spawn(
-        server_builder(s)?
-            .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-            // An upload waiting for its place (`service::UPLOADS_AT_ONCE`) holds one window.
-            .max_concurrent_streams(fl_proto::MAX_STREAMS_PER_CONNECTION)
-            .initial_stream_window_size(fl_proto::STREAM_WINDOW)
-            .initial_connection_window_size(fl_proto::CONNECTION_WINDOW)
-            // A span per RPC: every line logged while handling it names the method.
-            .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
-            .add_service(service)
-            .serve_with_incoming_shutdown(accept::guarded(listener, handshake), done),
-    ))
+    let router = server_builder(s)?
+        .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        // An upload waiting for its place (`service::UPLOADS_AT_ONCE`) holds one window.
+        .max_concurrent_streams(fl_proto::MAX_STREAMS_PER_CONNECTION)
+        .initial_stream_window_size(fl_proto::STREAM_WINDOW)
+        .initial_connection_window_size(fl_proto::CONNECTION_WINDOW)
+        // A span per RPC: every line logged while handling it names the method.
+        .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .add_service(service);
+    Ok(match listener {
+        Listener::Tcp(tcp) => {
+            let accepted = accept::guarded(tcp, handshake);
+            tokio::spawn(router.serve_with_incoming_shutdown(accepted, done))
+        }
+        Listener::InProcess(pipes) => {
+            let pipes = ReceiverStream::new(pipes).map(Ok::<_, std::io::Error>);
+            tokio::spawn(router.serve_with_incoming_shutdown(pipes, done))
+        }
+    })
 }
 
 /// Waits at most the drain period for the transport to close its connections.

@@ -17,7 +17,7 @@ mod network;
 mod training;
 
 pub use aggregate::{
-    ModelFault, UpdateError, WeightedMean, apply_update, check_model, check_update,
+    ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, check_update,
 };
 pub use cnn::{Cnn, LayerSpec, Shape};
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};

@@ -10,6 +10,7 @@ use crate::events::{Declared, Event, UploadHeader, for_log};
 use crate::ids::ClientId;
 use crate::rejection::Rejection;
 use crate::strategy::{ClientUpdate, SignUpload, Upload};
+use fl_common::model::all_finite;
 use fl_common::privacy::Release;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -229,7 +230,7 @@ impl PlainCollection {
         let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
             return;
         };
-        let finite = values.iter().all(|v| v.is_finite());
+        let finite = all_finite(&values);
         if self.update_moments && finite && values.len() == work.global.len() {
             tally.moments.add(&values);
         }
