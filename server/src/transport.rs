@@ -33,8 +33,8 @@ pub enum Listener {
     /// Connections made by clients in the same process (`fl sim`): each is one end of a
     /// `tokio::io::duplex` pipe, so HTTP/2 and gRPC run as over a socket but the bytes move
     /// between buffers of this process instead of through the kernel's loopback TCP (a fifth of
-    /// a simulated round's CPU time for a model of 200,000 parameters). No TLS and no accept
-    /// guard: the peers are this process's own clients.
+    /// a simulated round's CPU time for a model of 200,000 parameters). No accept guard: the
+    /// peers are this process's own clients.
     InProcess(mpsc::Receiver<DuplexStream>),
 }
 
