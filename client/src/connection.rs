@@ -31,9 +31,14 @@ pub fn shared_connections(
     clients: usize,
 ) -> Result<Vec<Connection>, ClientError> {
     let ep = endpoint(opts)?;
-    Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
-        .map(|_| Connection(ep.connect_lazy()))
-        .collect())
+    Ok(one_per_connection(clients, || ep.connect_lazy()))
+}
+
+/// The connections of `clients` clients, [`CLIENTS_PER_CONNECTION`] to each, made by `connect`.
+fn one_per_connection(clients: usize, mut connect: impl FnMut() -> Channel) -> Vec<Connection> {
+    (0..clients.div_ceil(CLIENTS_PER_CONNECTION))
+        .map(|_| Connection(connect()))
+        .collect()
 }
 
 /// Bytes each direction of an in-process pipe buffers before its writer waits for the reader.
@@ -59,9 +64,9 @@ pub fn in_process_connections(
             Ok::<_, std::io::Error>(TokioIo::new(ours))
         }
     });
-    Ok((0..clients.div_ceil(CLIENTS_PER_CONNECTION))
-        .map(|_| Connection(ep.connect_with_connector_lazy(dial.clone())))
-        .collect())
+    Ok(one_per_connection(clients, || {
+        ep.connect_with_connector_lazy(dial.clone())
+    }))
 }
 
 /// A connection to the server that clients of one process share (HTTP/2 streams multiplexed on
