@@ -24,22 +24,30 @@ pub fn chunk_count(num_values: usize) -> u32 {
 
 /// Splits `values` into chunks tagged with `round`, in order.
 pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorChunk> + '_ {
-    encode_word_chunks(round, values.len(), move |i| values[i].to_bits())
+    encode_chunks_by(round, values, f32::to_bits)
 }
 
-/// Splits `len` 32-bit words, the i-th given by `word(i)`, into chunks tagged with `round`.
-pub fn encode_word_chunks(
+/// Splits the 32-bit words `words` into chunks tagged with `round`, in order.
+pub fn encode_word_chunks(round: u64, words: &[u32]) -> impl Iterator<Item = TensorChunk> + '_ {
+    encode_chunks_by(round, words, |w| w)
+}
+
+/// Splits `values` into chunks tagged with `round`, each value sent as the little-endian bytes
+/// of `bits(value)`. Every chunk is written into a buffer of its final size, a value at a time
+/// without growth checks, so that the copy vectorises (it runs over every model sent).
+fn encode_chunks_by<'a, T: Copy>(
     round: u64,
-    len: usize,
-    word: impl Fn(usize) -> u32,
-) -> impl Iterator<Item = TensorChunk> {
-    let n = chunk_count(len) as usize;
-    (0..n).map(move |index| {
-        let start = (index * VALUES_PER_CHUNK).min(len);
-        let end = ((index + 1) * VALUES_PER_CHUNK).min(len);
-        let mut data = Vec::with_capacity((end - start) * 4);
-        for i in start..end {
-            data.extend_from_slice(&word(i).to_le_bytes());
+    values: &'a [T],
+    bits: impl Fn(T) -> u32 + Copy + 'a,
+) -> impl Iterator<Item = TensorChunk> + 'a {
+    // An empty tensor still travels as one (empty) chunk.
+    let pieces = values
+        .chunks(VALUES_PER_CHUNK)
+        .chain(values.is_empty().then_some(values));
+    pieces.enumerate().map(move |(index, piece)| {
+        let mut data = vec![0u8; piece.len() * 4];
+        for (bytes, &v) in data.chunks_exact_mut(4).zip(piece) {
+            bytes.copy_from_slice(&bits(v).to_le_bytes());
         }
         TensorChunk {
             round,
@@ -166,12 +174,10 @@ impl TensorAssembler {
                 got,
             });
         }
-        self.values.extend(
-            chunk
-                .data
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
+        // Over whole 4-byte arrays, an iterator of known length: the conversion vectorises.
+        let (words, _) = chunk.data.as_chunks::<4>();
+        self.values
+            .extend(words.iter().map(|&b| u32::from_le_bytes(b)));
         self.next_index += 1;
         if self.next_index < self.expected_chunks {
             return Ok(None);
@@ -203,6 +209,20 @@ mod tests {
         let out = out.expect("last chunk completes the tensor");
         assert_eq!(out, values);
         out
+    }
+
+    /// The wire format is each value's IEEE 754 bits in little-endian order, chunk after chunk.
+    #[test]
+    fn chunks_carry_little_endian_bits() {
+        let chunks: Vec<_> = encode_chunks(3, &[1.0, -2.0]).collect();
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0].data[..], [0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
+        let words: Vec<u32> = (0..VALUES_PER_CHUNK as u32 + 1).collect();
+        let chunks: Vec<_> = encode_word_chunks(3, &words).collect();
+        assert_eq!(
+            (chunks[1].index, &chunks[1].data[..]),
+            (1, &(VALUES_PER_CHUNK as u32).to_le_bytes()[..])
+        );
     }
 
     #[test]

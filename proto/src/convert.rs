@@ -489,7 +489,7 @@ pub fn client_stage(
                 num_words: words.len() as u64,
                 num_chunks: crate::chunk_count(words.len()),
             });
-            let chunks = crate::encode_word_chunks(round, words.len(), |i| words[i]);
+            let chunks = crate::encode_word_chunks(round, &words);
             return std::iter::once(header)
                 .chain(chunks.map(Body::UpdateChunk))
                 .collect();

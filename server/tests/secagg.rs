@@ -56,9 +56,7 @@ fn masked(round: u64, ring: Ring, y: &[u64]) -> Vec<client_message::Body> {
         num_words: words.len() as u64,
         num_chunks: chunk_count(words.len()),
     })];
-    out.extend(
-        encode_word_chunks(round, words.len(), |i| words[i]).map(client_message::Body::UpdateChunk),
-    );
+    out.extend(encode_word_chunks(round, &words).map(client_message::Body::UpdateChunk));
     out
 }
 
