@@ -275,6 +275,7 @@ mod tests {
                 epochs: 1,
                 batch_size: 2,
                 learning_rate: 0.1,
+                random_shift: 0,
             },
             local,
             secure: None,

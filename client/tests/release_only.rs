@@ -92,6 +92,7 @@ impl Federation for FakeCurator {
                 epochs: 1,
                 batch_size: 10,
                 learning_rate: 0.1,
+                random_shift: 0,
             }),
             num_values: PARAMS as u64,
             num_chunks: fl_proto::chunk_count(PARAMS),

@@ -106,6 +106,7 @@ fn local_epoch(c: &mut Criterion) {
             epochs: 1,
             batch_size,
             learning_rate: 0.05,
+            random_shift: 0,
         };
         group.bench_function(format!("B={batch_size}"), |b| {
             b.iter_batched(

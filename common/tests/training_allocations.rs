@@ -46,6 +46,7 @@ fn allocations_of_training(data: &Dataset, examples: usize) -> usize {
         epochs: 2,
         batch_size: 10,
         learning_rate: 0.1,
+        random_shift: 0,
     };
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     train_local(

@@ -240,6 +240,7 @@ impl From<LocalConfig> for v1::LocalConfig {
             epochs: c.epochs,
             batch_size: c.batch_size,
             learning_rate: c.learning_rate,
+            random_shift: c.random_shift,
         }
     }
 }
@@ -250,6 +251,7 @@ impl From<v1::LocalConfig> for LocalConfig {
             epochs: c.epochs,
             batch_size: c.batch_size,
             learning_rate: c.learning_rate,
+            random_shift: c.random_shift,
         }
     }
 }
@@ -670,6 +672,7 @@ mod tests {
                 epochs: 2,
                 batch_size: 5,
                 learning_rate: 0.1,
+                random_shift: 0,
             },
             local: None,
             secure: Some(SecureTask {

@@ -55,8 +55,9 @@ impl Trainer for PyTrainer {
     }
 }
 
-/// The `config` dict `train` receives: the round t, E, B, eta, a seed for the order of local
-/// examples, the model's description and its parameter count.
+/// The `config` dict `train` receives: the round t, E, B, eta, the random shift s of training
+/// images the server asks for (0: none), a seed for the order of local examples, the model's
+/// description and its parameter count.
 fn config<'py>(
     py: Python<'py>,
     request: &TrainRequest,
@@ -67,6 +68,7 @@ fn config<'py>(
     c.set_item("epochs", request.config.epochs)?;
     c.set_item("batch_size", request.config.batch_size)?;
     c.set_item("learning_rate", request.config.learning_rate)?;
+    c.set_item("random_shift", request.config.random_shift)?;
     c.set_item("seed", request.seed)?;
     c.set_item("model", request.model.to_string())?;
     c.set_item("num_params", num_params)?;

@@ -91,7 +91,13 @@ fn model(
             config.model.kind
         ))
     })?;
-    let spec = (config.model).spec(data.example_shape(), data.num_classes())?;
+    let shape = data.example_shape();
+    if config.train.random_shift > 0 && shape.height == 1 && shape.width == 1 {
+        return Err(invalid(
+            "train.random_shift translates images, and the data are flat vectors".into(),
+        ));
+    }
+    let spec = (config.model).spec(shape, data.num_classes())?;
     let model = Model::Network(spec.clone());
     let initial = match (init, checkpoint) {
         (Some(path), None) => {

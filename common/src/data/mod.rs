@@ -1,10 +1,12 @@
 //! Datasets: loading (MNIST IDX, CSV), the in-memory [`Dataset`], and partitioning across clients.
 
+mod augment;
 mod csv;
 mod mnist;
 mod partition;
 
 pub use self::csv::load_csv;
+pub use augment::shift_images;
 pub use mnist::{Split, load_mnist};
 pub use partition::{Partition, PartitionScheme};
 

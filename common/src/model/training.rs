@@ -2,7 +2,7 @@
 
 use super::{Architecture, ModelSpec, Workspace, loss_and_grad_in, loss_and_step_in};
 use crate::cores::CoreBudget;
-use crate::data::Dataset;
+use crate::data::{Dataset, shift_images};
 use ndarray::ArrayView2;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -17,6 +17,11 @@ pub struct LocalConfig {
     pub batch_size: u32,
     /// eta: SGD step size.
     pub learning_rate: f32,
+    /// s: plain SGD translates each image of a batch by up to s pixels on each axis
+    /// ([`shift_images`]); 0, the default, trains on the examples as they are. The per-example
+    /// clipped rule of Laplace output perturbation does not augment.
+    #[serde(default)]
+    pub random_shift: u32,
 }
 
 impl LocalConfig {
@@ -114,6 +119,7 @@ pub fn train_local(
     let mut order = indices.to_vec();
     let mut grad = vec![0.0f32; params.len()];
     let (mut batch_buf, mut workspace) = (Batch::default(), Workspace::default());
+    let mut scratch = Vec::new();
     let batch = config.batch_size.max(1) as usize;
     let mut last_epoch_loss = f32::NAN;
     for _ in 0..config.epochs {
@@ -124,6 +130,10 @@ pub fn train_local(
             total += match rule {
                 GradientRule::Mean => {
                     batch_buf.gather(data, idx);
+                    if config.random_shift > 0 {
+                        let (x, shape) = (&mut batch_buf.x, data.example_shape());
+                        shift_images(x, shape, config.random_shift, rng, &mut scratch);
+                    }
                     let (x, y) = (batch_buf.x(), &batch_buf.y);
                     let eta = config.learning_rate;
                     f64::from(loss_and_step_in(spec, params, eta, x, y, &mut workspace))
@@ -342,6 +352,7 @@ mod tests {
                 epochs,
                 batch_size: batch,
                 learning_rate: 0.3,
+                random_shift: 0,
             };
             let run = |data: &Dataset| {
                 let mut p = start.clone();
@@ -382,6 +393,7 @@ mod tests {
         let config = LocalConfig {
             epochs: 5,
             batch_size: 10,
+            random_shift: 0,
             learning_rate: 0.1,
         };
         let all: Vec<usize> = (0..n).collect();

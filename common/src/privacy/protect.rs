@@ -182,6 +182,7 @@ mod tests {
             epochs: 2,
             batch_size: 20,
             learning_rate: 0.1,
+            random_shift: 0,
         },
     };
 

@@ -217,6 +217,14 @@ impl RunConfig {
                     .into(),
             );
         }
+        // The per-example clipped SGD of both is left as its sensitivity analysis states it.
+        if self.train.random_shift > 0 && (iadmm || mode == PrivacyMode::LdpLaplace) {
+            return bad(
+                "train.random_shift augments plain local SGD: train.algorithm = \"iadmm\" and \
+                 privacy.mode = \"ldp-laplace\" train without it"
+                    .into(),
+            );
+        }
         self.train
             .validate_server_optimizer()
             .map_err(ConfigError::Invalid)?;

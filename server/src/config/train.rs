@@ -44,6 +44,9 @@ pub struct TrainSection {
     pub batch_size: u32,
     /// eta: local SGD learning rate.
     pub learning_rate: f32,
+    /// s: clients translate each training image by up to s pixels on each axis, drawn afresh
+    /// per example and batch (image data and plain local SGD only); 0, the default, does not.
+    pub random_shift: u32,
     /// The server optimizer: `fedavg` (default), `fedavgm`, `fedadagrad`, `fedadam`, `fedyogi`.
     pub server_optimizer: ServerOptimizerKind,
     /// eta_g: the server learning rate, a number or a per-round schedule (`{ steps = [[1, 1.0],
@@ -67,6 +70,7 @@ impl Default for TrainSection {
             epochs: 1,
             batch_size: 10,
             learning_rate: 0.05,
+            random_shift: 0,
             server_optimizer: ServerOptimizerKind::FedAvg,
             server_learning_rate: Schedule::Constant(1.0),
             server_momentum: 0.9,
@@ -126,6 +130,7 @@ impl TrainSection {
             epochs: self.epochs,
             batch_size: self.batch_size,
             learning_rate: self.learning_rate,
+            random_shift: self.random_shift,
         }
     }
 }
@@ -163,6 +168,33 @@ mod tests {
 
     /// A schedule of eta_g makes FedAvg take x_t + eta_t Delta_t; one that does not start at
     /// round 1 is refused with the key's name.
+    /// A random shift is read from `[train]` and sent to the clients; the per-example clipped
+    /// SGD of IADMM and of Laplace local DP refuses it.
+    #[test]
+    fn a_random_shift_reaches_the_clients_and_not_the_clipped_rules() {
+        let mut c: RunConfig = toml::from_str("[train]\nrandom_shift = 2").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.train.local_config().random_shift, 2);
+        c.train.algorithm = Algorithm::Iadmm;
+        assert!(
+            refused(&c).contains("train.random_shift"),
+            "{}",
+            refused(&c)
+        );
+        let mut c: RunConfig =
+            toml::from_str("[train]\nrandom_shift = 1\n[privacy]\nmode = \"ldp-laplace\"").unwrap();
+        assert!(
+            refused(&c).contains("train.random_shift"),
+            "{}",
+            refused(&c)
+        );
+        c.train.random_shift = 0;
+        assert!(
+            !c.validate()
+                .is_err_and(|e| e.to_string().contains("random_shift"))
+        );
+    }
+
     #[test]
     fn a_server_learning_rate_schedule_is_read_and_checked() {
         let c: RunConfig =
