@@ -124,3 +124,33 @@ fn refused(path: &Path, why: String) -> ServerError {
 fn read(path: &Path) -> Result<Vec<u8>, ServerError> {
     std::fs::read(path).map_err(|e| refused(path, e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fl_common::model::Shape;
+    use ndarray::Array2;
+
+    /// A random shift needs images: flat test data refuses it, the same data as 2 x 2 images
+    /// take it.
+    #[test]
+    fn a_random_shift_needs_image_data() {
+        let mut config = RunConfig::default();
+        config.train.random_shift = 1;
+        let data = || Dataset::new(Array2::zeros((3, 4)), vec![0, 1, 0], 2).unwrap();
+        let flat = starting_model(&config, Some(Arc::new(data())), None);
+        assert!(
+            flat.as_ref()
+                .is_err_and(|e| e.to_string().contains("train.random_shift")),
+            "{:?}",
+            flat.err()
+        );
+        let square = Shape {
+            height: 2,
+            width: 2,
+            channels: 1,
+        };
+        let images = data().with_shape(square).unwrap();
+        starting_model(&config, Some(Arc::new(images)), None).unwrap();
+    }
+}

@@ -393,8 +393,8 @@ mod tests {
         let config = LocalConfig {
             epochs: 5,
             batch_size: 10,
-            random_shift: 0,
             learning_rate: 0.1,
+            random_shift: 0,
         };
         let all: Vec<usize> = (0..n).collect();
         let loss = train_local(
