@@ -54,13 +54,20 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
-/// Per-parameter first and second moments of a round's updates, for the between-clients
-/// variance V_c and update scale U_s of Geyer et al. (Sec. 3):
+/// The moments of a round's updates that give the between-clients variance V_c and update scale
+/// U_s of Geyer et al. (Sec. 3):
 /// mu_ij = 1/n sum_k u^k_ij; V_c = 1/P sum_ij (1/n sum_k (u^k_ij - mu_ij)^2); U_s = 1/P sum_ij mu_ij^2.
+///
+/// Summed over the parameters, 1/n sum_k (u^k_ij - mu_ij)^2 = 1/n sum_k (u^k_ij)^2 - mu_ij^2, so
+/// V_c = 1/P (1/n sum_k ||u^k||^2 - ||mu||^2): one running sum per parameter and one of squared
+/// norms suffice (a second per-parameter sum of squares would double the server's memory traffic
+/// per update).
 #[derive(Debug, Clone)]
 pub struct UpdateMoments {
+    /// sum_k u^k, per parameter.
     sum: Vec<f64>,
-    sum_sq: Vec<f64>,
+    /// sum_k ||u^k||^2.
+    sum_sq_norms: f64,
     n: usize,
 }
 
@@ -69,18 +76,29 @@ impl UpdateMoments {
     pub fn new(len: usize) -> Self {
         Self {
             sum: vec![0.0; len],
-            sum_sq: vec![0.0; len],
+            sum_sq_norms: 0.0,
             n: 0,
         }
     }
 
     /// Adds one update (same length as the model).
     pub fn add(&mut self, u: &[f32]) {
-        for ((s, q), &v) in self.sum.iter_mut().zip(&mut self.sum_sq).zip(u) {
+        let mut lanes = [0.0f64; LANES];
+        let mut sums = self.sum.chunks_exact_mut(LANES);
+        let mut values = u.chunks_exact(LANES);
+        for (s, v) in (&mut sums).zip(&mut values) {
+            for ((s, &v), lane) in s.iter_mut().zip(v).zip(&mut lanes) {
+                let v = f64::from(v);
+                *s += v;
+                *lane += v * v;
+            }
+        }
+        for (s, &v) in sums.into_remainder().iter_mut().zip(values.remainder()) {
             let v = f64::from(v);
             *s += v;
-            *q += v * v;
+            lanes[0] += v * v;
         }
+        self.sum_sq_norms += lanes.iter().sum::<f64>();
         self.n += 1;
     }
 
@@ -91,13 +109,11 @@ impl UpdateMoments {
         }
         let n = self.n as f64;
         let p = self.sum.len() as f64;
-        let (mut v_c, mut u_s) = (0.0, 0.0);
-        for (&s, &q) in self.sum.iter().zip(&self.sum_sq) {
-            let mu = s / n;
-            v_c += (q / n - mu * mu).max(0.0);
-            u_s += mu * mu;
-        }
-        Some((v_c / p, u_s / p))
+        // ||mu||^2 = sum_ij (sum_k u^k_ij / n)^2
+        let mu_sq: f64 = self.sum.iter().map(|s| (s / n) * (s / n)).sum();
+        // A variance: non-negative but for rounding.
+        let v_c = (self.sum_sq_norms / n - mu_sq).max(0.0);
+        Some((v_c / p, mu_sq / p))
     }
 }
 
@@ -166,5 +182,38 @@ mod tests {
         m.add(&[3.0, 2.0]);
         // mu = (2, 1); per-parameter variances (1, 1); V_c = 1; U_s = (4 + 1) / 2.
         assert_eq!(m.v_c_and_u_s(), Some((1.0, 2.5)));
+    }
+
+    /// On updates longer than the lanes, with a remainder, equal to the per-parameter definition.
+    #[test]
+    fn moments_equal_their_definition_per_parameter() {
+        let (p, n) = (37, 5);
+        let updates: Vec<Vec<f32>> = (0..n)
+            .map(|k| {
+                (0..p)
+                    .map(|i| ((i * 7 + k * 13) % 11) as f32 / 4.0 - 1.0)
+                    .collect()
+            })
+            .collect();
+        let mut m = UpdateMoments::new(p);
+        updates.iter().for_each(|u| m.add(u));
+        let (mut v_c, mut u_s) = (0.0, 0.0);
+        for i in 0..p {
+            let column = updates.iter().map(|u| f64::from(u[i]));
+            let mu = column.clone().sum::<f64>() / n as f64;
+            v_c += column.map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
+            u_s += mu * mu;
+        }
+        let (got_v, got_u) = m.v_c_and_u_s().unwrap();
+        assert!(
+            (got_v - v_c / p as f64).abs() < 1e-12,
+            "{got_v} vs {}",
+            v_c / p as f64
+        );
+        assert!(
+            (got_u - u_s / p as f64).abs() < 1e-12,
+            "{got_u} vs {}",
+            u_s / p as f64
+        );
     }
 }
