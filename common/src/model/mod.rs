@@ -21,7 +21,7 @@ pub use aggregate::{
 };
 pub use cnn::{Cnn, LayerSpec, Shape};
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
-pub use matmul::mat_mul;
+pub use matmul::{mat_mul, times_transposed_weights};
 pub use network::{Workspace, logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,

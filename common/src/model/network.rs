@@ -8,18 +8,19 @@
 //! The public passes take any [`ModelSpec`] and hand a convolutional one to [`super::cnn`].
 
 use super::cnn::CnnWorkspace;
-use super::{Architecture, Layer, ModelSpec, dense_layers, mat_mul};
+use super::{Architecture, Layer, ModelSpec, dense_layers, mat_mul, times_transposed_weights};
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 /// Buffers of a forward and backward pass, kept from step to step so that training allocates
 /// nothing per batch once the first batch has sized them: each layer's output and the
-/// backpropagated deltas dZ_l, dZ_{l-1} (a convolutional network's in `conv`).
+/// backpropagated deltas dZ_l, dZ_{l-1} and dZ_{l-1}^T (a convolutional network's in `conv`).
 #[derive(Debug, Default)]
 pub struct Workspace {
     layers: Vec<Layer>,
     outs: Vec<Vec<f32>>,
     delta: Vec<f32>,
     prev: Vec<f32>,
+    prev_t: Vec<f32>,
     conv: CnnWorkspace,
 }
 
@@ -221,6 +222,7 @@ fn backprop(
         outs,
         delta,
         prev,
+        prev_t,
         ..
     } = workspace;
     layers.clear();
@@ -253,7 +255,8 @@ fn backprop(
             set_len(prev, rows * layer.inputs);
             let mut dz_prev = ArrayViewMut2::from_shape(shape(l - 1), &mut prev[..])
                 .expect("delta sized by the layer");
-            mat_mul(1.0, &dz, &w.t(), 0.0, &mut dz_prev);
+            let scratch = prefix(prev_t, rows * layer.inputs);
+            times_transposed_weights(&dz, &w, scratch, &mut dz_prev);
             // Over the contiguous buffers, branch-free, so that it vectorises.
             for (d, &a) in prev.iter_mut().zip(&outs[l - 1]) {
                 *d = if a > 0.0 { *d } else { 0.0 };

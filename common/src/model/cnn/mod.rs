@@ -31,8 +31,8 @@ mod layers;
 
 pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
 
-use super::mat_mul;
 use super::network::{Target, output_delta, prefix, set_len};
+use super::{mat_mul, times_transposed_weights};
 use ndarray::{ArrayView2, ArrayViewMut2};
 use std::ops::Range;
 
@@ -313,12 +313,7 @@ fn patch_delta(layer: &Placed, params: &[f32], dz: &[f32], da: &mut [f32]) {
     mat_mul(1.0, &dz, &w.t(), 0.0, &mut da);
 }
 
-/// The delta of a dense layer's inputs, dA = dZ W^T (batch x fan-in), formed as its transpose
-/// dA^T = W dZ^T in `scratch` and then transposed into `da`. With a batch's few rows, the direct
-/// product had gemm pack all of W into panels for every step (fan-in x outputs values moved for
-/// batch times as many multiply-adds): 9 GFLOP/s for the FedAvg CNN's 3136 x 512 layer at B = 10,
-/// against 68 for the transposed form, where W^T is a right-hand side gemm reads in place
-/// (docs/performance.md, issue 29's second change).
+/// The delta of a dense layer's inputs, dA = dZ W^T (batch x fan-in).
 fn dense_input_delta(
     layer: &Placed,
     params: &[f32],
@@ -328,13 +323,9 @@ fn dense_input_delta(
 ) {
     let (w, b) = weights(layer, params);
     let (rows, fan_in) = (dz.len() / b.len(), layer.fan_in());
-    let scratch = prefix(scratch, rows * fan_in);
     let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
-    let mut da_t = ArrayViewMut2::from_shape((fan_in, rows), scratch).expect("fan-in x rows");
-    mat_mul(1.0, &w, &dz.t(), 0.0, &mut da_t);
-    ArrayViewMut2::from_shape((rows, fan_in), da)
-        .expect("rows of fan-in")
-        .assign(&da_t.t());
+    let mut da = ArrayViewMut2::from_shape((rows, fan_in), da).expect("rows of fan-in");
+    times_transposed_weights(&dz, &w, prefix(scratch, rows * fan_in), &mut da);
 }
 
 /// Sends an affine layer's gradient to `target`: dW = A^T dZ, db = sum_rows dZ.
