@@ -58,23 +58,19 @@ pub fn mat_mul(
         }
         return;
     }
-    // gemm runs along C's contiguous dimension: rows of A and C if C is column-major, columns of
-    // B and C otherwise (the same test as gemm's own transposition).
-    let along_rows = c.strides()[0].unsigned_abs() < c.strides()[1].unsigned_abs();
-    let extent = if along_rows { m } else { n };
-    let head = extent / LANES * LANES;
-    if head > 0 && head < extent && extent * k >= PACKED_IN_PLACE {
-        if along_rows {
-            let (a_head, a_tail) = a.view().split_at(Axis(0), head);
-            let (mut c_head, mut c_tail) = c.view_mut().split_at(Axis(0), head);
-            gemm_in_place(alpha, &a_head, b, beta, &mut c_head);
-            gemm_in_place(alpha, &a_tail, b, beta, &mut c_tail);
-        } else {
-            let (b_head, b_tail) = b.view().split_at(Axis(1), head);
-            let (mut c_head, mut c_tail) = c.view_mut().split_at(Axis(1), head);
-            gemm_in_place(alpha, a, &b_head, beta, &mut c_head);
-            gemm_in_place(alpha, a, &b_tail, beta, &mut c_tail);
-        }
+    // gemm runs along C's contiguous dimension (it transposes a row-major C): for a column-major
+    // C, the same product as C^T = B^T A^T, whose C^T is row-major.
+    if c.strides()[0].unsigned_abs() < c.strides()[1].unsigned_abs() {
+        let mut c_t = c.view_mut().reversed_axes();
+        return mat_mul(alpha, &b.t(), &a.t(), beta, &mut c_t);
+    }
+    // Along the columns of B and C: a head that is a multiple of LANES, and the rest.
+    let head = n / LANES * LANES;
+    if head > 0 && head < n && n * k >= PACKED_IN_PLACE {
+        let (b_head, b_tail) = b.view().split_at(Axis(1), head);
+        let (mut c_head, mut c_tail) = c.view_mut().split_at(Axis(1), head);
+        gemm_in_place(alpha, a, &b_head, beta, &mut c_head);
+        gemm_in_place(alpha, a, &b_tail, beta, &mut c_tail);
     } else {
         gemm_in_place(alpha, a, b, beta, c);
     }
