@@ -122,6 +122,28 @@ fn private_sim_reports_its_privacy_and_plots_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A deployment's config runs as a simulation unchanged: its TLS settings are for network
+/// connections, and the simulated clients connect in-process. The key and certificate named here
+/// do not exist, so the run also shows they are not read.
+#[test]
+fn sim_runs_a_config_that_sets_tls() {
+    let dir = temp("tls");
+    let (missing_cert, missing_key) = (dir.join("absent-cert.pem"), dir.join("absent-key.pem"));
+    let (_, summary) = sim(
+        &dir,
+        "iid",
+        &format!(
+            "[server]\nclients = 3\nclients_per_round = 3\nrounds = 2\n\
+             tls_cert = \"{}\"\ntls_key = \"{}\"\n\
+             [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50",
+            missing_cert.display(),
+            missing_key.display()
+        ),
+    );
+    assert_eq!(summary["rounds_completed"], 2, "{summary}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Secure aggregation over real gRPC streams: 10 of 10 clients per round, 30% of them dropped by
 /// the injector after sharing their keys. Every round's unmasked sum equals the survivors' plain
 /// quantised sum exactly (error 0), the dropped clients' masks are all recovered, and the model

@@ -61,7 +61,7 @@ pub fn spawn_grpc(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = Routes::new(generated, shared);
     let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
-    let router = server_builder(s)?
+    let router = server_builder(s, &listener)?
         .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         // An upload waiting for its place (`service::UPLOADS_AT_ONCE`) holds one window.
@@ -92,8 +92,17 @@ pub async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error>>) {
     }
 }
 
-/// A transport builder with TLS (and client certificates) when the configuration asks for it.
-fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
+/// A transport builder with TLS (and client certificates) when the configuration asks for it
+/// and the connections come over the network. In-process pipes (`fl sim`) never leave the
+/// process and its clients speak plain HTTP/2 to them: there TLS protects nothing, and a
+/// deployment's TLS settings are left unused rather than failing the simulation.
+fn server_builder(s: &ServerSection, listener: &Listener) -> Result<Server, ServerError> {
+    if let Listener::InProcess(_) = listener {
+        if s.tls_cert.is_some() {
+            tracing::info!("TLS settings unused: the simulated clients connect in-process");
+        }
+        return Ok(Server::builder());
+    }
     let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
         if !is_loopback(&s.listen) {
             tracing::warn!("TLS is off: updates and models travel in clear text");
