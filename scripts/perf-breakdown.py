@@ -16,23 +16,24 @@ import argparse
 import collections
 import sys
 
-# (category, frame substrings): the first that matches a sample's stack takes it.
+# (category, groups of frame substrings): a sample's stack must name one substring of every
+# group; the first category that matches takes the sample.
 CATEGORIES = [
-    ("training: matrix products (gemm)", None),  # train_local and gemm, handled below
-    ("training: the rest", ["train_local"]),
-    ("test evaluation", ["evaluat"]),
+    ("training: matrix products (gemm)", [["train_local"], ["gemm"]]),
+    ("training: the rest", [["train_local"]]),
+    ("test evaluation", [["evaluat"]]),
     (
         "server: per-update passes (check, norm, clip, sums, moments)",
-        ["UpdateMoments", "WeightedMean", "all_finite", "check_update", "clip_l2", "l2_norm",
-         "clip_into", "CentralDp"],
+        [["UpdateMoments", "WeightedMean", "all_finite", "check_update", "clip_l2", "l2_norm",
+          "clip_into", "CentralDp"]],
     ),
     (
         "transport: HTTP/2, tonic, pipes, chunks",
-        ["h2::", "hyper", "tonic", "SimplexStream", "TensorAssembler", "Deframer", "prost",
-         "encode_chunks", "send_outgoing", "Framer"],
+        [["h2::", "hyper", "tonic", "SimplexStream", "TensorAssembler", "Deframer", "prost",
+          "encode_chunks", "send_outgoing", "Framer"]],
     ),
-    ("client: model copy and update", ["SgdTrainer::sgd", "fl_client::round"]),
-    ("scheduling and wake-ups", ["schedule", "futex", "park", "epoll"]),
+    ("client: model copy and update", [["SgdTrainer::sgd", "fl_client::round"]]),
+    ("scheduling and wake-ups", [["schedule", "futex", "park", "epoll"]]),
 ]
 
 
@@ -55,13 +56,11 @@ def samples(lines):
 
 
 def category(frames):
-    def names(*keys):
+    def names(keys):
         return any(k in f for f in frames for k in keys)
 
-    if names("train_local") and names("gemm"):
-        return CATEGORIES[0][0]
-    for name, keys in CATEGORIES[1:]:
-        if names(*keys):
+    for name, groups in CATEGORIES:
+        if all(names(keys) for keys in groups):
             return name
     return "other"
 
