@@ -1,5 +1,5 @@
-//! `fl sim`: the real server and K real clients in one process, talking gRPC over in-process
-//! pipes.
+//! `fl sim`: the real server and K real clients in one process, the clients calling the
+//! server's gRPC service in-process.
 
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
@@ -13,10 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The endpoint the simulated clients name (their connections are in-process pipes).
+/// The endpoint the simulated clients name (they call the server in-process).
 const IN_PROCESS: &str = "http://in-process.invalid";
-/// Connections made and not yet taken by the server before the clients' next one waits.
-const PIPES_WAITING: usize = 64;
 
 /// Options of `fl sim`.
 #[derive(Debug, clap::Args)]
@@ -92,9 +90,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         );
     }
 
-    // The clients reach the server through in-process pipes: HTTP/2 and gRPC as over a socket,
-    // without the kernel's loopback TCP (fl_server::Listener::InProcess).
-    let (dialer, pipes) = tokio::sync::mpsc::channel(PIPES_WAITING);
+    // The clients call the server's service in-process (fl_server::Listener::InProcess).
+    let (to_clients, service) = tokio::sync::oneshot::channel();
     let progress = progress_bar(config.server.rounds);
     let observer: fl_server::Observer = {
         let progress = progress.clone();
@@ -127,7 +124,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
         .then(|| Arc::new(PlainInputs::default()));
     let server = tokio::spawn(fl_server::serve(
-        fl_server::Listener::InProcess(pipes),
+        fl_server::Listener::InProcess(to_clients),
         config,
         Some(Arc::new(test)),
         Some(observer),
@@ -148,15 +145,18 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         oracle: oracle.clone(),
         ..ClientOptions::new(IN_PROCESS)
     };
-    let connections = fl_client::in_process_connections(&template, shares.len(), dialer)?;
+    let Ok(service) = service.await else {
+        // The server stopped before it served: its error says why.
+        server.await??;
+        bail!("the server ended before serving");
+    };
+    let connection = fl_client::Connection::in_process(service);
     let mut clients = tokio::task::JoinSet::new();
     for (index, indices) in shares.into_iter().enumerate() {
         let opts = ClientOptions {
             name: format!("sim-{index}"),
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
-            connection: connections
-                .get(index / fl_client::CLIENTS_PER_CONNECTION)
-                .cloned(),
+            connection: Some(connection.clone()),
             ..template.clone()
         };
         let local = LocalData {

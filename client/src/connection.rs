@@ -8,15 +8,17 @@ use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
     ClientMessage, Hello, JoinRequest, PartitionRequest, ServerMessage, client_message,
 };
-use hyper_util::rt::TokioIo;
 use rand::Rng;
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::body::Body;
+use tonic::codegen::{Service, http};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Streaming};
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
 
 /// Simulated clients per shared connection: each holds one long-lived Session stream, and a
 /// server accepts 200 concurrent HTTP/2 streams per connection by default (hyper's limit).
@@ -37,42 +39,64 @@ pub fn shared_connections(
 /// The connections of `clients` clients, [`CLIENTS_PER_CONNECTION`] to each, made by `connect`.
 fn one_per_connection(clients: usize, mut connect: impl FnMut() -> Channel) -> Vec<Connection> {
     (0..clients.div_ceil(CLIENTS_PER_CONNECTION))
-        .map(|_| Connection(connect()))
+        .map(|_| Connection::network(connect()))
         .collect()
 }
 
-/// Bytes each direction of an in-process pipe buffers before its writer waits for the reader.
-const PIPE_BYTES: usize = 1 << 20;
-
-/// Like [`shared_connections`], to a server in the same process (`fl_server::Listener::InProcess`):
-/// each connection is a `tokio::io::duplex` pipe whose other end goes to the server through
-/// `dialer`, so gRPC and HTTP/2 run as over a socket without the kernel's loopback TCP.
-/// A connection made after the server has gone fails as a refused one would.
-pub fn in_process_connections(
-    opts: &ClientOptions,
-    clients: usize,
-    dialer: mpsc::Sender<DuplexStream>,
-) -> Result<Vec<Connection>, ClientError> {
-    let ep = endpoint(opts)?;
-    let dial = tower::service_fn(move |_: tonic::transport::Uri| {
-        let dialer = dialer.clone();
-        async move {
-            let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
-            dialer.send(theirs).await.map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "the server is gone")
-            })?;
-            Ok::<_, std::io::Error>(TokioIo::new(ours))
-        }
-    });
-    Ok(one_per_connection(clients, || {
-        ep.connect_with_connector_lazy(dial.clone())
-    }))
-}
+/// What a client's gRPC calls go through: a network channel, or the server's own service in the
+/// same process.
+type Transport = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, tower::BoxError>;
 
 /// A connection to the server that clients of one process share (HTTP/2 streams multiplexed on
-/// it); it reconnects by itself when lost.
-#[derive(Debug, Clone)]
-pub struct Connection(Channel);
+/// it; it reconnects by itself when lost), or the server's service called in-process.
+#[derive(Clone)]
+pub struct Connection(Transport);
+
+impl Connection {
+    /// Calls `service`, a server in this process (`fl sim`, `fl_server::Listener::InProcess`),
+    /// directly: the same methods, messages and codec as over the network, without HTTP/2
+    /// framing, flow control or a socket to carry them.
+    pub fn in_process<S>(service: S) -> Self
+    where
+        S: Service<http::Request<Body>, Response = http::Response<Body>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Error: Into<tower::BoxError>,
+        S::Future: Send + 'static,
+    {
+        Self(BoxCloneSyncService::new(service.map_err(Into::into)))
+    }
+
+    /// A channel over the network (it reconnects by itself when its connection is lost).
+    fn network(channel: Channel) -> Self {
+        Self(BoxCloneSyncService::new(channel.map_err(Into::into)))
+    }
+}
+
+impl Service<http::Request<Body>> for Connection {
+    type Response = http::Response<Body>;
+    type Error = tower::BoxError;
+    type Future = <Transport as Service<http::Request<Body>>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        self.0.call(request)
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connection")
+    }
+}
 
 /// The endpoint of `opts.endpoint` with keep-alive and TLS settings.
 fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
@@ -142,7 +166,7 @@ impl ClientTls {
 /// with it on transient errors; a refusal (bad token, invalid request) is final.
 async fn with_server<T, F, Fut>(opts: &ClientOptions, mut then: F) -> Result<T, ClientError>
 where
-    F: FnMut(FederationClient<Channel>) -> Fut,
+    F: FnMut(FederationClient<Connection>) -> Fut,
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
     let deadline = tokio::time::Instant::now() + opts.connect_timeout;
@@ -155,8 +179,8 @@ where
     loop {
         let attempt = async {
             let channel = match &opts.connection {
-                Some(shared) => shared.0.clone(),
-                None => ep.connect().await.map_err(connect_error)?,
+                Some(shared) => shared.clone(),
+                None => Connection::network(ep.connect().await.map_err(connect_error)?),
             };
             let grpc = FederationClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -225,7 +249,7 @@ pub(crate) async fn open_session(
 }
 
 /// Opens a Session with Hello for the identity `held`.
-async fn hello(grpc: &mut FederationClient<Channel>, held: Held) -> Result<Opened, ClientError> {
+async fn hello(grpc: &mut FederationClient<Connection>, held: Held) -> Result<Opened, ClientError> {
     let id: u64 = held.client_id.parse().map_err(|_| {
         ClientError::Protocol(format!(
             "server issued a non-numeric id {:?}",

@@ -16,8 +16,7 @@ mod trainer;
 mod wire;
 
 pub use connection::{
-    CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, in_process_connections,
-    shared_connections,
+    CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
 };
 pub use session::{run, run_client};
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};

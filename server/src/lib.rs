@@ -41,7 +41,7 @@ mod transport;
 pub mod wire;
 
 pub use error::ServerError;
-pub use transport::Listener;
+pub use transport::{InProcessService, Listener};
 
 use checkpoint::Checkpoint;
 use config::{ConfigError, RunConfig};

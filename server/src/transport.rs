@@ -1,6 +1,6 @@
 //! The transport at the edge: the gRPC server (TLS, keep-alive, a tracing span per RPC, the
-//! guarded accept loop) on a TCP socket or on in-process pipes, and its bounded drain at the end
-//! of a run.
+//! guarded accept loop) on a TCP socket, or its service handed to clients in the same process,
+//! and its bounded drain at the end of a run.
 
 use crate::accept;
 use crate::config::{ConfigError, ServerSection, is_loopback};
@@ -9,16 +9,19 @@ use crate::session::Routes;
 use crate::shared::Shared;
 use crate::{MAX_MESSAGE_BYTES, ServerError};
 use fl_proto::v1::federation_server::FederationServer;
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+use tonic::body::Body;
+use tonic::codegen::{BoxFuture, Service, http};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tracing::Instrument;
 
 /// How long a keep-alive ping may go unanswered before the connection is closed.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -30,12 +33,11 @@ const DRAIN: Duration = Duration::from_secs(5);
 pub enum Listener {
     /// A TCP socket: every deployment, and the tests of the transport.
     Tcp(TcpListener),
-    /// Connections made by clients in the same process (`fl sim`): each is one end of a
-    /// `tokio::io::duplex` pipe, so HTTP/2 and gRPC run as over a socket but the bytes move
-    /// between buffers of this process instead of through the kernel's loopback TCP (a fifth of
-    /// a simulated round's CPU time for a model of 200,000 parameters). No accept guard: the
-    /// peers are this process's own clients.
-    InProcess(mpsc::Receiver<DuplexStream>),
+    /// Clients in the same process (`fl sim`): the server sends its [`InProcessService`] here
+    /// once it serves, and they call it directly. The same methods, messages and codec as over
+    /// a socket, without HTTP/2 and its flow control, which carried every model and update
+    /// through pipes at 15% of a simulated private round's CPU time (docs/performance.md).
+    InProcess(oneshot::Sender<InProcessService>),
 }
 
 impl From<TcpListener> for Listener {
@@ -60,26 +62,82 @@ pub fn spawn_grpc(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = Routes::new(generated, shared);
+    let tcp = match listener {
+        Listener::Tcp(tcp) => tcp,
+        Listener::InProcess(clients) => return Ok(serve_in_process(s, service, clients, done)),
+    };
     let handshake = Duration::from_secs_f64(s.handshake_timeout_secs);
-    let router = server_builder(s, &listener)?
+    let router = server_builder(s)?
         .http2_keepalive_interval(Some(fl_proto::KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         // An upload waiting for its place (`service::UPLOADS_AT_ONCE`) holds one window.
         .max_concurrent_streams(fl_proto::MAX_STREAMS_PER_CONNECTION)
         .initial_stream_window_size(fl_proto::STREAM_WINDOW)
         .initial_connection_window_size(fl_proto::CONNECTION_WINDOW)
-        // A span per RPC: every line logged while handling it names the method.
-        .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .trace_fn(rpc_span)
         .add_service(service);
-    Ok(match listener {
-        Listener::Tcp(tcp) => {
-            let accepted = accept::guarded(tcp, handshake);
-            tokio::spawn(router.serve_with_incoming_shutdown(accepted, done))
+    let accepted = accept::guarded(tcp, handshake);
+    Ok(tokio::spawn(
+        router.serve_with_incoming_shutdown(accepted, done),
+    ))
+}
+
+/// A span per RPC: every line logged while handling it names the method.
+fn rpc_span<B>(request: &http::Request<B>) -> tracing::Span {
+    tracing::info_span!("rpc", method = %request.uri().path())
+}
+
+/// The federation's service as clients in this process call it (`fl sim`): [`Routes`] with a
+/// span per RPC, refusing calls as `UNAVAILABLE` once the run is over, as a closed socket would.
+#[derive(Clone)]
+pub struct InProcessService {
+    routes: Routes<FederationServer<FederationService>>,
+    closed: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for InProcessService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcessService")
+    }
+}
+
+impl Service<http::Request<Body>> for InProcessService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.routes.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if *self.closed.borrow() {
+            let refused = Status::unavailable("the server has stopped").into_http();
+            return Box::pin(std::future::ready(Ok(refused)));
         }
-        Listener::InProcess(pipes) => {
-            let pipes = ReceiverStream::new(pipes).map(Ok::<_, std::io::Error>);
-            tokio::spawn(router.serve_with_incoming_shutdown(pipes, done))
-        }
+        let span = rpc_span(&request);
+        Box::pin(self.routes.call(request).instrument(span))
+    }
+}
+
+/// Hands `service` to the clients of this process and closes it once `done`. A deployment's TLS
+/// settings are left unused: the calls never leave the process.
+fn serve_in_process(
+    s: &ServerSection,
+    routes: Routes<FederationServer<FederationService>>,
+    clients: oneshot::Sender<InProcessService>,
+    done: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<Result<(), tonic::transport::Error>> {
+    if s.tls_cert.is_some() {
+        tracing::info!("TLS settings unused: the simulated clients call the server in-process");
+    }
+    let (close, closed) = watch::channel(false);
+    // Clients that are gone (their simulation failed to start) make nothing to serve.
+    let _ = clients.send(InProcessService { routes, closed });
+    tokio::spawn(async move {
+        done.await;
+        let _ = close.send(true);
+        Ok(())
     })
 }
 
@@ -92,17 +150,8 @@ pub async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error>>) {
     }
 }
 
-/// A transport builder with TLS (and client certificates) when the configuration asks for it
-/// and the connections come over the network. In-process pipes (`fl sim`) never leave the
-/// process and its clients speak plain HTTP/2 to them: there TLS protects nothing, and a
-/// deployment's TLS settings are left unused rather than failing the simulation.
-fn server_builder(s: &ServerSection, listener: &Listener) -> Result<Server, ServerError> {
-    if let Listener::InProcess(_) = listener {
-        if s.tls_cert.is_some() {
-            tracing::info!("TLS settings unused: the simulated clients connect in-process");
-        }
-        return Ok(Server::builder());
-    }
+/// A transport builder with TLS (and client certificates) when the configuration asks for it.
+fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
     let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
         if !is_loopback(&s.listen) {
             tracing::warn!("TLS is off: updates and models travel in clear text");
