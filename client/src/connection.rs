@@ -75,6 +75,9 @@ impl Connection {
     }
 }
 
+/// The generated client runs on `Connection` itself rather than on the boxed service: with the
+/// box as its transport, rustc cannot prove the clients' futures `Send` (a higher-ranked
+/// lifetime error in `fl-client --simulate`'s spawn).
 impl Service<http::Request<Body>> for Connection {
     type Response = http::Response<Body>;
     type Error = tower::BoxError;
@@ -178,11 +181,11 @@ where
     let mut failures = 0u32;
     loop {
         let attempt = async {
-            let channel = match &opts.connection {
+            let connection = match &opts.connection {
                 Some(shared) => shared.clone(),
                 None => Connection::network(ep.connect().await.map_err(connect_error)?),
             };
-            let grpc = FederationClient::new(channel)
+            let grpc = FederationClient::new(connection)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
             then(grpc).await
