@@ -28,8 +28,8 @@ CATEGORIES = [
           "clip_into", "CentralDp"]],
     ),
     (
-        "transport: HTTP/2, tonic, pipes, chunks",
-        [["h2::", "hyper", "tonic", "SimplexStream", "TensorAssembler", "Deframer", "prost",
+        "transport: HTTP/2, tonic, chunks",
+        [["h2::", "hyper", "tonic", "TensorAssembler", "Deframer", "prost",
           "encode_chunks", "send_outgoing", "Framer"]],
     ),
     ("client: model copy and update", [["SgdTrainer::sgd", "fl_client::round"]]),
