@@ -325,11 +325,7 @@ impl Coordinator {
         if ledger.take_unreleased(round, event) {
             return Ok(true);
         }
-        if !ledger.allows(event) {
-            return Ok(false);
-        }
-        ledger.spend(round, event)?;
-        Ok(true)
+        Ok(ledger.spend_within_budget(round, event)?)
     }
 
     /// Records the policy's correction of the round's up-front charge once its secure sum's

@@ -181,15 +181,35 @@ impl Ledger {
         }
     }
 
-    /// Whether composing one more round of `event` keeps the run within the budget.
-    pub fn allows(&self, event: &PrivacyEvent) -> bool {
+    /// Records round `round` as spent with `event` when composing it keeps the run within the
+    /// budget; false, with nothing recorded, when it does not. The event is composed once: the
+    /// accountant that passed the gate is the one kept.
+    pub fn spend_within_budget(
+        &mut self,
+        round: u64,
+        event: &PrivacyEvent,
+    ) -> std::io::Result<bool> {
         let mut next = self.accountant.boxed();
         next.compose(event, 1);
-        self.terms.budget.allows(next.as_ref())
+        if !self.terms.budget.allows(next.as_ref()) {
+            return Ok(false);
+        }
+        self.append(round, event)?;
+        self.accountant = next;
+        Ok(true)
     }
 
-    /// Records round `round` as spent with `event`: appended, synced, then composed.
+    /// Records round `round` as spent with `event`, whatever the budget: appended, synced, then
+    /// composed (a settlement's correction of a round already run).
     pub fn spend(&mut self, round: u64, event: &PrivacyEvent) -> std::io::Result<()> {
+        self.append(round, event)?;
+        self.accountant.compose(event, 1);
+        Ok(())
+    }
+
+    /// Appends and syncs the entry of round `round`'s `event` (before it is composed, so that
+    /// no release follows an event the file does not hold).
+    fn append(&mut self, round: u64, event: &PrivacyEvent) -> std::io::Result<()> {
         let t = &self.terms;
         let entry = LedgerEntry {
             round,
@@ -203,7 +223,6 @@ impl Ledger {
         line.push(b'\n');
         self.file.write_all(&line)?;
         self.file.sync_data()?;
-        self.accountant.compose(&entry.event, 1);
         push_recent(&mut self.recent, entry);
         Ok(())
     }
@@ -354,6 +373,41 @@ mod tests {
             replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
         assert_eq!(rounds, 5);
         assert!(eps > spent.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The budget gate spends rounds while they fit, refuses the first that does not without
+    /// writing or composing it, and keeps what it spent equal to a replay of its file.
+    #[test]
+    fn the_budget_gate_records_only_what_fits() {
+        let dir = std::env::temp_dir().join(format!("fl-ledger-gate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut t = terms(AccountantKind::Rdp);
+        t.budget = Budget::Epsilon {
+            epsilon: 2.0,
+            delta: 1e-5,
+        };
+        let budget = t.budget;
+        let mut ledger = Ledger::create(&dir, t).unwrap();
+        let mut round = 0;
+        while ledger
+            .spend_within_budget(round + 1, &entry(round + 1, 2.0).event)
+            .unwrap()
+        {
+            round += 1;
+            assert!(round < 1000, "the gate never closed");
+        }
+        assert!(round > 0, "the first round already exceeded the budget");
+        let spent = ledger.spent();
+        assert!(spent.0 <= 2.0, "{spent:?}");
+        let ((eps, _), rounds) =
+            replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
+        assert_eq!(rounds as u64, round);
+        assert_eq!(eps, spent.0);
+        // One more round of the same event would pass 2.
+        let mut next = AccountantKind::Rdp.accountant();
+        next.compose(&entry(0, 2.0).event, round + 1);
+        assert!(next.epsilon(1e-5) > 2.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

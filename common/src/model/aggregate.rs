@@ -39,22 +39,31 @@ pub fn all_finite(values: &[f32]) -> bool {
 
 /// Checks that `update` has `expected_len` finite values.
 pub fn check_update(update: &[f32], expected_len: usize) -> Result<(), UpdateError> {
-    if update.len() != expected_len {
-        return Err(UpdateError::WrongLength {
-            expected: expected_len,
-            got: update.len(),
-        });
-    }
+    check_len(update, expected_len)?;
     if all_finite(update) {
         return Ok(());
     }
-    if let Some(index) = update.iter().position(|v| !v.is_finite()) {
-        return Err(UpdateError::NonFinite {
-            index,
-            value: update[index].to_string(),
-        });
+    first_non_finite(update).map_or(Ok(()), Err)
+}
+
+/// Checks that `update` has `expected_len` values.
+pub(crate) fn check_len(update: &[f32], expected_len: usize) -> Result<(), UpdateError> {
+    if update.len() == expected_len {
+        return Ok(());
     }
-    Ok(())
+    Err(UpdateError::WrongLength {
+        expected: expected_len,
+        got: update.len(),
+    })
+}
+
+/// The error naming the first NaN or infinity of `update`, if it holds one.
+pub(crate) fn first_non_finite(update: &[f32]) -> Option<UpdateError> {
+    let index = update.iter().position(|v| !v.is_finite())?;
+    Some(UpdateError::NonFinite {
+        index,
+        value: update[index].to_string(),
+    })
 }
 
 /// Running weighted sum of updates, absorbed one at a time so that a round never holds more than

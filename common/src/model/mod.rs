@@ -19,6 +19,7 @@ mod training;
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, check_update,
 };
+pub(crate) use aggregate::{check_len, first_non_finite};
 pub use cnn::{Cnn, LayerSpec, Shape};
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
 pub use matmul::{mat_mul, times_transposed_weights};

@@ -1,6 +1,8 @@
 //! Clipping of whole-model updates and the statistics the clip rules and the paper's diagnostics
 //! need.
 
+use crate::model::{UpdateError, check_len, first_non_finite};
+
 /// Independent partial sums of [`l2_norm`]: one running sum makes every add wait for the last
 /// and does not vectorise; eight lanes do (the norm is in every clip and every update check).
 const LANES: usize = 8;
@@ -21,13 +23,39 @@ pub fn l2_norm(u: &[f32]) -> f64 {
 
 /// Clips in place to L2 norm at most `bound` (Geyer et al., Alg. 1):
 /// u <- u / max(1, ||u||_2 / S). Returns ||u||_2 before clipping.
+pub fn clip_l2(u: &mut [f32], bound: f64) -> f64 {
+    let norm = l2_norm(u);
+    scale_into_bound(u, bound, norm);
+    norm
+}
+
+/// Checks that the upload `u` holds `expected_len` finite values and clips it like
+/// [`clip_l2`], returning ||u||_2 before clipping. One pass both checks and measures: the f64
+/// sum of squares of f32 values (each square below 1.2e77) is finite exactly when every value
+/// is.
+pub fn check_and_clip_l2(
+    u: &mut [f32],
+    expected_len: usize,
+    bound: f64,
+) -> Result<f64, UpdateError> {
+    check_len(u, expected_len)?;
+    let norm = l2_norm(u);
+    if !norm.is_finite()
+        && let Some(e) = first_non_finite(u)
+    {
+        return Err(e);
+    }
+    scale_into_bound(u, bound, norm);
+    Ok(norm)
+}
+
+/// u <- u / max(1, `norm` / S) for `u` of norm `norm`.
 ///
 /// f32 rounding could leave the result a few ulps above S, which would break the sensitivity
 /// bound; so the factor is shrunk by 1e-6 relative and the norm re-checked until it is within S.
-pub fn clip_l2(u: &mut [f32], bound: f64) -> f64 {
+fn scale_into_bound(u: &mut [f32], bound: f64, norm: f64) {
     const SAFETY: f64 = 1.0 - 1e-6;
-    let original = l2_norm(u);
-    let mut norm = original;
+    let mut norm = norm;
     while norm > bound {
         let factor = (bound / norm * SAFETY) as f32;
         for v in u.iter_mut() {
@@ -35,7 +63,6 @@ pub fn clip_l2(u: &mut [f32], bound: f64) -> f64 {
         }
         norm = l2_norm(u);
     }
-    original
 }
 
 /// The median of `values` (mean of the middle two for an even count); `None` when empty. Used
@@ -152,6 +179,39 @@ mod tests {
                 assert!(l2_norm(&u) > bound * (1.0 - 1e-5), "over-clipped");
             }
         }
+    }
+
+    /// The checked clip refuses what `check_update` refuses, with the same error, and clips the
+    /// rest exactly as `clip_l2` does: the largest finite values included, whose squares an f32
+    /// sum would overflow.
+    #[test]
+    fn the_checked_clip_refuses_what_the_check_refuses() {
+        use crate::model::check_update;
+        let clean: Vec<f32> = (0..130).map(|i| (i as f32 - 60.0) * 0.25).collect();
+        let mut huge = clean.clone();
+        huge[..100].fill(f32::MAX);
+        huge[100] = f32::MIN;
+        for good in [clean.clone(), huge] {
+            let (mut checked, mut plain) = (good.clone(), good.clone());
+            let norm = check_and_clip_l2(&mut checked, good.len(), 1.0).unwrap();
+            assert_eq!(norm, clip_l2(&mut plain, 1.0));
+            assert_eq!(checked, plain);
+        }
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 7, 64, 129] {
+                let mut u = clean.clone();
+                u[at] = bad;
+                let expected = check_update(&u, u.len()).unwrap_err();
+                let before = u.clone();
+                let e = check_and_clip_l2(&mut u, before.len(), 1.0).unwrap_err();
+                assert_eq!(e, expected);
+                assert!(matches!(e, UpdateError::NonFinite { index, .. } if index == at));
+                // Refused untouched.
+                assert_eq!(format!("{u:?}"), format!("{before:?}"));
+            }
+        }
+        let e = check_and_clip_l2(&mut clean.clone(), 131, 1.0).unwrap_err();
+        assert_eq!(e, check_update(&clean, 131).unwrap_err());
     }
 
     /// The lanes' norm against one running sum in f64, over lengths around the lane count.

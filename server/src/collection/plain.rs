@@ -230,8 +230,7 @@ impl PlainCollection {
         let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
             return;
         };
-        let finite = all_finite(&values);
-        if self.update_moments && finite && values.len() == work.global.len() {
+        if self.update_moments && values.len() == work.global.len() && all_finite(&values) {
             tally.moments.add(&values);
         }
         let update = ClientUpdate {

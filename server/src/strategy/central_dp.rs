@@ -24,7 +24,7 @@ use super::{
 };
 use crate::ids::ClientId;
 use fl_common::model::check_update;
-use fl_common::privacy::{add_gaussian_noise, clip_l2, l2_norm, median};
+use fl_common::privacy::{add_gaussian_noise, check_and_clip_l2, clip_l2, l2_norm, median};
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 
@@ -138,23 +138,20 @@ impl CentralDp {
         }
     }
 
-    /// Clips `values` to `bound` and hands them to the inner sum with weight 1.
-    fn clip_into_inner<S: SumStrategy>(
+    /// Hands clipped `values` to the inner sum with weight 1.
+    fn sum_clipped<S: SumStrategy>(
         inner: &mut S,
         ctx: &RoundContext,
         client: ClientId,
-        mut values: Vec<f32>,
-        bound: f64,
-    ) -> Result<f64, StrategyError> {
-        let norm = clip_l2(&mut values, bound);
+        values: Vec<f32>,
+    ) -> Result<(), StrategyError> {
         let update = super::ClientUpdate {
             client,
             num_examples: 1,
             values,
             release: None,
         };
-        inner.absorb(ctx, update.into())?;
-        Ok(norm)
+        inner.absorb(ctx, update.into())
     }
 
     /// The median rule's S: the median of the held updates' norms, which are then clipped to it
@@ -166,9 +163,10 @@ impl CentralDp {
     ) -> Option<f64> {
         let norms: Vec<f64> = self.held.iter().map(|u| l2_norm(u)).collect();
         let s = median(&norms)?;
-        for values in std::mem::take(&mut self.held) {
+        for mut values in std::mem::take(&mut self.held) {
+            clip_l2(&mut values, s);
             // Checked when held: the inner sum takes it.
-            let _ = Self::clip_into_inner(inner, ctx, 0, values, s);
+            let _ = Self::sum_clipped(inner, ctx, 0, values);
         }
         Some(s)
     }
@@ -219,11 +217,15 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
             Upload::Dense(update) => update,
             other => return inner.absorb(ctx, other),
         };
-        check_update(&update.values, self.num_params)?;
+        let mut values = update.values;
         match self.current_bound() {
-            None => self.held.push(update.values),
+            None => {
+                check_update(&values, self.num_params)?;
+                self.held.push(values);
+            }
             Some(bound) => {
-                let norm = Self::clip_into_inner(inner, ctx, update.client, update.values, bound)?;
+                let norm = check_and_clip_l2(&mut values, self.num_params, bound)?;
+                Self::sum_clipped(inner, ctx, update.client, values)?;
                 self.counts.absorbed += 1;
                 self.counts.unclipped += usize::from(norm <= bound);
             }
