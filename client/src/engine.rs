@@ -5,14 +5,14 @@
 //! requires. `crate::session` drives it over gRPC; nothing here knows the wire.
 
 use crate::ClientPrivacy;
-use crate::round::{Computed, Work, needs_built_in};
+use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureRound, Step};
 use crate::trainer::Trainer;
 use fl_common::privacy::LocalLedger;
 use fl_common::secagg::{PlainInputs, Ring, ServerStage, StageMessage, check_combination};
 use fl_common::task::Task;
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
 /// What the engine asks its driver to send.
@@ -43,6 +43,51 @@ pub(crate) enum Outgoing {
     },
 }
 
+/// A round's job done: what the round computed, ready to send.
+pub(crate) struct Prepared {
+    /// t.
+    round: u64,
+    /// The upload or the started secure round, or why there is neither.
+    ready: Result<Ready, String>,
+}
+
+/// What a computed round sends.
+enum Ready {
+    /// A plain upload or a local mechanism's release.
+    Upload(Computed),
+    /// The secure round, started, and its first stage message (the public keys).
+    Secure(Box<SecureRound>, StageMessage),
+}
+
+/// A stage message's job done: the secure round's state and its next step.
+pub(crate) struct Stepped {
+    state: SecureRound,
+    step: Result<Step, String>,
+}
+
+/// The slot's half of a computed round (no engine state): under secure aggregation, quantise,
+/// noise and start the protocol as client `me`.
+fn prepare(
+    me: u64,
+    work: &Work,
+    computed: Result<Computed, String>,
+    oracle: Option<&Arc<PlainInputs>>,
+) -> Prepared {
+    let round = work.task.round;
+    let ready = match (computed, work.task.secure) {
+        (Ok(Computed::Plain { values, .. }), Some(task)) => {
+            let (state, keys) = SecureRound::start((me, round), task, &values, oracle);
+            Ok(Ready::Secure(Box::new(state), keys))
+        }
+        (Ok(Computed::Protected(_)), Some(_)) => {
+            Err("a local release cannot enter secure aggregation".into())
+        }
+        (Ok(computed), None) => Ok(Ready::Upload(computed)),
+        (Err(reason), _) => Err(reason),
+    };
+    Prepared { round, ready }
+}
+
 /// A client's state across its sessions; see the module documentation.
 pub(crate) struct Engine {
     trainer: Arc<dyn Trainer>,
@@ -51,8 +96,6 @@ pub(crate) struct Engine {
     oracle: Option<Arc<PlainInputs>>,
     /// Local shuffling (seeded in reproducible experiments).
     shuffle: StdRng,
-    /// Keys, masks, shares, rounding and noise: always from the OS, even in seeded runs.
-    secret: StdRng,
     /// The secure-aggregation round this client is in.
     secure: Option<SecureRound>,
     /// Rounds trained, tasks refused and the last refusal's reason.
@@ -78,7 +121,6 @@ impl Engine {
             privacy,
             oracle,
             shuffle: fl_common::rng::reproducible(seed),
-            secret: StdRng::from_os_rng(),
             secure: None,
             rounds_trained: 0,
             tasks_refused: 0,
@@ -86,11 +128,6 @@ impl Engine {
             spent: LocalLedger::default(),
             spent_delta: 0.0,
         }
-    }
-
-    /// The trainer.
-    pub(crate) fn trainer(&self) -> Arc<dyn Trainer> {
-        self.trainer.clone()
     }
 
     /// The round of the secure-aggregation round this client is in, if any.
@@ -164,69 +201,71 @@ impl Engine {
         })
     }
 
-    /// What client `me` sends once `work` is computed: the upload, the first stage message of
+    /// Round `work`'s computation as one job for a training slot, needing nothing of the
+    /// engine: the trainer's work and the round's mechanism, then under secure aggregation the
+    /// quantising, noising and first stage of the protocol as client `me`.
+    pub(crate) fn job(&self, me: u64, work: Work) -> impl FnOnce() -> Prepared + Send + 'static {
+        let (trainer, oracle) = (self.trainer.clone(), self.oracle.clone());
+        move || prepare(me, &work, compute(&work, &*trainer), oracle.as_ref())
+    }
+
+    /// What the client sends once a round's job is done: the upload, the first stage message of
     /// the secure round, or the reason it could not.
-    pub(crate) fn computed(
-        &mut self,
-        me: u64,
-        work: &Work,
-        computed: Result<Computed, String>,
-    ) -> Outgoing {
+    pub(crate) fn computed(&mut self, prepared: Prepared) -> Outgoing {
         self.rounds_trained += 1;
-        let round = work.task.round;
-        match (computed, work.task.secure) {
-            (Ok(Computed::Plain { values, .. }), Some(task)) => {
-                let oracle = self.oracle.as_ref();
-                let started =
-                    SecureRound::start((me, round), task, &values, oracle, &mut self.secret);
-                let (state, keys) = started;
+        let round = prepared.round;
+        match prepared.ready {
+            Ok(Ready::Secure(state, keys)) => {
                 let ring = state.ring;
-                self.secure = Some(state);
+                self.secure = Some(*state);
                 Outgoing::Stage {
                     round,
                     ring,
                     message: keys,
                 }
             }
-            (Ok(Computed::Protected(_)), Some(_)) => self.refuse(
-                round,
-                "a local release cannot enter secure aggregation".into(),
-            ),
-            (Ok(computed), None) => {
+            Ok(Ready::Upload(computed)) => {
                 self.record(round, &computed);
                 Outgoing::Upload { round, computed }
             }
-            (Err(reason), _) => self.refuse(round, reason),
+            Err(reason) => self.refuse(round, reason),
         }
     }
 
-    /// A secure-aggregation stage message of round `round` (or why it did not read): the answer,
-    /// if any. Messages outside the client's secure round are ignored.
-    pub(crate) fn stage(
+    /// A secure-aggregation stage message of round `round` (or why it did not read) as a job
+    /// for a training slot (expanding masks is heavy), which takes the round's state along
+    /// until [`Engine::stepped`]. `None`: the message is outside the client's secure round and
+    /// is ignored.
+    pub(crate) fn stage_job(
         &mut self,
         round: u64,
         stage: Result<ServerStage, String>,
-    ) -> Option<Outgoing> {
-        let state = self.secure.as_mut().filter(|s| s.round == round)?;
-        let ring = state.ring;
-        match stage.and_then(|stage| state.step(stage, &mut self.secret)) {
-            Ok(Step::Send(message)) => Some(Outgoing::Stage {
-                round,
-                ring,
-                message,
-            }),
-            Ok(Step::Done(message)) => {
-                self.secure = None;
-                Some(Outgoing::Stage {
+    ) -> Option<impl FnOnce() -> Stepped + Send + 'static> {
+        let mut state = self.secure.take_if(|s| s.round == round)?;
+        Some(move || {
+            let step = stage.and_then(|stage| state.step(stage));
+            Stepped { state, step }
+        })
+    }
+
+    /// The answer to a stage message, once its job is done.
+    pub(crate) fn stepped(&mut self, Stepped { state, step }: Stepped) -> Outgoing {
+        let (round, ring) = (state.round, state.ring);
+        match step {
+            Ok(Step::Send(message)) => {
+                self.secure = Some(state);
+                Outgoing::Stage {
                     round,
                     ring,
                     message,
-                })
+                }
             }
-            Err(reason) => {
-                self.secure = None;
-                Some(self.refuse(round, reason))
-            }
+            Ok(Step::Done(message)) => Outgoing::Stage {
+                round,
+                ring,
+                message,
+            },
+            Err(reason) => self.refuse(round, reason),
         }
     }
 
@@ -251,7 +290,6 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::compute;
     use crate::trainer::SgdTrainer;
     use crate::{ClientPrivacy, LocalData};
     use fl_common::data::Dataset;
@@ -338,7 +376,7 @@ mod tests {
             })
         );
         // The upload carries the tightened loss, which the round admits.
-        let computed = compute(&work, &*strict.trainer()).unwrap();
+        let computed = compute(&work, &*strict.trainer).unwrap();
         let release: &Release = computed.release().unwrap();
         assert_eq!(release.epsilon, 0.5);
         let round = LocalMechanism::Laplace {
@@ -368,8 +406,8 @@ mod tests {
         for local in [None, gaussian(2.0)] {
             let mut engine = Engine::new(Arc::new(Leaky), ClientPrivacy::default(), None, None);
             let work = engine.task(task(local), vec![0.0; 8]).unwrap();
-            let computed = compute(&work, &*engine.trainer());
-            match engine.computed(1, &work, computed) {
+            let prepared = engine.job(1, work)();
+            match engine.computed(prepared) {
                 Outgoing::Failed { reason, .. } => {
                     assert!(!reason.contains("4711"), "{reason}");
                     assert!(reason.contains("trainer failed"), "{reason}");

@@ -12,6 +12,7 @@ mod engine;
 mod round;
 mod secure;
 mod session;
+mod slots;
 mod trainer;
 mod wire;
 
@@ -19,6 +20,7 @@ pub use connection::{
     CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
 };
 pub use session::{run, run_client};
+pub use slots::TrainingSlots;
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
 use fl_common::data::Dataset;
@@ -27,7 +29,6 @@ use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::PlainInputs;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
 /// Largest gRPC message accepted or sent ([`fl_proto::MAX_MESSAGE_BYTES`]).
@@ -125,23 +126,6 @@ impl ClientOptions {
             tls: None,
             connection: None,
         }
-    }
-}
-
-/// How many clients of a process train at once: clients given clones of one `TrainingSlots`
-/// share its slots.
-#[derive(Debug, Clone)]
-pub struct TrainingSlots(Arc<Semaphore>);
-
-impl TrainingSlots {
-    /// `slots` at once (at least one).
-    pub fn new(slots: usize) -> Self {
-        Self(Arc::new(Semaphore::new(slots.max(1))))
-    }
-
-    /// Waits for a slot; it is freed when the permit is dropped.
-    pub(crate) async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
-        self.0.clone().acquire_owned().await.ok()
     }
 }
 

@@ -4,6 +4,7 @@
 use fl_common::privacy::add_discrete_gaussian_noise;
 use fl_common::secagg::{ClientRound, PlainInputs, Ring, ServerStage, StageMessage};
 use fl_common::task::SecureTask;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
 
@@ -15,6 +16,8 @@ pub(crate) struct SecureRound {
     pub(crate) ring: Ring,
     protocol: ClientRound,
     input: Vec<u64>,
+    /// Keys, masks, shares, rounding and noise: always from the OS, even in seeded runs.
+    secret: StdRng,
 }
 
 /// What a stage message asks the client to do.
@@ -35,32 +38,33 @@ impl SecureRound {
         task: SecureTask,
         update: &[f32],
         oracle: Option<&Arc<PlainInputs>>,
-        rng: &mut StdRng,
     ) -> (Self, StageMessage) {
+        let mut secret = StdRng::from_os_rng();
         let quantizer = task.quantizer;
-        let mut codes = quantizer.encode(update, rng);
+        let mut codes = quantizer.encode(update, &mut secret);
         if task.noise_variance > 0 {
-            add_discrete_gaussian_noise(&mut codes, task.noise_variance, rng);
+            add_discrete_gaussian_noise(&mut codes, task.noise_variance, &mut secret);
         }
         let input = quantizer.to_ring(&codes);
         if let Some(oracle) = oracle {
             oracle.record(round, me, input.clone());
         }
-        let protocol = ClientRound::new(round, me, quantizer.ring, rng);
+        let protocol = ClientRound::new(round, me, quantizer.ring, &mut secret);
         let keys = StageMessage::Keys(protocol.advertise());
         let state = Self {
             round,
             ring: quantizer.ring,
             protocol,
             input,
+            secret,
         };
         (state, keys)
     }
 
     /// Answers one stage message of the server; an error is the reason to leave the round.
-    pub(crate) fn step(&mut self, stage: ServerStage, rng: &mut StdRng) -> Result<Step, String> {
+    pub(crate) fn step(&mut self, stage: ServerStage) -> Result<Step, String> {
         let text = |e: fl_common::secagg::SecAggError| e.to_string();
-        let p = &mut self.protocol;
+        let (p, rng) = (&mut self.protocol, &mut self.secret);
         Ok(match stage {
             // Stage 1: share this client's secrets among its neighbours.
             ServerStage::Neighbours(hood) => {

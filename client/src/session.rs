@@ -1,11 +1,10 @@
 //! A client's life over gRPC: sessions opened until the server shuts training down, and in each
-//! session the loop that reads the server's messages into the [`Engine`], runs the trainer on the
-//! blocking pool (one of the process's training slots at a time), and sends what the engine says.
-//! The engine's heavy protocol work takes a training slot too, off the async workers.
+//! session the loop that reads the server's messages into the [`Engine`], runs the round's
+//! training and the engine's heavy protocol work in the process's training slots (off the async
+//! workers, so that connections keep being served), and sends what the engine says.
 
 use crate::connection::open_session;
 use crate::engine::Engine;
-use crate::round::compute;
 use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
 use crate::{ClientError, ClientOptions, ClientReport, LocalData};
@@ -13,7 +12,6 @@ use fl_common::task::Task;
 use fl_proto::v1::{ClientMessage, RoundTask, ServerMessage, server_message};
 use fl_proto::{TensorAssembler, server_stage};
 use std::sync::Arc;
-use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
@@ -144,17 +142,10 @@ impl Session<'_> {
             Err(e) => Err(self.engine.refuse(t.round, e.to_string())),
         };
         let outgoing = match task {
+            // The job goes on in its slot if this session is dropped.
             Ok(work) => {
-                let (trainer, me) = (self.engine.trainer(), self.me);
-                let permit = self.opts.training_slots.acquire().await;
-                // The slot moves with the training, which goes on if this session is dropped.
-                let (computed, work, _slot) =
-                    tokio::task::spawn_blocking(move || (compute(&work, &*trainer), work, permit))
-                        .await
-                        .map_err(|e| ClientError::Protocol(format!("training task: {e}")))?;
-                // Under secure aggregation this quantises, noises and starts the protocol, in the
-                // slot the training held.
-                off_workers(|| self.engine.computed(me, &work, computed))
+                let prepared = self.opts.training_slots.run(self.engine.job(self.me, work));
+                self.engine.computed(prepared.await?)
             }
             Err(refusal) => refusal,
         };
@@ -171,70 +162,14 @@ impl Session<'_> {
             // A stage message that does not read ends the client's secure round, whichever it is.
             Err(e) => (self.engine.secure_round().unwrap_or(0), Err(e.to_string())),
         };
-        // The masked input expands a mask for each neighbour.
-        let slot = self.opts.training_slots.acquire().await;
-        let outgoing = off_workers(|| self.engine.stage(round, stage));
-        drop(slot);
-        match outgoing {
-            Some(outgoing) => send_outgoing(&self.outbox, outgoing).await,
-            None => {
-                tracing::debug!(
-                    round,
-                    "secure-aggregation message outside the secure round: ignored"
-                );
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Runs CPU-heavy protocol work (quantising and noising an update, expanding masks; the caller
-/// holds one of the process's training slots) off the async workers when the runtime has several,
-/// so that connections keep being served meanwhile. Inline, a simulation of 1,000
-/// secure-aggregation clients on two cores kept the workers busy for 27.5 s at a time, past the
-/// keep-alive ping's 20 s, and a shared connection's 100 clients dropped at once.
-fn off_workers<T>(work: impl FnOnce() -> T) -> T {
-    match Handle::current().runtime_flavor() {
-        RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Duration;
-
-    /// On a runtime of one async worker, a task of 10 ms ticks keeps ticking while another task
-    /// runs 400 ms of heavy work: the work is off the worker (inline, the ticks would stop).
-    #[test]
-    fn heavy_work_leaves_the_async_worker_free() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_time()
-            .build()
-            .unwrap();
-        let ticks = Arc::new(AtomicU64::new(0));
-        let counter = ticks.clone();
-        let during = runtime.block_on(async move {
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    counter.fetch_add(1, Ordering::SeqCst);
-                }
-            });
-            tokio::spawn(async move {
-                off_workers(|| {
-                    let before = ticks.load(Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(400));
-                    ticks.load(Ordering::SeqCst) - before
-                })
-            })
-            .await
-            .unwrap()
-        });
-        // 40 ticks of 10 ms fit in 400 ms; a loaded machine may delay some, not nearly all.
-        assert!(during >= 5, "{during} ticks during the heavy work");
+        let Some(job) = self.engine.stage_job(round, stage) else {
+            tracing::debug!(
+                round,
+                "secure-aggregation message outside the secure round: ignored"
+            );
+            return Ok(());
+        };
+        let stepped = self.opts.training_slots.run(job).await?;
+        send_outgoing(&self.outbox, self.engine.stepped(stepped)).await
     }
 }
