@@ -4,8 +4,8 @@
 //! A slot that finishes a job takes the next queued one itself, with no async task to wake in
 //! between: with a semaphore in front of tokio's blocking pool, each hand-off went training
 //! thread → session task → permit → the next session's task → blocking pool, and on two cores
-//! the Geyer K = 1000 simulation left 8-9% of the CPU idle between trainings (2% with the queue;
-//! docs/performance.md, "The hand-off, tested with a prototype").
+//! the Geyer K = 1000 simulation left 7-8% of the CPU idle between trainings; with the queue 2%,
+//! and 11% less time per client (docs/performance.md, "Issue 29, session 32").
 //!
 //! Why by hand: the work is a boxed closure and a oneshot answer; a general thread-pool crate
 //! (rayon, threadpool) would bring scheduling this needs none of.
