@@ -16,6 +16,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::hint::black_box;
 use std::path::Path;
+use std::time::Instant;
 
 /// Widths of the default MLP's layers, input first.
 const WIDTHS: [usize; 4] = [784, 600, 100, 10];
@@ -41,19 +42,72 @@ const EPOCH_FLOPS: u64 = {
     2 * n * (2 * all + inner)
 };
 
-/// The matrix products of one epoch at batch sizes 10, 20 and 50, on preallocated matrices: per
-/// batch, Z_l = A_{l-1} W_l, dW_l = A_{l-1}^T dZ_l and, for l > 1, dA_{l-1} = dZ_l W_l^T; by the
-/// kernel training uses (`mat_mul`, the gemm crate) and by ndarray's own (matrixmultiply).
+/// A kernel of the form C <- alpha A B + beta C.
+type Kernel = fn(f32, &ArrayView2<f32>, &ArrayView2<f32>, f32, &mut ArrayViewMut2<f32>);
+
+/// The matrices one epoch's products work on at batch size `b`, filled with fixed values.
+struct EpochOperands {
+    b: usize,
+    weights: Vec<Array2<f32>>,
+    grads: Vec<Array2<f32>>,
+    acts: Vec<Array2<f32>>,
+    deltas: Vec<Array2<f32>>,
+}
+
+impl EpochOperands {
+    fn new(b: usize) -> Self {
+        let filled = |r: usize, c: usize| {
+            Array2::from_shape_fn((r, c), |(i, j)| ((i * 7 + j * 3) % 11) as f32 * 0.01)
+        };
+        let layers = || WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
+        let rows = || WIDTHS.iter().map(|&d| filled(b, d)).collect();
+        Self {
+            b,
+            weights: layers(),
+            grads: layers(),
+            acts: rows(),
+            deltas: rows(),
+        }
+    }
+
+    /// The products of one epoch: per batch, Z_l = A_{l-1} W_l, dW_l = A_{l-1}^T dZ_l and, for
+    /// l > 1, dA_{l-1} = dZ_l W_l^T.
+    fn epoch(&mut self, kernel: Kernel) {
+        let Self {
+            b,
+            weights,
+            grads,
+            acts,
+            deltas,
+        } = self;
+        for _ in 0..EXAMPLES / *b {
+            for l in 1..WIDTHS.len() {
+                let (before, after) = acts.split_at_mut(l);
+                let (a, w) = (before[l - 1].view(), weights[l - 1].view());
+                kernel(1.0, &a, &w, 0.0, &mut after[0].view_mut());
+            }
+            for l in (1..WIDTHS.len()).rev() {
+                let (a, dz) = (acts[l - 1].t(), deltas[l].view());
+                kernel(1.0, &a, &dz, 0.0, &mut grads[l - 1].view_mut());
+                if l > 1 {
+                    let (before, after) = deltas.split_at_mut(l);
+                    let w_t = weights[l - 1].t();
+                    let dz = after[0].view();
+                    kernel(1.0, &dz, &w_t, 0.0, &mut before[l - 1].view_mut());
+                }
+            }
+        }
+        black_box(&*grads);
+    }
+}
+
+/// The matrix products of one epoch at batch sizes 10, 20 and 50, on preallocated matrices, on
+/// one core, by the kernel training uses (`mat_mul`, the gemm crate) and by ndarray's own
+/// (matrixmultiply).
 fn matmul_reference(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_reference_epoch_mlp_784_600_100_10");
     group.sample_size(20);
     group.throughput(Throughput::Elements(EPOCH_FLOPS));
-    let filled = |r: usize, c: usize| {
-        Array2::from_shape_fn((r, c), |(i, j)| ((i * 7 + j * 3) % 11) as f32 * 0.01)
-    };
-    let weights: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
-    let mut grads: Vec<Array2<f32>> = WIDTHS.windows(2).map(|w| filled(w[0], w[1])).collect();
-    type Kernel = fn(f32, &ArrayView2<f32>, &ArrayView2<f32>, f32, &mut ArrayViewMut2<f32>);
     let kernels: [(&str, Kernel); 2] = [
         ("gemm", mat_mul),
         ("matrixmultiply", |alpha, a, b, beta, c| {
@@ -62,32 +116,36 @@ fn matmul_reference(c: &mut Criterion) {
     ];
     for (name, kernel) in kernels {
         for b in [10, 20, 50] {
-            let mut acts: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
-            let mut deltas: Vec<Array2<f32>> = WIDTHS.iter().map(|&d| filled(b, d)).collect();
+            let mut operands = EpochOperands::new(b);
             group.bench_function(format!("{name}/B={b}"), |bench| {
-                bench.iter(|| {
-                    for _ in 0..EXAMPLES / b {
-                        for l in 1..WIDTHS.len() {
-                            let (before, after) = acts.split_at_mut(l);
-                            let (a, w) = (before[l - 1].view(), weights[l - 1].view());
-                            kernel(1.0, &a, &w, 0.0, &mut after[0].view_mut());
-                        }
-                        for l in (1..WIDTHS.len()).rev() {
-                            let (a, dz) = (acts[l - 1].t(), deltas[l].view());
-                            kernel(1.0, &a, &dz, 0.0, &mut grads[l - 1].view_mut());
-                            if l > 1 {
-                                let (before, after) = deltas.split_at_mut(l);
-                                let w_t = weights[l - 1].t();
-                                let dz = after[0].view();
-                                kernel(1.0, &dz, &w_t, 0.0, &mut before[l - 1].view_mut());
-                            }
-                        }
-                    }
-                    black_box(&grads);
-                })
+                bench.iter(|| operands.epoch(kernel))
             });
         }
     }
+    group.finish();
+}
+
+/// The same products (gemm, B = 20) run at once on every core, one epoch per core and thread,
+/// each on its own matrices: the time of one iteration is what one epoch takes while every core
+/// trains, so the machine's floor for n clients' epochs on c cores is n / c times it. Cores
+/// that share caches and memory run slower together than one alone.
+fn matmul_every_core(c: &mut Criterion) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut group = c.benchmark_group("matmul_reference_epoch_mlp_784_600_100_10");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(EPOCH_FLOPS * cores as u64));
+    let mut operands: Vec<EpochOperands> = (0..cores).map(|_| EpochOperands::new(20)).collect();
+    group.bench_function(format!("gemm/B=20/every-core/{cores}"), |bench| {
+        bench.iter_custom(|iters| {
+            let start = Instant::now();
+            std::thread::scope(|scope| {
+                for ops in &mut operands {
+                    scope.spawn(move || (0..iters).for_each(|_| ops.epoch(mat_mul)));
+                }
+            });
+            start.elapsed()
+        })
+    });
     group.finish();
 }
 
@@ -153,5 +211,11 @@ fn fedavg_100_updates(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matmul_reference, local_epoch, fedavg_100_updates);
+criterion_group!(
+    benches,
+    matmul_reference,
+    matmul_every_core,
+    local_epoch,
+    fedavg_100_updates
+);
 criterion_main!(benches);

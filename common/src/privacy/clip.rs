@@ -2,6 +2,7 @@
 //! need.
 
 use crate::model::{UpdateError, check_len, first_non_finite};
+use std::cell::Cell;
 
 /// Independent partial sums of [`l2_norm`]: one running sum makes every add wait for the last
 /// and does not vectorise; eight lanes do (the norm is in every clip and every update check).
@@ -9,7 +10,18 @@ const LANES: usize = 8;
 
 /// ||u||_2, accumulated in f64 over [`LANES`] partial sums.
 pub fn l2_norm(u: &[f32]) -> f64 {
-    let square = |v: &f32| f64::from(*v) * f64::from(*v);
+    lane_squares(u, |v: &f32| *v).sqrt()
+}
+
+/// sum_i value(u_i)^2 in f64 over [`LANES`] partial sums (the lanes vectorise, one running sum
+/// does not). [`l2_norm`] and the scaling of [`scale_into_bound`] share it, so the norm the
+/// clip re-measures in its scaling pass is the norm [`l2_norm`] gives.
+fn lane_squares<T>(u: &[T], value: impl Fn(&T) -> f32) -> f64 {
+    // `value` is called once per value: it may write it.
+    let square = |v: &T| {
+        let x = f64::from(value(v));
+        x * x
+    };
     let chunks = u.chunks_exact(LANES);
     let tail: f64 = chunks.remainder().iter().map(square).sum();
     let mut lanes = [0.0f64; LANES];
@@ -18,7 +30,7 @@ pub fn l2_norm(u: &[f32]) -> f64 {
             *lane += square(v);
         }
     }
-    (lanes.iter().sum::<f64>() + tail).sqrt()
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// Clips in place to L2 norm at most `bound` (Geyer et al., Alg. 1):
@@ -53,15 +65,19 @@ pub fn check_and_clip_l2(
 ///
 /// f32 rounding could leave the result a few ulps above S, which would break the sensitivity
 /// bound; so the factor is shrunk by 1e-6 relative and the norm re-checked until it is within S.
+/// The scaling pass measures the scaled values as it writes them: one pass over the update, not
+/// two.
 fn scale_into_bound(u: &mut [f32], bound: f64, norm: f64) {
     const SAFETY: f64 = 1.0 - 1e-6;
     let mut norm = norm;
     while norm > bound {
         let factor = (bound / norm * SAFETY) as f32;
-        for v in u.iter_mut() {
-            *v *= factor;
-        }
-        norm = l2_norm(u);
+        let cells = Cell::from_mut(&mut *u).as_slice_of_cells();
+        norm = lane_squares(cells, |v: &Cell<f32>| {
+            v.set(v.get() * factor);
+            v.get()
+        })
+        .sqrt();
     }
 }
 
