@@ -1,6 +1,8 @@
 //! Aggregation of client updates: validation of an uploaded update and the weighted mean of
 //! FedAvg (McMahan et al. 2017): w_{t+1} = w_t + sum_k n_k u_k / sum_k n_k, with u_k = w_k - w_t.
 
+use multiversion::multiversion;
+
 /// Why an update is unusable.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum UpdateError {
@@ -30,7 +32,9 @@ pub enum UpdateError {
 const FINITE_BLOCK: usize = 64;
 
 /// Whether no value is NaN or infinite. Every upload and every trained model is tested, so this
-/// runs at the memory's rate rather than a value at a time.
+/// runs at the memory's rate rather than a value at a time (compiled per SIMD level, see
+/// [`add_weighted`]).
+#[multiversion(targets = "simd")]
 pub fn all_finite(values: &[f32]) -> bool {
     values
         .chunks(FINITE_BLOCK)
@@ -92,10 +96,7 @@ impl WeightedMean {
         if weight == 0 {
             return Err(UpdateError::ZeroWeight);
         }
-        let w = weight as f64;
-        for (s, u) in self.sum.iter_mut().zip(update) {
-            *s += w * f64::from(*u);
-        }
+        add_weighted(&mut self.sum, weight as f64, update);
         self.total_weight += weight as f64;
         self.count += 1;
         Ok(())
@@ -133,6 +134,20 @@ impl WeightedMean {
                 .map(|s| (s / self.total_weight) as f32)
                 .collect(),
         )
+    }
+}
+
+/// sum <- sum + w u, elementwise in f64.
+///
+/// Why multiversioned: the workspace compiles for baseline x86-64, whose SSE2 converts and adds
+/// two f64 at a time, and the server runs this (and [`all_finite`], and the clip's and moments'
+/// passes in `crate::privacy::clip`) over every upload. The `multiversion` crate compiles it per
+/// x86-64 level and calls the widest the CPU has (as for the CNN's loops,
+/// `crate::model::cnn::kernels`); each value's arithmetic is the same at every width.
+#[multiversion(targets = "simd")]
+fn add_weighted(sum: &mut [f64], w: f64, u: &[f32]) {
+    for (s, u) in sum.iter_mut().zip(u) {
+        *s += w * f64::from(*u);
     }
 }
 

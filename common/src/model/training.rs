@@ -117,7 +117,11 @@ pub fn train_local(
     rng: &mut impl Rng,
 ) -> f32 {
     let mut order = indices.to_vec();
-    let mut grad = vec![0.0f32; params.len()];
+    // Only the clipped rule forms a gradient vector; the mean's goes straight into `params`.
+    let mut grad = match rule {
+        GradientRule::Mean => Vec::new(),
+        GradientRule::ClippedL1(_) => vec![0.0f32; params.len()],
+    };
     let (mut batch_buf, mut workspace) = (Batch::default(), Workspace::default());
     let mut scratch = Vec::new();
     let batch = config.batch_size.max(1) as usize;

@@ -1,7 +1,11 @@
 //! Clipping of whole-model updates and the statistics the clip rules and the paper's diagnostics
 //! need.
+//!
+//! The passes over an update (its norm, the scaling, the moments) are compiled per x86-64 SIMD
+//! level with `multiversion`, as `crate::model::aggregate`'s sum is, and for the same reason.
 
 use crate::model::{UpdateError, check_len, first_non_finite};
+use multiversion::multiversion;
 use std::cell::Cell;
 
 /// Independent partial sums of [`l2_norm`]: one running sum makes every add wait for the last
@@ -9,13 +13,16 @@ use std::cell::Cell;
 const LANES: usize = 8;
 
 /// ||u||_2, accumulated in f64 over [`LANES`] partial sums.
+#[multiversion(targets = "simd")]
 pub fn l2_norm(u: &[f32]) -> f64 {
     lane_squares(u, |v: &f32| *v).sqrt()
 }
 
 /// sum_i value(u_i)^2 in f64 over [`LANES`] partial sums (the lanes vectorise, one running sum
 /// does not). [`l2_norm`] and the scaling of [`scale_into_bound`] share it, so the norm the
-/// clip re-measures in its scaling pass is the norm [`l2_norm`] gives.
+/// clip re-measures in its scaling pass is the norm [`l2_norm`] gives. Inlined into each
+/// multiversioned caller, so that it is compiled for that caller's SIMD level.
+#[inline(always)]
 fn lane_squares<T>(u: &[T], value: impl Fn(&T) -> f32) -> f64 {
     // `value` is called once per value: it may write it.
     let square = |v: &T| {
@@ -71,14 +78,19 @@ fn scale_into_bound(u: &mut [f32], bound: f64, norm: f64) {
     const SAFETY: f64 = 1.0 - 1e-6;
     let mut norm = norm;
     while norm > bound {
-        let factor = (bound / norm * SAFETY) as f32;
-        let cells = Cell::from_mut(&mut *u).as_slice_of_cells();
-        norm = lane_squares(cells, |v: &Cell<f32>| {
-            v.set(v.get() * factor);
-            v.get()
-        })
-        .sqrt();
+        norm = scale_and_measure(u, (bound / norm * SAFETY) as f32);
     }
+}
+
+/// u <- factor u; returns ||u||_2 of the scaled values, measured as they are written.
+#[multiversion(targets = "simd")]
+fn scale_and_measure(u: &mut [f32], factor: f32) -> f64 {
+    let cells = Cell::from_mut(u).as_slice_of_cells();
+    lane_squares(cells, |v: &Cell<f32>| {
+        v.set(v.get() * factor);
+        v.get()
+    })
+    .sqrt()
 }
 
 /// The median of `values` (mean of the middle two for an even count); `None` when empty. Used
@@ -126,22 +138,7 @@ impl UpdateMoments {
 
     /// Adds one update (same length as the model).
     pub fn add(&mut self, u: &[f32]) {
-        let mut lanes = [0.0f64; LANES];
-        let mut sums = self.sum.chunks_exact_mut(LANES);
-        let mut values = u.chunks_exact(LANES);
-        for (s, v) in (&mut sums).zip(&mut values) {
-            for ((s, &v), lane) in s.iter_mut().zip(v).zip(&mut lanes) {
-                let v = f64::from(v);
-                *s += v;
-                *lane += v * v;
-            }
-        }
-        for (s, &v) in sums.into_remainder().iter_mut().zip(values.remainder()) {
-            let v = f64::from(v);
-            *s += v;
-            lanes[0] += v * v;
-        }
-        self.sum_sq_norms += lanes.iter().sum::<f64>();
+        self.sum_sq_norms += add_and_square(&mut self.sum, u);
         self.n += 1;
     }
 
@@ -158,6 +155,27 @@ impl UpdateMoments {
         let v_c = (self.sum_sq_norms / n - mu_sq).max(0.0);
         Some((v_c / p, mu_sq / p))
     }
+}
+
+/// sum <- sum + u, elementwise in f64; returns ||u||^2 (over [`LANES`] partial sums).
+#[multiversion(targets = "simd")]
+fn add_and_square(sum: &mut [f64], u: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let mut sums = sum.chunks_exact_mut(LANES);
+    let mut values = u.chunks_exact(LANES);
+    for (s, v) in (&mut sums).zip(&mut values) {
+        for ((s, &v), lane) in s.iter_mut().zip(v).zip(&mut lanes) {
+            let v = f64::from(v);
+            *s += v;
+            *lane += v * v;
+        }
+    }
+    for (s, &v) in sums.into_remainder().iter_mut().zip(values.remainder()) {
+        let v = f64::from(v);
+        *s += v;
+        lanes[0] += v * v;
+    }
+    lanes.iter().sum::<f64>()
 }
 
 #[cfg(test)]
