@@ -69,10 +69,7 @@ fn epochs(c: &mut Criterion, name: &str, layers: &[&str], batches: &[usize]) {
     let cnn = network(layers);
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let data = load_mnist(&mnist, Split::Train).expect("shipped MNIST");
-    let x = data
-        .features()
-        .slice(ndarray::s![..EXAMPLES, ..])
-        .to_owned();
+    let x = data.rows(0..EXAMPLES).into_owned();
     let y = &data.labels()[..EXAMPLES];
     let mut rng = StdRng::seed_from_u64(0);
     let dist = Uniform::new(-0.05f32, 0.05).unwrap();

@@ -28,7 +28,12 @@ impl LeastSquares {
         let (n, d) = (self.data.len(), self.data.num_features());
         let p = d + 1;
         let row = |i: usize| {
-            let mut a: Vec<f64> = self.data.row(i).iter().map(|&v| f64::from(v)).collect();
+            let mut a: Vec<f64> = self
+                .data
+                .rows(i..i + 1)
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect();
             a.push(1.0);
             a
         };

@@ -83,7 +83,10 @@ mod tests {
         assert_eq!(d.num_features(), 2);
         assert_eq!(d.num_classes(), 3);
         assert_eq!(d.labels(), &[1, 0, 2]);
-        assert_eq!(d.row(1).to_vec(), vec![-1.0, 3.0]);
+        assert_eq!(
+            d.rows(1..2).iter().copied().collect::<Vec<_>>(),
+            vec![-1.0, 3.0]
+        );
         assert_eq!(parse_csv("0,1\n1,2").unwrap().len(), 2);
     }
 

@@ -47,18 +47,15 @@ pub fn load_mnist(dir: &Path, split: Split) -> Result<Dataset, DataError> {
         });
     }
     let n = img_dims[0];
-    let features = Array2::from_shape_vec(
-        (n, img_dims[1] * img_dims[2]),
-        pixels.iter().map(|&p| f32::from(p) / 255.0).collect(),
-    )
-    .expect("IDX dimensions were checked against the payload length");
+    let intensities = Array2::from_shape_vec((n, img_dims[1] * img_dims[2]), pixels.to_vec())
+        .expect("IDX dimensions were checked against the payload length");
     let shape = Shape {
         height: img_dims[1],
         width: img_dims[2],
         channels: 1,
     };
-    Dataset::new(
-        features,
+    Dataset::from_intensities(
+        intensities,
         label_bytes.iter().map(|&l| u32::from(l)).collect(),
         10,
     )?
@@ -197,7 +194,11 @@ mod tests {
             counts,
             [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
         );
-        assert!(test.features().iter().all(|&p| (0.0..=1.0).contains(&p)));
+        assert!(
+            test.rows(0..test.len())
+                .iter()
+                .all(|&p| (0.0..=1.0).contains(&p))
+        );
     }
 
     #[test]

@@ -11,7 +11,9 @@ pub use mnist::{Split, load_mnist};
 pub use partition::{Partition, PartitionScheme};
 
 use crate::model::Shape;
-use ndarray::{Array2, ArrayView1};
+use multiversion::multiversion;
+use ndarray::{Array2, ArrayView1, CowArray, Ix2};
+use std::ops::Range;
 use std::path::PathBuf;
 
 /// Why a dataset could not be loaded or partitioned.
@@ -51,10 +53,66 @@ pub enum DataError {
 /// Labelled examples in memory: one row of features per example.
 #[derive(Debug, Clone)]
 pub struct Dataset {
-    features: Array2<f32>,
+    features: Features,
     labels: Vec<u32>,
     num_classes: usize,
     shape: Shape,
+}
+
+/// How a dataset keeps its features.
+#[derive(Debug, Clone)]
+enum Features {
+    /// Real values, as given.
+    Real(Array2<f32>),
+    /// 8-bit intensities p, each standing for the feature p / 255 ([`intensity`]): images as
+    /// their files hold them. A quarter of the memory of `Real`, and a quarter of the bytes each
+    /// training batch reads: a client's examples are cold in the cache when its training starts,
+    /// and copying its batches from an f32 copy of MNIST was 3% of the Geyer K = 1000 round's CPU
+    /// (docs/performance.md, issue 29, session 34).
+    Intensities(Array2<u8>),
+}
+
+/// The feature an 8-bit intensity stands for: p / 255, in [0, 1].
+#[inline(always)]
+fn intensity(p: u8) -> f32 {
+    f32::from(p) / 255.0
+}
+
+/// out <- the features of the intensities `bytes`. Compiled per x86-64 SIMD level
+/// (`multiversion`, as `crate::model::aggregate`'s passes): baseline x86-64 converts and divides
+/// four values at a time, and this runs over every batch a client trains on.
+#[multiversion(targets = "simd")]
+fn intensities_into(out: &mut [f32], bytes: &[u8]) {
+    for (o, &p) in out.iter_mut().zip(bytes) {
+        *o = intensity(p);
+    }
+}
+
+/// Appends the features of the intensities `row` to `out`.
+fn extend_with_intensities(out: &mut Vec<f32>, row: ArrayView1<'_, u8>) {
+    let start = out.len();
+    out.resize(start + row.len(), 0.0);
+    let out = &mut out[start..];
+    match row.as_slice() {
+        Some(bytes) => intensities_into(out, bytes),
+        None => (out.iter_mut().zip(row)).for_each(|(o, &p)| *o = intensity(p)),
+    }
+}
+
+impl Features {
+    fn nrows(&self) -> usize {
+        match self {
+            Features::Real(x) => x.nrows(),
+            Features::Intensities(x) => x.nrows(),
+        }
+    }
+
+    fn ncols(&self) -> usize {
+        match self {
+            Features::Real(x) => x.ncols(),
+            Features::Intensities(x) => x.ncols(),
+        }
+    }
 }
 
 impl Dataset {
@@ -62,6 +120,24 @@ impl Dataset {
     /// `num_classes`.
     pub fn new(
         features: Array2<f32>,
+        labels: Vec<u32>,
+        num_classes: usize,
+    ) -> Result<Self, DataError> {
+        Self::with_features(Features::Real(features), labels, num_classes)
+    }
+
+    /// Builds a dataset of 8-bit intensities, each byte p the feature p / 255 (an image's
+    /// pixels); `labels` as for [`Dataset::new`].
+    pub fn from_intensities(
+        intensities: Array2<u8>,
+        labels: Vec<u32>,
+        num_classes: usize,
+    ) -> Result<Self, DataError> {
+        Self::with_features(Features::Intensities(intensities), labels, num_classes)
+    }
+
+    fn with_features(
+        features: Features,
         labels: Vec<u32>,
         num_classes: usize,
     ) -> Result<Self, DataError> {
@@ -104,8 +180,12 @@ impl Dataset {
     /// The examples `indices` (each below [`Dataset::len`]), in that order, as a dataset of
     /// their own.
     pub fn subset(&self, indices: &[usize]) -> Dataset {
+        let rows = ndarray::Axis(0);
         Self {
-            features: self.features.select(ndarray::Axis(0), indices),
+            features: match &self.features {
+                Features::Real(x) => Features::Real(x.select(rows, indices)),
+                Features::Intensities(x) => Features::Intensities(x.select(rows, indices)),
+            },
             labels: indices.iter().map(|&i| self.labels[i]).collect(),
             num_classes: self.num_classes,
             shape: self.shape,
@@ -137,14 +217,37 @@ impl Dataset {
         self.num_classes
     }
 
-    /// All features, one row per example.
-    pub fn features(&self) -> &Array2<f32> {
-        &self.features
+    /// The features of the examples `range`, one row per example: borrowed when they are kept
+    /// as real values, converted when they are kept as intensities.
+    pub fn rows(&self, range: Range<usize>) -> CowArray<'_, f32, Ix2> {
+        match &self.features {
+            Features::Real(x) => x.slice(ndarray::s![range, ..]).into(),
+            Features::Intensities(x) => {
+                let bytes = x.slice(ndarray::s![range, ..]);
+                let mut out = Vec::with_capacity(bytes.len());
+                for row in bytes.rows() {
+                    extend_with_intensities(&mut out, row);
+                }
+                Array2::from_shape_vec(bytes.dim(), out)
+                    .expect("one feature per intensity")
+                    .into()
+            }
+        }
     }
 
-    /// Features of example `i`.
-    pub fn row(&self, i: usize) -> ArrayView1<'_, f32> {
-        self.features.row(i)
+    /// Appends the features of example `i` to `out`.
+    pub fn extend_with_row(&self, i: usize, out: &mut Vec<f32>) {
+        match &self.features {
+            Features::Real(x) => {
+                let row = x.row(i);
+                // Rows of a standard-layout matrix are contiguous: one memcpy each.
+                match row.as_slice() {
+                    Some(values) => out.extend_from_slice(values),
+                    None => out.extend(row.iter()),
+                }
+            }
+            Features::Intensities(x) => extend_with_intensities(out, x.row(i)),
+        }
     }
 
     /// All labels.
@@ -224,4 +327,55 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, DataError> {
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::ShapeBuilder;
+
+    /// A dataset of intensities reads as the real dataset of p / 255 through every accessor, for
+    /// every byte value, in a row-major and a column-major (rows not contiguous) layout, and after
+    /// `subset`.
+    #[test]
+    fn intensities_read_as_their_real_values() {
+        let (n, d) = (7, 40);
+        let bytes = Array2::from_shape_fn((n, d), |(i, j)| ((i * d + j) * 37 % 256) as u8);
+        let real = bytes.mapv(|p| f32::from(p) / 255.0);
+        let labels: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let expected = Dataset::new(real, labels.clone(), 3).unwrap();
+        let mut column_major = Array2::zeros((n, d).f());
+        column_major.assign(&bytes);
+        assert!(column_major.row(0).as_slice().is_none());
+        for kept in [bytes, column_major] {
+            let data = Dataset::from_intensities(kept, labels.clone(), 3).unwrap();
+            assert_eq!(data.num_features(), d);
+            assert_eq!(data.rows(0..n), expected.rows(0..n));
+            assert_eq!(data.rows(2..5), expected.rows(2..5));
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            for i in [4, 0, 6] {
+                data.extend_with_row(i, &mut got);
+                expected.extend_with_row(i, &mut want);
+            }
+            assert_eq!(got, want);
+            let picked = [5, 1];
+            assert_eq!(
+                data.subset(&picked).rows(0..2),
+                expected.subset(&picked).rows(0..2)
+            );
+        }
+        let every_byte = Array2::from_shape_fn((1, 256), |(_, j)| j as u8);
+        let data = Dataset::from_intensities(every_byte, vec![0], 1).unwrap();
+        let values = data.rows(0..1);
+        assert_eq!(values[[0, 0]], 0.0);
+        assert_eq!(values[[0, 255]], 1.0);
+        assert!((0..256).all(|j| values[[0, j]] == j as f32 / 255.0));
+    }
+
+    #[test]
+    fn intensities_need_one_label_per_row() {
+        let bytes = Array2::<u8>::zeros((3, 2));
+        assert!(Dataset::from_intensities(bytes.clone(), vec![0, 1], 2).is_err());
+        assert!(Dataset::from_intensities(bytes, vec![0, 1, 2], 2).is_err());
+    }
 }

@@ -66,12 +66,7 @@ impl Batch {
         self.x.clear();
         self.y.clear();
         for &i in idx {
-            let row = data.row(i);
-            // Rows of a standard-layout matrix are contiguous: one memcpy each.
-            match row.as_slice() {
-                Some(values) => self.x.extend_from_slice(values),
-                None => self.x.extend(row.iter()),
-            }
+            data.extend_with_row(i, &mut self.x);
             self.y.push(data.labels()[i]);
         }
     }
@@ -272,8 +267,8 @@ fn evaluate_batch(
     range: std::ops::Range<usize>,
     workspace: &mut Workspace,
 ) -> (usize, f64) {
-    let x = data.features().slice(ndarray::s![range.clone(), ..]);
-    let logits = super::logits_in(spec, params, x, workspace);
+    let x = data.rows(range.clone());
+    let logits = super::logits_in(spec, params, x.view(), workspace);
     let mut correct = 0usize;
     let mut loss = 0.0f64;
     for (row, &label) in logits.rows().into_iter().zip(&data.labels()[range]) {
@@ -441,7 +436,7 @@ mod tests {
         let (data, spec, params) = random_problem(8, n, (6, 9, 4));
         let mut workspace = Workspace::default();
         let logits =
-            super::super::logits_in(&spec, &params, data.features().view(), &mut workspace);
+            super::super::logits_in(&spec, &params, data.rows(0..n).view(), &mut workspace);
         let (mut correct, mut loss) = (0usize, 0.0f64);
         for (row, &y) in logits.rows().into_iter().zip(data.labels()) {
             let p: Vec<f64> = row.iter().map(|&v| f64::from(v).exp()).collect();
