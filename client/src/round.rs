@@ -14,7 +14,7 @@
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::admm::primal_step;
 use fl_common::cores::CoreBudget;
-use fl_common::model::all_finite;
+use fl_common::model::{all_finite, subtract_global};
 use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
 use fl_common::task::{AdmmStep, Task};
 use rand::SeedableRng;
@@ -173,9 +173,7 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
         ));
     }
     let mut u = weights;
-    for (p, g) in u.iter_mut().zip(global) {
-        *p -= g;
-    }
+    subtract_global(&mut u, global);
     let Some(mechanism) = mechanism else {
         return Ok(Computed::Plain {
             values: u,

@@ -204,9 +204,31 @@ pub fn apply_update(params: &mut [f32], delta: &[f32]) {
     }
 }
 
+/// Turns a client's trained weights w_k into its update in place: u_k = w_k - w_t. Compiled per
+/// SIMD level (see [`add_weighted`]): every client runs it once a round.
+#[multiversion(targets = "simd")]
+pub fn subtract_global(weights: &mut [f32], global: &[f32]) {
+    for (w, g) in weights.iter_mut().zip(global) {
+        *w -= g;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The update is w_k - w_t value by value, over lengths around the SIMD widths.
+    #[test]
+    fn an_update_is_the_trained_weights_less_the_global_model() {
+        for len in [0, 1, 7, 16, 33, 100] {
+            let global: Vec<f32> = (0..len).map(|i| i as f32 * 0.37 - 3.0).collect();
+            let trained: Vec<f32> = (0..len).map(|i| (i * i) as f32 * 0.011 + 0.5).collect();
+            let mut update = trained.clone();
+            subtract_global(&mut update, &global);
+            let expected: Vec<f32> = trained.iter().zip(&global).map(|(w, g)| w - g).collect();
+            assert_eq!(update, expected, "length {len}");
+        }
+    }
 
     /// One NaN or infinity anywhere (first, last, at and around the block boundaries, in the
     /// tail) is found, in vectors of lengths around multiples of the block.

@@ -18,6 +18,7 @@ mod training;
 
 pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, check_update,
+    subtract_global,
 };
 pub(crate) use aggregate::{check_len, first_non_finite};
 pub use cnn::{Cnn, LayerSpec, Shape};
