@@ -9,7 +9,7 @@ use fl_proto::v1::{
     ClientEvaluation, ClientMessage, LocalRelease, ReleaseHeader, SignDsUpload, TaskFailed,
     UpdateHeader, client_message,
 };
-use fl_proto::{chunk_count, client_stage, encode_chunks};
+use fl_proto::{chunk_count, client_stage, into_chunks};
 use tokio::sync::mpsc;
 
 /// Queues one message on the session's outgoing stream.
@@ -48,9 +48,9 @@ pub(crate) async fn send_outgoing(
     Ok(())
 }
 
-/// Sends an upload: a dense tensor as a header and its chunks (encoded one at a time), or a
-/// SignDS release. Only a plain result (no local mechanism; the curator is trusted) carries the
-/// example count and loss.
+/// Sends an upload: a dense tensor as a header and its chunks (slices of the values' own
+/// memory), or a SignDS release. Only a plain result (no local mechanism; the curator is trusted)
+/// carries the example count and loss.
 async fn upload(
     outbox: &mpsc::Sender<ClientMessage>,
     round: u64,
@@ -103,7 +103,7 @@ async fn upload(
         },
     };
     send(outbox, header).await?;
-    for chunk in encode_chunks(round, &values) {
+    for chunk in into_chunks(round, values) {
         send(outbox, client_message::Body::UpdateChunk(chunk)).await?;
     }
     Ok(())

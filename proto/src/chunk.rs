@@ -3,6 +3,7 @@
 //! [`MAX_CHUNK_BYTES`], so any model size fits under gRPC's message limits.
 
 use crate::v1::TensorChunk;
+use bytes::Bytes;
 use multiversion::multiversion;
 
 /// Largest payload of one chunk: 16,320 bytes (4,080 values), so that a chunk with its protobuf
@@ -24,32 +25,54 @@ pub fn chunk_count(num_values: usize) -> u32 {
 }
 
 /// Splits `values` into chunks tagged with `round`, in order.
-pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorChunk> + '_ {
+pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorChunk> + use<> {
     encode_word_chunks(round, bytemuck::cast_slice(values))
 }
 
 /// Splits the 32-bit words `words` into chunks tagged with `round`, in order, each word sent as
 /// its little-endian bytes (an `f32` as those of its bits).
-pub fn encode_word_chunks(round: u64, words: &[u32]) -> impl Iterator<Item = TensorChunk> + '_ {
-    // An empty tensor still travels as one (empty) chunk.
-    let pieces = words
-        .chunks(VALUES_PER_CHUNK)
-        .chain(words.is_empty().then_some(words));
-    pieces.enumerate().map(move |(index, piece)| TensorChunk {
-        round,
-        index: index as u32,
-        data: little_endian_bytes(piece).into(),
-    })
-}
-
-/// The little-endian bytes of `words`: on a little-endian machine their memory as it is, one
-/// copy without a pass to zero the buffer first.
-fn little_endian_bytes(words: &[u32]) -> Vec<u8> {
-    if cfg!(target_endian = "little") {
-        bytemuck::cast_slice(words).to_vec()
+pub fn encode_word_chunks(round: u64, words: &[u32]) -> impl Iterator<Item = TensorChunk> + use<> {
+    let bytes = if cfg!(target_endian = "little") {
+        Bytes::copy_from_slice(bytemuck::cast_slice(words))
     } else {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    };
+    chunks_of(round, bytes)
+}
+
+/// [`encode_chunks`] of values the caller gives up: on a little-endian machine the chunks share
+/// the vector's memory, so a client's upload is sent without a copy.
+pub fn into_chunks(round: u64, values: Vec<f32>) -> impl Iterator<Item = TensorChunk> {
+    /// The values as the little-endian bytes they are in memory.
+    struct LittleEndian(Vec<f32>);
+    impl AsRef<[u8]> for LittleEndian {
+        fn as_ref(&self) -> &[u8] {
+            bytemuck::cast_slice(&self.0)
+        }
     }
+    let bytes = if cfg!(target_endian = "little") {
+        Bytes::from_owner(LittleEndian(values))
+    } else {
+        values
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect()
+    };
+    chunks_of(round, bytes)
+}
+
+/// The chunks of the encoded tensor `bytes`, each a slice of it (no copy). An empty tensor still
+/// travels as one (empty) chunk.
+fn chunks_of(round: u64, bytes: Bytes) -> impl Iterator<Item = TensorChunk> {
+    (0..chunk_count(bytes.len() / 4)).map(move |index| {
+        let start = index as usize * MAX_CHUNK_BYTES;
+        let end = bytes.len().min(start + MAX_CHUNK_BYTES);
+        TensorChunk {
+            round,
+            index,
+            data: bytes.slice(start..end),
+        }
+    })
 }
 
 /// words <- the little-endian 32-bit words of `bytes` (four bytes each), over whole arrays so
@@ -229,6 +252,17 @@ mod tests {
             (chunks[1].index, &chunks[1].data[..]),
             (1, &(VALUES_PER_CHUNK as u32).to_le_bytes()[..])
         );
+    }
+
+    /// The chunks that share a vector's memory are the chunks of its copy.
+    #[test]
+    fn owned_values_make_the_same_chunks() {
+        for n in [0, 1, VALUES_PER_CHUNK, 2 * VALUES_PER_CHUNK + 5] {
+            let values: Vec<f32> = (0..n).map(|i| i as f32 * -0.25 + 1.5).collect();
+            let copied: Vec<_> = encode_chunks(9, &values).collect();
+            let shared: Vec<_> = into_chunks(9, values).collect();
+            assert_eq!(shared, copied, "{n} values");
+        }
     }
 
     #[test]

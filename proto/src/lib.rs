@@ -14,7 +14,7 @@ pub mod retry;
 
 pub use chunk::{
     ChunkError, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, chunk_count, encode_chunks,
-    encode_word_chunks,
+    encode_word_chunks, into_chunks,
 };
 pub use convert::{
     WireError, client_stage, ring_elements, ring_words, server_stage, server_stage_body,
