@@ -75,16 +75,15 @@ fn chunks_of(round: u64, bytes: Bytes) -> impl Iterator<Item = TensorChunk> {
     })
 }
 
-/// words <- the little-endian 32-bit words of `bytes` (four bytes each), over whole arrays so
-/// that the conversion vectorises. Compiled per x86-64 SIMD level (`multiversion`, as
-/// `fl_common::model::aggregate`'s passes over an update): it runs over every model a client
-/// receives and every upload the server assembles, and baseline x86-64 moves 16 bytes at a time.
+/// Appends the little-endian 32-bit words of `bytes` (four bytes each) to `words`, as an
+/// iterator of known length over whole arrays, so that the conversion vectorises. Compiled per
+/// x86-64 SIMD level (`multiversion`, as `fl_common::model::aggregate`'s passes over an update):
+/// it runs over every model a client receives and every upload the server assembles, and
+/// baseline x86-64 moves 16 bytes at a time.
 #[multiversion(targets = "simd")]
-fn words_from_le_bytes(words: &mut [u32], bytes: &[u8]) {
+fn extend_with_le_words(words: &mut Vec<u32>, bytes: &[u8]) {
     let (arrays, _) = bytes.as_chunks::<4>();
-    for (w, &b) in words.iter_mut().zip(arrays) {
-        *w = u32::from_le_bytes(b);
-    }
+    words.extend(arrays.iter().map(|&b| u32::from_le_bytes(b)));
 }
 
 /// Why a chunk sequence was refused.
@@ -204,9 +203,7 @@ impl TensorAssembler {
                 got,
             });
         }
-        let start = self.values.len();
-        self.values.resize(start + chunk.data.len() / 4, 0);
-        words_from_le_bytes(&mut self.values[start..], &chunk.data);
+        extend_with_le_words(&mut self.values, &chunk.data);
         self.next_index += 1;
         if self.next_index < self.expected_chunks {
             return Ok(None);
