@@ -65,10 +65,9 @@ enum Features {
     /// Real values, as given.
     Real(Array2<f32>),
     /// 8-bit intensities p, each standing for the feature p / 255 ([`intensity`]): images as
-    /// their files hold them. A quarter of the memory of `Real`, and a quarter of the bytes each
-    /// training batch reads: a client's examples are cold in the cache when its training starts,
-    /// and copying its batches from an f32 copy of MNIST was 3% of the Geyer K = 1000 round's CPU
-    /// (docs/performance.md, issue 29, session 34).
+    /// their files hold them. A quarter of the memory of `Real` (MNIST's training features: 47
+    /// MB instead of 188), and a quarter of the bytes a training batch copies from memory where a
+    /// client's examples are cold (docs/performance.md, issue 29, session 34).
     Intensities(Array2<u8>),
 }
 
