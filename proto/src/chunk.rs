@@ -32,12 +32,16 @@ pub fn encode_chunks(round: u64, values: &[f32]) -> impl Iterator<Item = TensorC
 /// Splits the 32-bit words `words` into chunks tagged with `round`, in order, each word sent as
 /// its little-endian bytes (an `f32` as those of its bits).
 pub fn encode_word_chunks(round: u64, words: &[u32]) -> impl Iterator<Item = TensorChunk> + use<> {
-    let bytes = if cfg!(target_endian = "little") {
+    chunks_of(round, little_endian_copy(words))
+}
+
+/// The little-endian bytes of `words`, copied.
+fn little_endian_copy(words: &[u32]) -> Bytes {
+    if cfg!(target_endian = "little") {
         Bytes::copy_from_slice(bytemuck::cast_slice(words))
     } else {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
-    };
-    chunks_of(round, bytes)
+    }
 }
 
 /// [`encode_chunks`] of values the caller gives up: on a little-endian machine the chunks share
@@ -53,10 +57,7 @@ pub fn into_chunks(round: u64, values: Vec<f32>) -> impl Iterator<Item = TensorC
     let bytes = if cfg!(target_endian = "little") {
         Bytes::from_owner(LittleEndian(values))
     } else {
-        values
-            .iter()
-            .flat_map(|v| v.to_bits().to_le_bytes())
-            .collect()
+        little_endian_copy(bytemuck::cast_slice(&values))
     };
     chunks_of(round, bytes)
 }

@@ -99,17 +99,11 @@ fn extend_with_intensities(out: &mut Vec<f32>, row: ArrayView1<'_, u8>) {
 }
 
 impl Features {
-    fn nrows(&self) -> usize {
+    /// (examples, features per example).
+    fn dim(&self) -> (usize, usize) {
         match self {
-            Features::Real(x) => x.nrows(),
-            Features::Intensities(x) => x.nrows(),
-        }
-    }
-
-    fn ncols(&self) -> usize {
-        match self {
-            Features::Real(x) => x.ncols(),
-            Features::Intensities(x) => x.ncols(),
+            Features::Real(x) => x.dim(),
+            Features::Intensities(x) => x.dim(),
         }
     }
 }
@@ -140,10 +134,10 @@ impl Dataset {
         labels: Vec<u32>,
         num_classes: usize,
     ) -> Result<Self, DataError> {
-        if features.nrows() != labels.len() {
+        let (rows, columns) = features.dim();
+        if rows != labels.len() {
             return Err(DataError::Spec(format!(
-                "{} feature rows but {} labels",
-                features.nrows(),
+                "{rows} feature rows but {} labels",
                 labels.len()
             )));
         }
@@ -153,7 +147,7 @@ impl Dataset {
             )));
         }
         Ok(Self {
-            shape: Shape::flat(features.ncols()),
+            shape: Shape::flat(columns),
             features,
             labels,
             num_classes,
@@ -208,7 +202,7 @@ impl Dataset {
 
     /// Number of features per example.
     pub fn num_features(&self) -> usize {
-        self.features.ncols()
+        self.features.dim().1
     }
 
     /// Number of classes (labels are `0..num_classes`).
