@@ -73,7 +73,7 @@ fn parse_labelled(s: &str) -> Result<(String, PathBuf), String> {
 
 fn main() -> anyhow::Result<()> {
     // Before the runtime starts its threads (fl_common::allocator).
-    fl_common::allocator::single_arena();
+    fl_common::allocator::tune();
     run()
 }
 

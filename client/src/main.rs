@@ -145,7 +145,7 @@ fn options(
 
 fn main() -> anyhow::Result<()> {
     // Before the runtime starts its threads (fl_common::allocator).
-    fl_common::allocator::single_arena();
+    fl_common::allocator::tune();
     run()
 }
 

@@ -232,7 +232,7 @@ fn start(args: Args) -> anyhow::Result<Start> {
 
 fn main() -> anyhow::Result<()> {
     // Before the runtime starts its threads (fl_common::allocator).
-    fl_common::allocator::single_arena();
+    fl_common::allocator::tune();
     run()
 }
 
