@@ -9,7 +9,9 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::data::{Split, load_mnist};
-use fl_common::model::{GradientRule, LocalConfig, ModelSpec, WeightedMean, mat_mul, train_local};
+use fl_common::model::{
+    CheckedUpdate, GradientRule, LocalConfig, ModelSpec, WeightedMean, mat_mul, train_local,
+};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rand::SeedableRng;
@@ -190,11 +192,12 @@ fn local_epoch(c: &mut Criterion) {
 fn fedavg_100_updates(c: &mut Criterion) {
     let spec = ModelSpec::mlp(784, &[600, 100], 10).unwrap();
     let n = spec.num_params();
-    let updates: Vec<Vec<f32>> = (0..100)
+    let updates: Vec<CheckedUpdate> = (0..100)
         .map(|k| {
-            (0..n)
+            let values = (0..n)
                 .map(|i| ((i * 31 + k * 17) % 1000) as f32 * 1e-6)
-                .collect()
+                .collect();
+            CheckedUpdate::new(values).unwrap()
         })
         .collect();
     let mut group = c.benchmark_group("fedavg");

@@ -3,7 +3,7 @@
 //! the aggregate unchanged; a dense update is accepted exactly when it has the model's length and
 //! only finite values.
 
-use fl_common::model::check_update;
+use fl_common::model::CheckedUpdate;
 use fl_common::signds::SignAggregate;
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -38,6 +38,13 @@ proptest! {
         expected in 0usize..50,
     ) {
         let valid = values.len() == expected && values.iter().all(|v| v.is_finite());
-        prop_assert_eq!(check_update(&values, expected).is_ok(), valid);
+        let checked = CheckedUpdate::new(values.clone());
+        let accepted = checked.and_then(|u| u.check_len(expected).map(|()| u));
+        prop_assert_eq!(accepted.is_ok(), valid);
+        if let Ok(u) = accepted {
+            // Measured as it was checked.
+            let norm = values.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+            prop_assert!((u.norm() - norm).abs() <= 1e-12 * norm.max(1.0));
+        }
     }
 }

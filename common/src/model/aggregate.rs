@@ -1,6 +1,7 @@
 //! Aggregation of client updates: validation of an uploaded update and the weighted mean of
 //! FedAvg (McMahan et al. 2017): w_{t+1} = w_t + sum_k n_k u_k / sum_k n_k, with u_k = w_k - w_t.
 
+use super::CheckedUpdate;
 use multiversion::multiversion;
 
 /// Why an update is unusable.
@@ -39,15 +40,6 @@ pub fn all_finite(values: &[f32]) -> bool {
     values
         .chunks(FINITE_BLOCK)
         .all(|block| block.iter().fold(true, |finite, v| finite & v.is_finite()))
-}
-
-/// Checks that `update` has `expected_len` finite values.
-pub fn check_update(update: &[f32], expected_len: usize) -> Result<(), UpdateError> {
-    check_len(update, expected_len)?;
-    if all_finite(update) {
-        return Ok(());
-    }
-    first_non_finite(update).map_or(Ok(()), Err)
 }
 
 /// Checks that `update` has `expected_len` values.
@@ -90,9 +82,9 @@ impl WeightedMean {
         }
     }
 
-    /// Adds n_k u_k; the update is validated first and nothing is added when it is refused.
-    pub fn add(&mut self, update: &[f32], weight: u64) -> Result<(), UpdateError> {
-        check_update(update, self.sum.len())?;
+    /// Adds n_k u_k; nothing is added when the update's length or weight is refused.
+    pub fn add(&mut self, update: &CheckedUpdate, weight: u64) -> Result<(), UpdateError> {
+        update.check_len(self.sum.len())?;
         if weight == 0 {
             return Err(UpdateError::ZeroWeight);
         }
@@ -145,7 +137,7 @@ impl WeightedMean {
 /// x86-64 level and calls the widest the CPU has (as for the CNN's loops,
 /// `crate::model::cnn::kernels`); each value's arithmetic is the same at every width.
 #[multiversion(targets = "simd")]
-fn add_weighted(sum: &mut [f64], w: f64, u: &[f32]) {
+pub(crate) fn add_weighted(sum: &mut [f64], w: f64, u: &[f32]) {
     for (s, u) in sum.iter_mut().zip(u) {
         *s += w * f64::from(*u);
     }
@@ -251,12 +243,16 @@ mod tests {
         assert!(all_finite(&[f32::MAX, f32::MIN, f32::MIN_POSITIVE, -0.0]));
     }
 
+    fn checked(values: &[f32]) -> CheckedUpdate {
+        CheckedUpdate::new(values.to_vec()).unwrap()
+    }
+
     #[test]
     fn weighted_mean_weights_by_examples() {
         let mut m = WeightedMean::new(2);
         assert_eq!(m.mean(), None);
-        m.add(&[1.0, 0.0], 1).unwrap();
-        m.add(&[4.0, 3.0], 2).unwrap();
+        m.add(&checked(&[1.0, 0.0]), 1).unwrap();
+        m.add(&checked(&[4.0, 3.0]), 2).unwrap();
         assert_eq!(m.count(), 2);
         assert_eq!(m.mean().unwrap(), vec![3.0, 2.0]);
     }
@@ -264,32 +260,24 @@ mod tests {
     #[test]
     fn refuses_bad_updates_without_changing_the_sum() {
         let mut m = WeightedMean::new(3);
-        m.add(&[1.0, 1.0, 1.0], 1).unwrap();
+        m.add(&checked(&[1.0, 1.0, 1.0]), 1).unwrap();
         assert!(matches!(
-            m.add(&[1.0, 2.0], 1),
+            m.add(&checked(&[1.0, 2.0]), 1),
             Err(UpdateError::WrongLength {
                 expected: 3,
                 got: 2
             })
         ));
-        assert!(matches!(
-            m.add(&[1.0, f32::NAN, 0.0], 1),
-            Err(UpdateError::NonFinite { index: 1, .. })
-        ));
-        assert!(matches!(
-            m.add(&[f32::INFINITY, 0.0, 0.0], 1),
-            Err(UpdateError::NonFinite { index: 0, .. })
-        ));
-        assert_eq!(m.add(&[0.0; 3], 0), Err(UpdateError::ZeroWeight));
+        assert_eq!(m.add(&checked(&[0.0; 3]), 0), Err(UpdateError::ZeroWeight));
         assert_eq!(m.mean().unwrap(), vec![1.0, 1.0, 1.0]);
     }
 
     #[test]
     fn the_largest_finite_updates_do_not_overflow_the_sum() {
         let mut m = WeightedMean::new(2);
-        m.add(&[f32::MAX, -f32::MAX], u64::MAX).unwrap();
-        m.add(&[f32::MAX, 1.0], u64::MAX).unwrap();
-        m.add(&[1.0, 1.0], 1).unwrap();
+        m.add(&checked(&[f32::MAX, -f32::MAX]), u64::MAX).unwrap();
+        m.add(&checked(&[f32::MAX, 1.0]), u64::MAX).unwrap();
+        m.add(&checked(&[1.0, 1.0]), 1).unwrap();
         let mean = m.mean().unwrap();
         // (2 MAX 2^64 + 1) / (2^65 + 1) and (-MAX 2^64 + 2^64 + 1) / (2^65 + 1).
         assert_eq!(mean[0], f32::MAX, "{mean:?}");

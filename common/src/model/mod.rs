@@ -8,6 +8,7 @@
 //! (row-major, fan-in x outputs), then its bias b_l.
 
 mod aggregate;
+mod checked;
 pub mod cnn;
 mod external;
 #[cfg(test)]
@@ -16,11 +17,11 @@ mod matmul;
 mod network;
 mod training;
 
+pub(crate) use aggregate::add_weighted;
 pub use aggregate::{
-    ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, check_update,
-    subtract_global,
+    ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, subtract_global,
 };
-pub(crate) use aggregate::{check_len, first_non_finite};
+pub use checked::CheckedUpdate;
 pub use cnn::{Cnn, LayerSpec, Shape};
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
 pub use matmul::{mat_mul, times_transposed_weights};

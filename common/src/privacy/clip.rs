@@ -4,7 +4,7 @@
 //! The passes over an update (its norm, the scaling, the moments) are compiled per x86-64 SIMD
 //! level with `multiversion`, as `crate::model::aggregate`'s sum is, and for the same reason.
 
-use crate::model::{UpdateError, check_len, first_non_finite};
+use crate::model::{CheckedUpdate, add_weighted};
 use multiversion::multiversion;
 use std::cell::Cell;
 
@@ -13,9 +13,14 @@ use std::cell::Cell;
 const LANES: usize = 8;
 
 /// ||u||_2, accumulated in f64 over [`LANES`] partial sums.
-#[multiversion(targets = "simd")]
 pub fn l2_norm(u: &[f32]) -> f64 {
-    lane_squares(u, |v: &f32| *v).sqrt()
+    squared_l2_norm(u).sqrt()
+}
+
+/// ||u||_2^2, accumulated in f64 over [`LANES`] partial sums.
+#[multiversion(targets = "simd")]
+pub(crate) fn squared_l2_norm(u: &[f32]) -> f64 {
+    lane_squares(u, |v: &f32| *v)
 }
 
 /// sum_i value(u_i)^2 in f64 over [`LANES`] partial sums (the lanes vectorise, one running sum
@@ -48,38 +53,19 @@ pub fn clip_l2(u: &mut [f32], bound: f64) -> f64 {
     norm
 }
 
-/// Checks that the upload `u` holds `expected_len` finite values and clips it like
-/// [`clip_l2`], returning ||u||_2 before clipping. One pass both checks and measures: the f64
-/// sum of squares of f32 values (each square below 1.2e77) is finite exactly when every value
-/// is.
-pub fn check_and_clip_l2(
-    u: &mut [f32],
-    expected_len: usize,
-    bound: f64,
-) -> Result<f64, UpdateError> {
-    check_len(u, expected_len)?;
-    let norm = l2_norm(u);
-    if !norm.is_finite()
-        && let Some(e) = first_non_finite(u)
-    {
-        return Err(e);
-    }
-    scale_into_bound(u, bound, norm);
-    Ok(norm)
-}
-
 /// u <- u / max(1, `norm` / S) for `u` of norm `norm`.
 ///
 /// f32 rounding could leave the result a few ulps above S, which would break the sensitivity
 /// bound; so the factor is shrunk by 1e-6 relative and the norm re-checked until it is within S.
 /// The scaling pass measures the scaled values as it writes them: one pass over the update, not
-/// two.
-fn scale_into_bound(u: &mut [f32], bound: f64, norm: f64) {
+/// two. Returns the norm after.
+pub(crate) fn scale_into_bound(u: &mut [f32], bound: f64, norm: f64) -> f64 {
     const SAFETY: f64 = 1.0 - 1e-6;
     let mut norm = norm;
     while norm > bound {
         norm = scale_and_measure(u, (bound / norm * SAFETY) as f32);
     }
+    norm
 }
 
 /// u <- factor u; returns ||u||_2 of the scaled values, measured as they are written.
@@ -116,7 +102,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 /// Summed over the parameters, 1/n sum_k (u^k_ij - mu_ij)^2 = 1/n sum_k (u^k_ij)^2 - mu_ij^2, so
 /// V_c = 1/P (1/n sum_k ||u^k||^2 - ||mu||^2): one running sum per parameter and one of squared
 /// norms suffice (a second per-parameter sum of squares would double the server's memory traffic
-/// per update).
+/// per update), and the squared norm is the one measured when the update was checked.
 #[derive(Debug, Clone)]
 pub struct UpdateMoments {
     /// sum_k u^k, per parameter.
@@ -137,8 +123,9 @@ impl UpdateMoments {
     }
 
     /// Adds one update (same length as the model).
-    pub fn add(&mut self, u: &[f32]) {
-        self.sum_sq_norms += add_and_square(&mut self.sum, u);
+    pub fn add(&mut self, u: &CheckedUpdate) {
+        add_weighted(&mut self.sum, 1.0, u);
+        self.sum_sq_norms += u.squared_norm();
         self.n += 1;
     }
 
@@ -157,30 +144,13 @@ impl UpdateMoments {
     }
 }
 
-/// sum <- sum + u, elementwise in f64; returns ||u||^2 (over [`LANES`] partial sums).
-#[multiversion(targets = "simd")]
-fn add_and_square(sum: &mut [f64], u: &[f32]) -> f64 {
-    let mut lanes = [0.0f64; LANES];
-    let mut sums = sum.chunks_exact_mut(LANES);
-    let mut values = u.chunks_exact(LANES);
-    for (s, v) in (&mut sums).zip(&mut values) {
-        for ((s, &v), lane) in s.iter_mut().zip(v).zip(&mut lanes) {
-            let v = f64::from(v);
-            *s += v;
-            *lane += v * v;
-        }
-    }
-    for (s, &v) in sums.into_remainder().iter_mut().zip(values.remainder()) {
-        let v = f64::from(v);
-        *s += v;
-        lanes[0] += v * v;
-    }
-    lanes.iter().sum::<f64>()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn checked(values: Vec<f32>) -> CheckedUpdate {
+        CheckedUpdate::new(values).unwrap()
+    }
 
     #[test]
     fn clipping_scales_long_updates_and_keeps_short_ones() {
@@ -215,39 +185,6 @@ mod tests {
         }
     }
 
-    /// The checked clip refuses what `check_update` refuses, with the same error, and clips the
-    /// rest exactly as `clip_l2` does: the largest finite values included, whose squares an f32
-    /// sum would overflow.
-    #[test]
-    fn the_checked_clip_refuses_what_the_check_refuses() {
-        use crate::model::check_update;
-        let clean: Vec<f32> = (0..130).map(|i| (i as f32 - 60.0) * 0.25).collect();
-        let mut huge = clean.clone();
-        huge[..100].fill(f32::MAX);
-        huge[100] = f32::MIN;
-        for good in [clean.clone(), huge] {
-            let (mut checked, mut plain) = (good.clone(), good.clone());
-            let norm = check_and_clip_l2(&mut checked, good.len(), 1.0).unwrap();
-            assert_eq!(norm, clip_l2(&mut plain, 1.0));
-            assert_eq!(checked, plain);
-        }
-        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            for at in [0, 7, 64, 129] {
-                let mut u = clean.clone();
-                u[at] = bad;
-                let expected = check_update(&u, u.len()).unwrap_err();
-                let before = u.clone();
-                let e = check_and_clip_l2(&mut u, before.len(), 1.0).unwrap_err();
-                assert_eq!(e, expected);
-                assert!(matches!(e, UpdateError::NonFinite { index, .. } if index == at));
-                // Refused untouched.
-                assert_eq!(format!("{u:?}"), format!("{before:?}"));
-            }
-        }
-        let e = check_and_clip_l2(&mut clean.clone(), 131, 1.0).unwrap_err();
-        assert_eq!(e, check_update(&clean, 131).unwrap_err());
-    }
-
     /// The lanes' norm against one running sum in f64, over lengths around the lane count.
     #[test]
     fn the_norm_matches_a_single_running_sum() {
@@ -272,8 +209,8 @@ mod tests {
     #[test]
     fn moments_give_the_papers_v_c_and_u_s() {
         let mut m = UpdateMoments::new(2);
-        m.add(&[1.0, 0.0]);
-        m.add(&[3.0, 2.0]);
+        m.add(&checked(vec![1.0, 0.0]));
+        m.add(&checked(vec![3.0, 2.0]));
         // mu = (2, 1); per-parameter variances (1, 1); V_c = 1; U_s = (4 + 1) / 2.
         assert_eq!(m.v_c_and_u_s(), Some((1.0, 2.5)));
     }
@@ -290,7 +227,7 @@ mod tests {
             })
             .collect();
         let mut m = UpdateMoments::new(p);
-        updates.iter().for_each(|u| m.add(u));
+        updates.iter().for_each(|u| m.add(&checked(u.clone())));
         let (mut v_c, mut u_s) = (0.0, 0.0);
         for i in 0..p {
             let column = updates.iter().map(|u| f64::from(u[i]));

@@ -22,7 +22,8 @@ pub use accountant::{
 pub use analytic_gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta, gaussian_epsilon,
 };
-pub use clip::{UpdateMoments, check_and_clip_l2, clip_l2, l2_norm, median};
+pub use clip::{UpdateMoments, clip_l2, l2_norm, median};
+pub(crate) use clip::{scale_into_bound, squared_l2_norm};
 pub use ddg::{DdgRound, DdgSettlement, Neighbours};
 pub use discrete_gaussian::{
     MAX_VARIANCE, add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,

@@ -10,7 +10,7 @@ use crate::events::{Declared, Event, UploadHeader, for_log};
 use crate::ids::ClientId;
 use crate::rejection::Rejection;
 use crate::strategy::{ClientUpdate, SignUpload, Upload};
-use fl_common::model::all_finite;
+use fl_common::model::CheckedUpdate;
 use fl_common::privacy::Release;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -230,7 +230,12 @@ impl PlainCollection {
         let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
             return;
         };
-        if self.update_moments && values.len() == work.global.len() && all_finite(&values) {
+        // Checked once, here: every later pass takes the check and the norm from the type.
+        let values = match CheckedUpdate::new(values) {
+            Ok(values) => values,
+            Err(e) => return clients.reject(client, Rejection::Strategy(e.into())),
+        };
+        if self.update_moments && values.len() == work.global.len() {
             tally.moments.add(&values);
         }
         let update = ClientUpdate {

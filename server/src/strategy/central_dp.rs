@@ -23,8 +23,8 @@ use super::{
     Layer, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy, Upload, moved,
 };
 use crate::ids::ClientId;
-use fl_common::model::check_update;
-use fl_common::privacy::{add_gaussian_noise, check_and_clip_l2, clip_l2, l2_norm, median};
+use fl_common::model::CheckedUpdate;
+use fl_common::privacy::{add_gaussian_noise, median};
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 
@@ -68,7 +68,7 @@ pub struct CentralDp {
     rule: ClipRule,
     rng: StdRng,
     /// Raw updates, kept until the median is known (median rule only).
-    held: Vec<Vec<f32>>,
+    held: Vec<CheckedUpdate>,
     /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
     counts: ClipCounts,
     /// DP-FTRL's tree, from the first round with a tree step.
@@ -143,7 +143,7 @@ impl CentralDp {
         inner: &mut S,
         ctx: &RoundContext,
         client: ClientId,
-        values: Vec<f32>,
+        values: CheckedUpdate,
     ) -> Result<(), StrategyError> {
         let update = super::ClientUpdate {
             client,
@@ -161,10 +161,10 @@ impl CentralDp {
         inner: &mut S,
         ctx: &RoundContext,
     ) -> Option<f64> {
-        let norms: Vec<f64> = self.held.iter().map(|u| l2_norm(u)).collect();
+        let norms: Vec<f64> = self.held.iter().map(CheckedUpdate::norm).collect();
         let s = median(&norms)?;
         for mut values in std::mem::take(&mut self.held) {
-            clip_l2(&mut values, s);
+            values.clip_l2(s);
             // Checked when held: the inner sum takes it.
             let _ = Self::sum_clipped(inner, ctx, 0, values);
         }
@@ -218,13 +218,11 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
             other => return inner.absorb(ctx, other),
         };
         let mut values = update.values;
+        values.check_len(self.num_params)?;
         match self.current_bound() {
-            None => {
-                check_update(&values, self.num_params)?;
-                self.held.push(values);
-            }
+            None => self.held.push(values),
             Some(bound) => {
-                let norm = check_and_clip_l2(&mut values, self.num_params, bound)?;
+                let norm = values.clip_l2(bound);
                 Self::sum_clipped(inner, ctx, update.client, values)?;
                 self.counts.absorbed += 1;
                 self.counts.unclipped += usize::from(norm <= bound);
@@ -409,8 +407,8 @@ mod tests {
     fn refuses_bad_updates() {
         let mut s = dp(2, ClipRule::Fixed(1.0), 1);
         let c = plan(1, 1.0, 1.0);
-        assert!(s.absorb(&c, update(vec![f32::NAN, 0.0])).is_err());
         assert!(s.absorb(&c, update(vec![0.0])).is_err());
+        assert!(s.absorb(&c, update(vec![0.0; 3])).is_err());
     }
 
     #[test]

@@ -11,7 +11,6 @@ use super::{
 };
 use crate::ids::ClientId;
 use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
-use fl_common::model::check_update;
 use std::collections::BTreeMap;
 
 /// Residual balancing's parameters (Boyd et al. 2011, Sec. 3.4.1).
@@ -124,8 +123,9 @@ impl Strategy for Iadmm {
 
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
         let update = upload.dense()?;
-        check_update(&update.values, self.dim)?;
-        self.received.push((update.client, update.values));
+        update.values.check_len(self.dim)?;
+        self.received
+            .push((update.client, update.values.into_values()));
         Ok(())
     }
 
@@ -173,7 +173,6 @@ impl Strategy for Iadmm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::ClientUpdate;
     use crate::strategy::testing::{ctx, update};
     use fl_common::admm::primal_step;
 
@@ -196,23 +195,13 @@ mod tests {
                 let (a, z) = sent.split_at(1);
                 let grad = [n[p] as f32 * (z[0] - c[p])];
                 let values = primal_step(a, &grad, step.rho, step.total_examples);
-                let update = ClientUpdate {
-                    client: p as u64,
-                    num_examples: n[p],
-                    values,
-                    release: None,
-                };
-                s.absorb(&cx, update.into()).unwrap();
+                s.absorb(&cx, update(p as u64, n[p], values).into())
+                    .unwrap();
             }
             w = s.finish_round(&cx, &w).model.unwrap();
         }
         assert!((w[0] - 2.0).abs() < 1e-3, "{w:?}");
-        let bad = ClientUpdate {
-            client: 0,
-            num_examples: 1,
-            values: vec![f32::NAN],
-            release: None,
-        };
+        let bad = update(0, 1, vec![0.0, 0.0]);
         assert!(s.absorb(&plan(501), bad.into()).is_err());
     }
 

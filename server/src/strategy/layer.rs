@@ -157,7 +157,12 @@ mod tests {
             let u = upload.dense()?;
             self.sum.resize(u.values.len(), 0.0);
             self.total.resize(u.values.len(), 0.0);
-            for ((s, t), v) in self.sum.iter_mut().zip(&mut self.total).zip(&u.values) {
+            for ((s, t), v) in self
+                .sum
+                .iter_mut()
+                .zip(&mut self.total)
+                .zip(u.values.iter())
+            {
                 *s += v;
                 *t += v;
             }

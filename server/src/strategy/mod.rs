@@ -40,7 +40,7 @@ pub use trimmed_mean::TrimmedMean;
 
 use crate::ids::ClientId;
 use crate::local_accounts::LocalAccounts;
-use fl_common::model::UpdateError;
+use fl_common::model::{CheckedUpdate, UpdateError};
 use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
 use fl_common::signds::SignDsError;
 use fl_common::task::AdmmStep;
@@ -67,8 +67,9 @@ pub struct ClientUpdate {
     pub client: ClientId,
     /// n_k: examples it trained on (its weight; 1 for a local release).
     pub num_examples: u64,
-    /// u_k = w_k - w_t (IADMM: the primal iterate z_k).
-    pub values: Vec<f32>,
+    /// u_k = w_k - w_t (IADMM: the primal iterate z_k), checked finite and measured where it
+    /// entered the server.
+    pub values: CheckedUpdate,
     /// The local release the client declares it applied, if any.
     pub release: Option<Release>,
 }
@@ -315,7 +316,7 @@ fn moved(global: &[f32], delta: &[f32]) -> Vec<f32> {
 #[cfg(test)]
 pub(crate) mod testing {
     //! Shared fixtures of the strategy tests.
-    use super::{ClientUpdate, RoundContext};
+    use super::{CheckedUpdate, ClientUpdate, RoundContext};
 
     /// Round `round` expecting `expected` clients at noise multiplier `z`.
     pub fn ctx(round: u64, expected: f64, z: Option<f64>) -> RoundContext {
@@ -327,12 +328,12 @@ pub(crate) mod testing {
         }
     }
 
-    /// Client `client`'s update `values` over `n` examples.
+    /// Client `client`'s update `values` over `n` examples; the values must be finite.
     pub fn update(client: u64, n: u64, values: Vec<f32>) -> ClientUpdate {
         ClientUpdate {
             client,
             num_examples: n,
-            values,
+            values: CheckedUpdate::new(values).expect("a test update of finite values"),
             release: None,
         }
     }

@@ -3,7 +3,6 @@
 //! clipping of its own).
 
 use super::{Layer, RoundContext, Strategy, StrategyError, Upload};
-use fl_common::privacy::{clip_l2, l2_norm};
 use serde::{Deserialize, Serialize};
 
 /// What the server does with an update whose L2 norm exceeds `robust.max_update_norm`.
@@ -40,7 +39,7 @@ impl<S: Strategy> Layer<S> for NormBound {
         let Upload::Dense(mut update) = upload else {
             return inner.absorb(ctx, upload);
         };
-        let norm = l2_norm(&update.values);
+        let norm = update.values.norm();
         match self.action {
             NormAction::Refuse if norm > self.bound => {
                 return Err(StrategyError::NormTooLarge {
@@ -50,7 +49,7 @@ impl<S: Strategy> Layer<S> for NormBound {
             }
             // u * min(1, S / ||u||), as in clipping (Abadi et al. 2016, Alg. 1).
             NormAction::Clip => {
-                clip_l2(&mut update.values, self.bound);
+                update.values.clip_l2(self.bound);
             }
             NormAction::Refuse => {}
         }
@@ -63,6 +62,7 @@ mod tests {
     use super::*;
     use crate::strategy::FedAvg;
     use crate::strategy::testing::ctx;
+    use fl_common::privacy::l2_norm;
 
     fn fedavg() -> FedAvg {
         FedAvg::new(2)

@@ -4,7 +4,6 @@
 //! It must hold the round's updates (m d values) until the round ends.
 
 use super::{RoundContext, RoundOutcome, Strategy, StrategyError, Upload, moved};
-use fl_common::model::check_update;
 
 /// w_{t+1} = w_t + trmean_beta{u_1, ..., u_m}.
 #[derive(Debug)]
@@ -47,8 +46,8 @@ impl TrimmedMean {
 impl Strategy for TrimmedMean {
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
         let update = upload.dense()?;
-        check_update(&update.values, self.num_params)?;
-        self.updates.push(update.values);
+        update.values.check_len(self.num_params)?;
+        self.updates.push(update.values.into_values());
         Ok(())
     }
 
@@ -66,7 +65,7 @@ impl Strategy for TrimmedMean {
 mod tests {
     use super::*;
     use crate::strategy::ClientUpdate;
-    use crate::strategy::testing::ctx;
+    use crate::strategy::testing::{ctx, update};
 
     fn strategy(beta: f64) -> TrimmedMean {
         TrimmedMean::new(2, beta)
@@ -75,10 +74,8 @@ mod tests {
     fn absorb_all(s: &mut TrimmedMean, updates: &[[f32; 2]]) {
         for (client, u) in updates.iter().enumerate() {
             let update = ClientUpdate {
-                client: client as u64,
                 num_examples: 1 + client as u64 * 1000,
-                values: u.to_vec(),
-                release: None,
+                ..update(client as u64, 0, u.to_vec())
             };
             s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
@@ -117,12 +114,7 @@ mod tests {
             .collect();
         let hostile: Vec<f32> = honest[0].iter().map(|v| v * 1e6).collect();
         for (client, values) in honest.iter().cloned().chain([hostile]).enumerate() {
-            let update = ClientUpdate {
-                client: client as u64,
-                num_examples: 1,
-                values,
-                release: None,
-            };
+            let update = update(client as u64, 1, values);
             s.absorb(&ctx(1, 10.0, None), update.into()).unwrap();
         }
         let model = s
@@ -152,12 +144,7 @@ mod tests {
     #[test]
     fn refuses_malformed_updates() {
         let mut s = strategy(0.1);
-        let bad = ClientUpdate {
-            client: 0,
-            num_examples: 1,
-            values: vec![f32::NAN, 0.0],
-            release: None,
-        };
+        let bad = update(0, 1, vec![0.0, 0.0, 0.0]);
         assert!(s.absorb(&ctx(1, 1.0, None), bad.into()).is_err());
         assert_eq!(s.finish_round(&ctx(1, 1.0, None), &[0.0, 0.0]).model, None);
     }
