@@ -17,11 +17,11 @@
 //! glibc also gives the top of its heap back to the OS whenever more than 128 KiB of it is free
 //! (`M_TRIM_THRESHOLD`), and serves a request above its `M_MMAP_THRESHOLD` from a mapping of its
 //! own. In `fl sim` the ~220 clients sampled into a round each hold a received model until a
-//! training slot takes them, so the heap grows by about 500 MB and shrinks again every round,
-//! and every round faulted in (and the kernel zeroed) those pages anew: 68,500 page faults over
-//! rounds 4-8 of the Geyer K = 1000 MLP, most of them in the assembly of received tensors. With
-//! the heap's top kept up to [`TRIM_THRESHOLD`] and buffers up to [`MMAP_THRESHOLD`] taken from
-//! the heap, 18,000 (docs/performance.md, session 35). The memory kept is never more than the
+//! training slot takes them (some 460 MB for the Geyer K = 1000 MLP), so the heap grew and was
+//! trimmed again every round, and every round faulted in (and the kernel zeroed) those pages
+//! anew: 68,500 - 68,900 page faults over rounds 4-8, most of them in the assembly of received
+//! tensors. With the heap's top kept up to [`TRIM_THRESHOLD`] and buffers up to
+//! [`MMAP_THRESHOLD`] taken from the heap, 9,400 - 21,300 (docs/performance.md, session 35). The memory kept is never more than the
 //! process's own high-water mark; the server hands it back after a join flood
 //! (`malloc_trim`, fl_server's `release_freed_memory`).
 //!
