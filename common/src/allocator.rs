@@ -21,9 +21,9 @@
 //! trimmed again every round, and every round faulted in (and the kernel zeroed) those pages
 //! anew: 68,500 - 68,900 page faults over rounds 4-8, most of them in the assembly of received
 //! tensors. With the heap's top kept up to [`TRIM_THRESHOLD`] and buffers up to
-//! [`MMAP_THRESHOLD`] taken from the heap, 9,400 - 21,300 (docs/performance.md, session 35). The memory kept is never more than the
-//! process's own high-water mark; the server hands it back after a join flood
-//! (`malloc_trim`, fl_server's `release_freed_memory`).
+//! [`MMAP_THRESHOLD`] taken from the heap, 9,400 - 21,300 (docs/performance.md, session 35).
+//! The memory kept is never more than the process's own high-water mark; the server hands it
+//! back after a join flood (`malloc_trim`, fl_server's `release_freed_memory`).
 //!
 //! Why `mallopt` rather than another allocator: jemalloc (tikv-jemallocator 0.6.1) in the same
 //! run faulted 1,313,326 pages (it gives freed pages back after its decay time), for no gain.
