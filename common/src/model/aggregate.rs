@@ -32,7 +32,8 @@ pub enum UpdateError {
 /// (`Iterator::all`, `position`) does not vectorise; a block tested whole does.
 const FINITE_BLOCK: usize = 64;
 
-/// Whether no value is NaN or infinite. Every upload and every trained model is tested, so this
+/// Whether no value is NaN or infinite. Every client tests its result before it uploads (the
+/// server checks an upload in the pass that measures it, [`super::CheckedUpdate`]), so this
 /// runs at the memory's rate rather than a value at a time (compiled per SIMD level, see
 /// [`add_weighted`]).
 #[multiversion(targets = "simd")]
@@ -132,8 +133,8 @@ impl WeightedMean {
 /// sum <- sum + w u, elementwise in f64.
 ///
 /// Why multiversioned: the workspace compiles for baseline x86-64, whose SSE2 converts and adds
-/// two f64 at a time, and the server runs this (and [`all_finite`], and the clip's and moments'
-/// passes in `crate::privacy::clip`) over every upload. The `multiversion` crate compiles it per
+/// two f64 at a time, and the server runs this (for the mean and the moments, beside the norm and
+/// the clip's scaling in `crate::privacy::clip`) over every upload. The `multiversion` crate compiles it per
 /// x86-64 level and calls the widest the CPU has (as for the CNN's loops,
 /// `crate::model::cnn::kernels`); each value's arithmetic is the same at every width.
 #[multiversion(targets = "simd")]
