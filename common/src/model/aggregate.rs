@@ -134,8 +134,8 @@ impl WeightedMean {
 ///
 /// Why multiversioned: the workspace compiles for baseline x86-64, whose SSE2 converts and adds
 /// two f64 at a time, and the server runs this (for the mean and the moments, beside the norm and
-/// the clip's scaling in `crate::privacy::clip`) over every upload. The `multiversion` crate compiles it per
-/// x86-64 level and calls the widest the CPU has (as for the CNN's loops,
+/// the clip's scaling in `crate::privacy::clip`) over every upload. The `multiversion` crate
+/// compiles it per x86-64 level and calls the widest the CPU has (as for the CNN's loops,
 /// `crate::model::cnn::kernels`); each value's arithmetic is the same at every width.
 #[multiversion(targets = "simd")]
 pub(crate) fn add_weighted(sum: &mut [f64], w: f64, u: &[f32]) {
