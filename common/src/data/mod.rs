@@ -243,6 +243,30 @@ impl Dataset {
         }
     }
 
+    /// Asks the CPU to start loading example `i`'s features into its caches (a hint: nothing
+    /// happens off x86-64), so that a later [`Dataset::extend_with_row`] does not wait for
+    /// memory. A sampled client's examples are cold: the Geyer K = 1000 job's clients hold 470
+    /// MB of intensities, and a training batch's copy waited on them row after row
+    /// (docs/performance.md, issue 29, session 36).
+    pub fn prefetch_row(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let (start, len) = match &self.features {
+                Features::Real(x) => (
+                    x.row(i).as_ptr().cast::<i8>(),
+                    x.ncols() * std::mem::size_of::<f32>(),
+                ),
+                Features::Intensities(x) => (x.row(i).as_ptr().cast::<i8>(), x.ncols()),
+            };
+            for offset in (0..len).step_by(64) {
+                // SAFETY: a prefetch reads nothing into the program and never faults, whatever
+                // the address; these lie inside the row (or its matrix) anyway.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
+            }
+        }
+    }
+
     /// All labels.
     pub fn labels(&self) -> &[u32] {
         &self.labels
