@@ -73,7 +73,11 @@ pub const LENET5: [&str; 11] = [
 /// A convolutional network: its layers placed after the input's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cnn {
+    /// The layers as stated.
     layers: Vec<Placed>,
+    /// The layers as run: the same but for each ReLU before max pooling, run after it
+    /// ([`pool_before_relu`]).
+    steps: Vec<Placed>,
 }
 
 /// Buffers of a forward and backward pass, kept from step to step: each layer's output, a block
@@ -91,9 +95,12 @@ pub struct CnnWorkspace {
 impl Cnn {
     /// `layers` after an input of shape `input`; the last layer must be dense (the logits).
     pub fn new(input: Shape, layers: &[LayerSpec]) -> Result<Self, String> {
+        let steps = place(input, &pool_before_relu(layers))?;
         let layers = place(input, layers)?;
         match layers.last() {
-            Some(last) if matches!(last.spec, LayerSpec::Dense { .. }) => Ok(Self { layers }),
+            Some(last) if matches!(last.spec, LayerSpec::Dense { .. }) => {
+                Ok(Self { layers, steps })
+            }
             _ => Err("the last layer must be dense: its outputs are the class logits".into()),
         }
     }
@@ -127,7 +134,7 @@ impl Cnn {
     ) -> &'w [f32] {
         assert_eq!(params.len(), self.num_params(), "parameter vector length");
         self.forward(params, x, ws);
-        &ws.outs[self.layers.len() - 1]
+        &ws.outs[self.steps.len() - 1]
     }
 
     /// Values one example keeps over a pass: every layer's output and patch matrix.
@@ -166,11 +173,11 @@ impl Cnn {
     fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut CnnWorkspace) {
         assert_eq!(x.ncols(), self.inputs(), "input width");
         let batch = x.nrows();
-        let n = self.layers.len();
+        let n = self.steps.len();
         ws.outs.resize_with(n, Vec::new);
         ws.argmax.resize_with(n, Vec::new);
         let x = x.as_standard_layout();
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in self.steps.iter().enumerate() {
             let (done, rest) = ws.outs.split_at_mut(l);
             let input: &[f32] = match l {
                 0 => x.as_slice().expect("standard layout"),
@@ -225,12 +232,12 @@ impl Cnn {
         let batch = x.nrows();
         self.forward(target.params(), x, ws);
         let x = x.as_standard_layout();
-        let logits = &ws.outs[self.layers.len() - 1];
+        let logits = &ws.outs[self.steps.len() - 1];
         // `delta` and `prev` take turns as dZ_l and dA_{l-1}, each used up to its layer's
         // length (`delta_len`, `prev_len`) and never shrunk.
         let mut delta_len = logits.len();
         let loss = output_delta(logits, self.classes(), y, prefix(&mut ws.delta, delta_len));
-        for (l, layer) in self.layers.iter().enumerate().rev() {
+        for (l, layer) in self.steps.iter().enumerate().rev() {
             let input: &[f32] = match l {
                 0 => x.as_slice().expect("standard layout"),
                 _ => &ws.outs[l - 1],
@@ -280,6 +287,22 @@ impl Cnn {
         }
         loss
     }
+}
+
+/// `layers` with each ReLU that comes just before max pooling moved after it: relu(max(z)) =
+/// max(relu(z)) because ReLU never reorders values, and the gradients agree as well (when the
+/// window's maximum is positive both send it to the same first maximal position; when it is not,
+/// both send nothing), so the network computes what it states on a quarter of the values for
+/// 2 x 2 pooling. Tanh is not moved: it rounds distinct inputs to equal outputs, and pooling's
+/// tie-break would then pick differently.
+fn pool_before_relu(layers: &[LayerSpec]) -> Vec<LayerSpec> {
+    let mut steps = layers.to_vec();
+    for i in 1..steps.len() {
+        if let (LayerSpec::Relu, LayerSpec::MaxPool { .. }) = (steps[i - 1], steps[i]) {
+            steps.swap(i - 1, i);
+        }
+    }
+    steps
 }
 
 /// W and b of a layer with parameters, W as fan-in x outputs.

@@ -96,7 +96,8 @@ fn assert_convolution_by_definition(
     }
 }
 
-/// The first layers' outputs against a convolution and a pooling written from their definitions.
+/// The first layers' outputs against a convolution and a ReLU and pooling written from their
+/// definitions (the network runs the pooling first: [`pool_before_relu`]).
 #[test]
 fn forward_is_convolution_then_pooling_by_definition() {
     let (cnn, params, x, _) = small_problem(2);
@@ -109,7 +110,9 @@ fn forward_is_convolution_then_pooling_by_definition() {
     for b in 0..3 {
         for (oy, ox, c) in itertools_product(o.height, o.width, o.channels) {
             let at = |dy: usize, dx: usize| {
-                ws.outs[1][((b * i.height + 2 * oy + dy) * i.width + 2 * ox + dx) * i.channels + c]
+                let z = ws.outs[0]
+                    [((b * i.height + 2 * oy + dy) * i.width + 2 * ox + dx) * i.channels + c];
+                z.max(0.0)
             };
             let max = at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1));
             assert_eq!(
@@ -117,6 +120,55 @@ fn forward_is_convolution_then_pooling_by_definition() {
                 max
             );
         }
+    }
+}
+
+/// Running each ReLU after the max pooling that follows it changes nothing: the FedAvg CNN,
+/// LeNet-5 and the small CNN give the same loss, gradient and fused step, bit for bit, as the
+/// same networks run in their stated order.
+#[test]
+fn pooling_before_relu_computes_the_stated_network() {
+    let mnist = Shape {
+        height: 28,
+        width: 28,
+        channels: 1,
+    };
+    let (small, ..) = small_problem(3);
+    let networks = [
+        Cnn::new(mnist, &layers(&FEDAVG_CNN)).unwrap(),
+        Cnn::new(mnist, &layers(&LENET5)).unwrap(),
+        small,
+    ];
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    for cnn in networks {
+        assert_ne!(cnn.steps, cnn.layers, "a ReLU before pooling is moved");
+        let stated = Cnn {
+            steps: cnn.layers.clone(),
+            ..cnn.clone()
+        };
+        // Small weights, so that many windows have a non-positive maximum.
+        let params: Vec<f32> = random(&mut rng, cnn.num_params())
+            .iter()
+            .map(|v| 0.1 * v)
+            .collect();
+        let batch = 3;
+        let x = Array2::from_shape_vec(
+            (batch, cnn.inputs()),
+            random(&mut rng, batch * cnn.inputs()),
+        )
+        .unwrap();
+        let y: Vec<u32> = (0..batch as u32)
+            .map(|i| i % cnn.classes() as u32)
+            .collect();
+        let mut ws = CnnWorkspace::default();
+        let run = |net: &Cnn, ws: &mut CnnWorkspace| {
+            let mut grad = vec![0.0; params.len()];
+            let loss = net.loss_and_grad(&params, x.view(), &y, &mut grad, ws);
+            let mut stepped = params.clone();
+            net.loss_and_step(&mut stepped, 0.1, x.view(), &y, ws);
+            (loss, grad, stepped)
+        };
+        assert_eq!(run(&cnn, &mut ws), run(&stated, &mut ws));
     }
 }
 
