@@ -95,8 +95,12 @@ pub struct CnnWorkspace {
 impl Cnn {
     /// `layers` after an input of shape `input`; the last layer must be dense (the logits).
     pub fn new(input: Shape, layers: &[LayerSpec]) -> Result<Self, String> {
-        let steps = place(input, &pool_before_relu(layers))?;
+        // The stated layers first, so that a refusal names the layer where the user wrote it;
+        // the steps then place too (ReLU keeps its input's shape, and pooling first makes the
+        // activations smaller).
+        let steps = pool_before_relu(layers);
         let layers = place(input, layers)?;
+        let steps = place(input, &steps)?;
         match layers.last() {
             Some(last) if matches!(last.spec, LayerSpec::Dense { .. }) => {
                 Ok(Self { layers, steps })

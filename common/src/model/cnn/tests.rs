@@ -342,6 +342,19 @@ fn a_network_must_end_in_logits() {
     assert!(e.contains("last layer must be dense"), "{e}");
 }
 
+/// A refused layer is named where the network states it, not where it runs: the pooling that
+/// does not fit comes second in the list, though it runs before the ReLU.
+#[test]
+fn a_refusal_names_the_layer_as_stated() {
+    let input = Shape {
+        height: 4,
+        width: 4,
+        channels: 1,
+    };
+    let e = Cnn::new(input, &layers(&["relu", "maxpool:8", "dense:2"])).unwrap_err();
+    assert!(e.starts_with("layer 1 (maxpool:8)"), "{e}");
+}
+
 /// Units in the last place of f32 between `got` and the exact `want`.
 fn ulps(got: f32, want: f64) -> f64 {
     let rounded = want as f32;
