@@ -257,48 +257,6 @@ pub(super) fn max_pool(
     }
 }
 
-/// dA of max pooling: each window's gradient goes to the position its maximum came from
-/// (`argmax`, as [`max_pool`] records it), 0 everywhere else, including the rows and columns no
-/// window covers. Every value of `prev` is written once, a position's C channels at a time, with
-/// selects rather than a scatter: the loop over channels vectorises, and no zeroing pass comes
-/// first.
-#[multiversion(targets = "simd")]
-pub(super) fn max_pool_backward(
-    layer: &Placed,
-    size: usize,
-    delta: &[f32],
-    argmax: &[u32],
-    prev: &mut [f32],
-) {
-    let (i, o) = (layer.input, layer.output);
-    let c = i.channels;
-    let windows = delta
-        .chunks_exact(o.len())
-        .zip(argmax.chunks_exact(o.len()));
-    for (example, (delta, argmax)) in prev.chunks_exact_mut(i.len()).zip(windows) {
-        for (y, row) in example.chunks_exact_mut(i.width * c).enumerate() {
-            let oy = y / size;
-            if oy >= o.height {
-                row.fill(0.0);
-                continue;
-            }
-            for (x, run) in row.chunks_exact_mut(c).enumerate() {
-                let ox = x / size;
-                if ox >= o.width {
-                    run.fill(0.0);
-                    continue;
-                }
-                let window = (oy * o.width + ox) * c;
-                let from = (y * i.width + x) * c;
-                let (d, at) = (&delta[window..window + c], &argmax[window..window + c]);
-                for (ch, (p, (&d, &at))) in run.iter_mut().zip(d.iter().zip(at)).enumerate() {
-                    *p = if at as usize == from + ch { d } else { 0.0 };
-                }
-            }
-        }
-    }
-}
-
 /// best = max(best, run) and at = where each maximum is (`from` + channel), elementwise; `first`
 /// takes the run whole.
 #[inline(always)]

@@ -272,8 +272,17 @@ impl Cnn {
                 }
                 LayerSpec::Relu => kernels::relu_backward(delta, &ws.outs[l], prev),
                 LayerSpec::Tanh => kernels::tanh_backward(delta, &ws.outs[l], prev),
-                LayerSpec::MaxPool { size } => {
-                    kernels::max_pool_backward(layer, size, delta, &ws.argmax[l], prev);
+                LayerSpec::MaxPool { .. } => {
+                    prev.fill(0.0);
+                    let out = layer.output.len();
+                    let examples = delta.chunks_exact(out).zip(ws.argmax[l].chunks_exact(out));
+                    for (prev, (delta, argmax)) in
+                        prev.chunks_exact_mut(layer.input.len()).zip(examples)
+                    {
+                        for (&d, &at) in delta.iter().zip(argmax) {
+                            prev[at as usize] += d;
+                        }
+                    }
                 }
                 LayerSpec::Flatten => prev.copy_from_slice(delta),
             }

@@ -172,32 +172,6 @@ fn pooling_before_relu_computes_the_stated_network() {
     }
 }
 
-/// Max pooling's backward pass against its definition, dA[argmax] += dZ, on an input whose last
-/// row and column no 2 x 2 window covers; every value it leaves is written (none stays NaN).
-#[test]
-fn max_pool_backward_routes_each_gradient_to_its_maximum() {
-    let input = Shape {
-        height: 7,
-        width: 5,
-        channels: 3,
-    };
-    let pool = place(input, &layers(&["maxpool:2"])).unwrap()[0];
-    let mut rng = ChaCha8Rng::seed_from_u64(15);
-    let batch = 2;
-    let x = random(&mut rng, batch * input.len());
-    let mut out = vec![0.0; batch * pool.output.len()];
-    let mut argmax = Vec::new();
-    kernels::max_pool(&pool, 2, batch, &x, &mut out, &mut argmax);
-    let delta = random(&mut rng, out.len());
-    let mut prev = vec![f32::NAN; x.len()];
-    kernels::max_pool_backward(&pool, 2, &delta, &argmax, &mut prev);
-    let mut want = vec![0.0; x.len()];
-    for (o, (&d, &at)) in delta.iter().zip(&argmax).enumerate() {
-        want[o / pool.output.len() * input.len() + at as usize] += d;
-    }
-    assert_eq!(prev, want);
-}
-
 /// Convolutions of a one-channel image (a first layer's, which im2col gathers a row of k values
 /// at a time: k = 3 and 5 at a length known when compiled, k = 4 not) against their definition,
 /// with and without padding, and at stride 2 (the general im2col).
