@@ -76,27 +76,32 @@ pub fn mat_mul(
     }
 }
 
-/// dA <- dZ W^T for a batch of few rows (dZ: rows x outputs, W: fan-in x outputs, dA: rows x
-/// fan-in), formed as its transpose dA^T = W dZ^T in the first rows x fan-in values of `scratch`
-/// and then transposed into `da`.
+/// dA <- dZ W^T for a batch of few rows (dZ: rows x outputs, W: fan-in x outputs, `da`: rows x
+/// fan-in, row-major), formed as its transpose dA^T = W dZ^T in the first rows x fan-in values
+/// of `scratch` and then transposed into `da`.
 /// With a batch's few rows, the direct product had gemm pack all of W into panels for every step
 /// (fan-in x outputs values moved for batch times as many multiply-adds): 9 GFLOP/s for the
 /// FedAvg CNN's 3136 x 512 layer at B = 10, against 68 for the transposed form, where W^T is a
 /// right-hand side gemm reads in place (docs/performance.md, issue 29's second change).
+/// The transpose is the `transpose` crate's tiled copy: ndarray's `assign` from a transposed
+/// view went a value at a time through a strided iterator, 1.3% of the Geyer round's samples
+/// (docs/performance.md, session 37).
 ///
 /// # Panics
-/// If the shapes do not agree or `scratch` is shorter than rows x fan-in.
+/// If the shapes do not agree, or `scratch` or `da` is shorter than rows x fan-in.
 pub fn times_transposed_weights(
     dz: &ArrayView2<'_, f32>,
     w: &ArrayView2<'_, f32>,
     scratch: &mut [f32],
-    da: &mut ArrayViewMut2<'_, f32>,
+    da: &mut [f32],
 ) {
     let (rows, fan_in) = (dz.nrows(), w.nrows());
-    let mut da_t = ArrayViewMut2::from_shape((fan_in, rows), &mut scratch[..rows * fan_in])
-        .expect("fan-in x rows");
-    mat_mul(1.0, w, &dz.t(), 0.0, &mut da_t);
-    da.assign(&da_t.t());
+    let da_t = &mut scratch[..rows * fan_in];
+    let mut da_t_view =
+        ArrayViewMut2::from_shape((fan_in, rows), &mut *da_t).expect("fan-in x rows");
+    mat_mul(1.0, w, &dz.t(), 0.0, &mut da_t_view);
+    // dA^T is fan_in rows of `rows` values; dA is its transpose.
+    transpose::transpose(da_t, &mut da[..rows * fan_in], rows, fan_in);
 }
 
 /// One call of gemm for C <- alpha A B + beta C, shapes already checked and non-empty.
@@ -220,16 +225,24 @@ mod tests {
         }
     }
 
-    /// dZ W^T through the transposed form equals the direct reference, over stale scratch.
+    /// dZ W^T through the transposed form equals the direct reference, over stale scratch and a
+    /// stale output, at a small shape and at the MLP's and the FedAvg CNN's (whose transposes
+    /// take the `transpose` crate's tiled paths).
     #[test]
     fn times_transposed_weights_equals_the_reference() {
-        let (dz, w) = (matrix(3, 5, 6), matrix(7, 5, 7));
-        let mut expected = Array2::zeros((3, 7));
-        general_mat_mul(1.0, &dz, &w.t(), 0.0, &mut expected);
-        let mut scratch = vec![f32::NAN; 30];
-        let mut got = Array2::from_elem((3, 7), f32::NAN);
-        times_transposed_weights(&dz.view(), &w.view(), &mut scratch, &mut got.view_mut());
-        assert!((got - expected).iter().all(|d| d.abs() < 1e-5));
+        for (rows, outputs, fan_in) in [(3, 5, 7), (20, 100, 600), (10, 512, 3136)] {
+            let (dz, w) = (matrix(rows, outputs, 6), matrix(fan_in, outputs, 7));
+            let mut expected = Array2::zeros((rows, fan_in));
+            general_mat_mul(1.0, &dz, &w.t(), 0.0, &mut expected);
+            let mut scratch = vec![f32::NAN; rows * fan_in + 9];
+            let mut got = vec![f32::NAN; rows * fan_in];
+            times_transposed_weights(&dz.view(), &w.view(), &mut scratch, &mut got);
+            // As in equals_the_reference: a sum of `outputs` products of magnitude <= 1.
+            let tol = (outputs as f32 + 2.0) * f32::EPSILON * (outputs as f32 + 1.0) * 2.0;
+            for (g, e) in got.iter().zip(&expected) {
+                assert!((g - e).abs() <= tol, "{rows}x{fan_in}: {g} vs {e}");
+            }
+        }
     }
 
     /// With beta = 0 the previous contents of C are not read: NaN there does not survive.

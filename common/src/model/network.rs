@@ -253,10 +253,8 @@ fn backprop(
             .expect("layer shape matches its slice");
             // dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0]
             set_len(prev, rows * layer.inputs);
-            let mut dz_prev = ArrayViewMut2::from_shape(shape(l - 1), &mut prev[..])
-                .expect("delta sized by the layer");
             let scratch = prefix(prev_t, rows * layer.inputs);
-            times_transposed_weights(&dz, &w, scratch, &mut dz_prev);
+            times_transposed_weights(&dz, &w, scratch, prev);
             // Over the contiguous buffers, branch-free, so that it vectorises.
             for (d, &a) in prev.iter_mut().zip(&outs[l - 1]) {
                 *d = if a > 0.0 { *d } else { 0.0 };

@@ -351,8 +351,7 @@ fn dense_input_delta(
     let (w, b) = weights(layer, params);
     let (rows, fan_in) = (dz.len() / b.len(), layer.fan_in());
     let dz = ArrayView2::from_shape((rows, b.len()), dz).expect("rows of outputs");
-    let mut da = ArrayViewMut2::from_shape((rows, fan_in), da).expect("rows of fan-in");
-    times_transposed_weights(&dz, &w, prefix(scratch, rows * fan_in), &mut da);
+    times_transposed_weights(&dz, &w, prefix(scratch, rows * fan_in), da);
 }
 
 /// Sends an affine layer's gradient to `target`: dW = A^T dZ, db = sum_rows dZ.
