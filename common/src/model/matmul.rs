@@ -161,6 +161,12 @@ mod tests {
         })
     }
 
+    /// The rounding bound of alpha times a k-term f32 sum of products of magnitude <= 1, plus
+    /// that of beta C: |error| <= (k + 2) eps32 (|alpha| k + 1), doubled for margin.
+    fn tolerance(k: usize, alpha: f32) -> f32 {
+        (k as f32 + 2.0) * f32::EPSILON * (alpha.abs() * k as f32 + 1.0) * 2.0
+    }
+
     proptest! {
         /// Equal to ndarray's general_mat_mul (the reference) for every transposition of A and
         /// B, shapes from empty to past the micro-kernels' blocks, and alpha, beta in use or 0:
@@ -182,8 +188,7 @@ mod tests {
             general_mat_mul(alpha, &a, &b, beta, &mut expected);
             let mut got = start.clone();
             mat_mul(alpha, &a, &b, beta, &mut got.view_mut());
-            // |error| <= k * eps32 * sum |a||b| * |alpha| + rounding of beta C, with |a|,|b| <= 1.
-            let tol = (k as f32 + 2.0) * f32::EPSILON * (alpha.abs() * k as f32 + 1.0) * 2.0;
+            let tol = tolerance(k, alpha);
             for (g, e) in got.iter().zip(&expected) {
                 prop_assert!((g - e).abs() <= tol, "{g} vs {e} (tolerance {tol})");
             }
@@ -217,8 +222,7 @@ mod tests {
                 store.view_mut()
             };
             mat_mul(-0.1, &a.view(), &b.view(), 1.0, &mut got);
-            // As in equals_the_reference, for alpha = 0.1 and k terms.
-            let tol = (k as f32 + 2.0) * f32::EPSILON * (0.1 * k as f32 + 1.0) * 2.0;
+            let tol = tolerance(k, 0.1);
             for (g, e) in got.iter().zip(&expected) {
                 assert!((g - e).abs() <= tol, "{m}x{k}x{n}: {g} vs {e}");
             }
@@ -237,8 +241,7 @@ mod tests {
             let mut scratch = vec![f32::NAN; rows * fan_in + 9];
             let mut got = vec![f32::NAN; rows * fan_in];
             times_transposed_weights(&dz.view(), &w.view(), &mut scratch, &mut got);
-            // As in equals_the_reference: a sum of `outputs` products of magnitude <= 1.
-            let tol = (outputs as f32 + 2.0) * f32::EPSILON * (outputs as f32 + 1.0) * 2.0;
+            let tol = tolerance(outputs, 1.0);
             for (g, e) in got.iter().zip(&expected) {
                 assert!((g - e).abs() <= tol, "{rows}x{fan_in}: {g} vs {e}");
             }
