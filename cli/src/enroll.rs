@@ -4,15 +4,11 @@
 //! SHA-256 digest.
 
 use anyhow::Context;
-use fl_server::credentials::{Digest, EnrollmentList};
+use fl_server::credentials::{Digest, EnrollmentList, new_token};
 use fl_server::output::write_atomic;
-use rand::TryRngCore;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use std::path::{Path, PathBuf};
-
-/// Bytes of a generated token (256 bits, from the OS's generator).
-const TOKEN_BYTES: usize = 32;
 
 /// `fl enroll` arguments.
 #[derive(Debug, clap::Args)]
@@ -47,11 +43,7 @@ pub fn enroll(args: &EnrollArgs) -> anyhow::Result<Option<String>> {
             (None, None, Some(Digest::of(cert.as_ref())))
         }
         None => {
-            let mut bytes = [0u8; TOKEN_BYTES];
-            rand::rngs::OsRng
-                .try_fill_bytes(&mut bytes)
-                .context("the OS random generator failed")?;
-            let token = hex::encode(bytes);
+            let token = new_token().context("the OS random generator failed")?;
             let digest = Digest::of(token.as_bytes());
             (Some(token), Some(digest), None)
         }

@@ -7,6 +7,7 @@ mod sim;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// Federated learning with privacy built in.
 #[derive(Debug, Parser)]
@@ -18,9 +19,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the server and K clients in one process over loopback gRPC.
+    /// Run the server and K clients in one process (the clients call the server's gRPC service
+    /// in-process, without a network).
     Sim(sim::SimArgs),
-    /// Plan a private run: epsilon, delta, sigma or rounds (the server's RDP accountant).
+    /// Plan a private run: epsilon, delta, sigma or rounds (the server's accountants: PLD for
+    /// Poisson sampling and DP-FTRL by default, RDP otherwise); check a run's ledger.
     #[command(subcommand)]
     Privacy(privacy::Question),
     /// Redraw accuracy.svg (and privacy.svg) of a run folder from its metrics.jsonl.
@@ -71,14 +74,20 @@ fn parse_labelled(s: &str) -> Result<(String, PathBuf), String> {
     Ok((label.to_string(), PathBuf::from(path)))
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     // Before the runtime starts its threads (fl_common::allocator).
     fl_common::allocator::tune();
-    run()
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", fl_common::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[tokio::main]
-async fn run() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -91,8 +100,20 @@ async fn run() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Sim(args) => {
-            let summary = sim::run(args).await?;
-            println!("{}", serde_json::to_string_pretty(&summary_line(&summary))?);
+            let ended = sim::run(args).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary_line(&ended.summary))?
+            );
+            if let Some(signal) = ended.signal {
+                let dir = &ended.summary.config["server"]["out"];
+                eprintln!(
+                    "interrupted by {signal}; resume with: fl sim --resume {}",
+                    dir.as_str().unwrap_or("RUN_DIR")
+                );
+                // 128 + the signal's number, as a shell reports a command a signal ended.
+                return Ok(ExitCode::from(if signal == "SIGTERM" { 143 } else { 130 }));
+            }
         }
         Command::Privacy(q) => privacy::run(q)?,
         Command::Enroll(args) => match enroll::enroll(&args)? {
@@ -109,7 +130,7 @@ async fn run() -> anyhow::Result<()> {
         } => plot::compare_runs(&runs, x, &title, &out)?,
         Command::SweepPlot { table, title, out } => plot::plot_sweep(&table, &title, &out)?,
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The headline figures of a run, for the terminal (the full summary is in summary.json).
@@ -123,6 +144,8 @@ fn summary_line(s: &fl_server::output::Summary) -> serde_json::Value {
         "bytes_down": s.bytes_down,
         "wall_seconds": s.wall_seconds,
         "stopped_by": s.stopped_by,
+        "epsilon": s.epsilon,
+        "delta": s.delta,
         "run_folder": s.config["server"]["out"],
     })
 }

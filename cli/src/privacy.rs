@@ -18,10 +18,15 @@ pub enum Question {
     Sigma(Args),
     /// How many rounds --sigma allows within --eps at --delta.
     Rounds(Args),
-    /// Recompute what a run spent from its ledger.jsonl alone (at --delta, or at fixed --eps).
+    /// Recompute what a run spent from its ledger.jsonl alone (at --delta, or at fixed --eps),
+    /// or --verify its hash chain.
     Ledger {
-        /// The run's ledger.jsonl.
+        /// The run's ledger.jsonl, or its run folder.
         file: std::path::PathBuf,
+        /// Check the ledger's hash chain, and against the head the run folder's checkpoint
+        /// recorded (lines cut from the end); prints the lines and the head.
+        #[arg(long)]
+        verify: bool,
         /// State epsilon at this delta.
         #[arg(long, conflicts_with = "eps")]
         delta: Option<f64>,
@@ -35,6 +40,24 @@ pub enum Question {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `fl privacy ledger --verify`: the chain, and the head of the checkpoint beside the ledger.
+fn verify_ledger(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let dir = file.parent().unwrap_or(std::path::Path::new("."));
+    let anchor = match fl_server::checkpoint::Checkpoint::exists(dir) {
+        true => {
+            fl_server::checkpoint::Checkpoint::read(dir)?
+                .progress
+                .ledger
+        }
+        false => None,
+    };
+    let (entries, head) = fl_server::ledger::verify(file, anchor.as_ref())?;
+    let out = json!({"verified": true, "lines": entries.len(), "head": head.digest,
+                     "checkpoint_checked": anchor.is_some(), "ledger": file});
+    print(&out, json);
+    Ok(())
 }
 
 /// Inputs shared by every question.
@@ -163,11 +186,19 @@ pub fn run(question: Question) -> anyhow::Result<()> {
     let (args, answer) = match question {
         Question::Ledger {
             file,
+            verify,
             delta,
             eps,
             accountant,
             json,
         } => {
+            let file = match file.is_dir() {
+                true => file.join("ledger.jsonl"),
+                false => file,
+            };
+            if verify {
+                return verify_ledger(&file, json);
+            }
             let budget = match (delta, eps) {
                 (Some(delta), None) => Budget::Epsilon {
                     epsilon: f64::INFINITY,

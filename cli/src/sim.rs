@@ -5,11 +5,16 @@ use crate::plot::plot_run;
 use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
 use fl_common::data::Partition;
+use fl_common::privacy::Budget;
 use fl_common::secagg::PlainInputs;
+use fl_server::checkpoint::Checkpoint;
 use fl_server::config::RunConfig;
-use fl_server::output::Summary;
+use fl_server::credentials::EnrollmentList;
+use fl_server::output::{RoundMetrics, StoppedBy, Summary, round_line, write_atomic};
+use fl_server::run_dir;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +24,11 @@ const IN_PROCESS: &str = "http://in-process.invalid";
 /// Options of `fl sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// TOML run configuration.
-    #[arg(long)]
-    config: PathBuf,
-    /// Run folder (default: the config's server.out).
+    /// TOML run configuration (relative paths in it resolve against its folder).
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// Run folder (default: the config's server.out, else a new runs/CONFIG-TIME, which
+    /// runs/latest points to).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Override the number of rounds.
@@ -40,13 +46,30 @@ pub struct SimArgs {
     #[arg(long, value_name = "ADDR", num_args = 0..=1,
           default_missing_value = fl_server::live_page::DEFAULT_ADDR)]
     page_listen: Option<String>,
+    /// Resume the interrupted run in this folder from its checkpoint, with its configuration
+    /// (only --page-listen may be given beside it).
+    #[arg(long, value_name = "DIR",
+          conflicts_with_all = ["config", "out", "rounds", "seed", "overrides", "overwrite"])]
+    resume: Option<PathBuf>,
+    /// Start over in a run folder that holds a run: its privacy ledger is kept beside the new
+    /// run as `ledger-replaced-TIME.jsonl`, its other records are replaced.
+    #[arg(long)]
+    overwrite: bool,
 }
 
-/// Runs the simulation; returns the summary.
-pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
-    let mut config = RunConfig::load_with(&args.config, &args.overrides)?;
-    if let Some(out) = args.out {
-        config.server.out = out;
+/// How a simulation ended: its summary, and the signal that interrupted it, if one did.
+pub struct Ended {
+    /// The run's summary.
+    pub summary: Summary,
+    /// SIGINT or SIGTERM, when the operator stopped it.
+    pub signal: Option<&'static str>,
+}
+
+/// The configuration of a new run from `args`, in a folder that holds no run.
+fn fresh_config(args: &SimArgs, path: &Path) -> anyhow::Result<RunConfig> {
+    let mut config = RunConfig::load_with(path, &args.overrides)?;
+    if let Some(out) = &args.out {
+        config.server.out = out.clone();
     }
     if let Some(rounds) = args.rounds {
         config.server.rounds = rounds;
@@ -54,6 +77,40 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     if args.seed.is_some() {
         config.server.seed = args.seed;
     }
+    if config.server.out.as_os_str().is_empty() {
+        let name = path
+            .file_stem()
+            .map_or("sim".into(), |s| s.to_string_lossy());
+        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+    }
+    let out = &config.server.out;
+    if args.overwrite {
+        let archive = run_dir::clear_for_overwrite(out)
+            .with_context(|| format!("clearing {} for a new run", out.display()))?;
+        if let Some(archive) = archive {
+            eprintln!(
+                "the replaced run's privacy ledger is kept as {}",
+                archive.display()
+            );
+        }
+    }
+    run_dir::check_unused(out)?;
+    Ok(config)
+}
+
+/// Runs the simulation (or resumes one) until it ends or a signal stops it.
+pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
+    let (mut config, checkpoint) = match (&args.resume, &args.config) {
+        (Some(dir), _) => {
+            let checkpoint = Checkpoint::read(dir)
+                .with_context(|| format!("reading the checkpoint in {}", dir.display()))?;
+            let mut config = checkpoint.progress.config.clone();
+            config.server.out = dir.clone();
+            (config, Some(checkpoint))
+        }
+        (None, Some(path)) => (fresh_config(&args, path)?, None),
+        (None, None) => bail!("fl sim needs --config FILE or --resume DIR"),
+    };
     if args.page_listen.is_some() {
         config.server.page_listen = args.page_listen;
     }
@@ -92,17 +149,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
 
     // The clients call the server's service in-process (fl_server::Listener::InProcess).
     let (to_clients, service) = tokio::sync::oneshot::channel();
-    let progress = progress_bar(config.server.rounds);
+    let budget = config.plan()?.ledger().map(|t| t.budget);
+    let progress = Progress::new(config.server.rounds, budget);
     let observer: fl_server::Observer = {
         let progress = progress.clone();
-        Arc::new(move |m| {
-            progress.set_position(m.round);
-            if let Some(accuracy) = m.test_accuracy {
-                progress.set_message(format!("accuracy {accuracy:.4}"));
-            }
-        })
+        Arc::new(move |m| progress.round(m))
     };
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let signalled = fl_server::stop_on_signal(stop_tx);
     let out = config.server.out.clone();
     let title = format!(
         "{} clients, {} per round, {}",
@@ -110,33 +164,34 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         config.server.clients_per_round,
         String::from(config.data.partition)
     );
-    let token = match &config.server.token {
-        Some(t) => t
-            .clear()
-            .context("fl sim runs the clients itself: give server.token in clear, not as a digest")?
-            .to_owned(),
-        None => String::new(),
-    };
+    let tokens = client_tokens(&mut config, shares.len())?;
     let seed = config.server.seed;
     let join_timeout_secs = config.server.join_timeout_secs;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
         .then(|| Arc::new(PlainInputs::default()));
-    let server = tokio::spawn(fl_server::serve(
-        fl_server::Listener::InProcess(to_clients),
-        config,
-        Some(Arc::new(test)),
-        Some(observer),
-        oracle.clone(),
-        stop,
-    ));
+    let listener = fl_server::Listener::InProcess(to_clients);
+    let test = Some(Arc::new(test));
+    let hooks = (Some(observer), oracle.clone());
+    let server = tokio::spawn(async move {
+        match checkpoint {
+            // The checkpoint's configuration, with what this process set (the page's address,
+            // the loopback listener, the simulated clients' enrollment).
+            Some(mut c) => {
+                let dir = config.server.out.clone();
+                c.progress.config = config;
+                let run = (dir.as_path(), c);
+                fl_server::resume(listener, run, test, hooks.0, hooks.1, stop).await
+            }
+            None => fl_server::serve(listener, config, test, hooks.0, hooks.1, stop).await,
+        }
+    });
 
     let train = Arc::new(train);
     let join_timeout = Duration::from_secs_f64(join_timeout_secs);
     let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
     let template = ClientOptions {
-        token,
         name: String::new(),
         // The server waits this long for all K: clients keep retrying (its join limiter admits
         // them in turn) as long.
@@ -154,7 +209,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
     let mut clients = tokio::task::JoinSet::new();
     for (index, indices) in shares.into_iter().enumerate() {
         let opts = ClientOptions {
-            name: format!("sim-{index}"),
+            name: sim_name(index),
+            token: tokens[index].clone(),
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
             connection: Some(connection.clone()),
             ..template.clone()
@@ -172,21 +228,102 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Summary> {
         });
     }
     let summary = server.await??;
-    progress.finish_and_clear();
+    progress.finish();
     // Clients end on the server's Shutdown; failures were logged as they happened.
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
     {
     }
     plot_run(&out, &title)?;
-    Ok(summary)
+    let signal = match summary.stopped_by {
+        StoppedBy::Interrupted => signalled.await.ok().flatten(),
+        _ => None,
+    };
+    Ok(Ended { summary, signal })
 }
 
-fn progress_bar(rounds: u64) -> ProgressBar {
-    let bar = ProgressBar::new(rounds);
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] round {pos}/{len} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
+/// The name of simulated client `index`.
+fn sim_name(index: usize) -> String {
+    format!("sim-{index}")
+}
+
+/// The token each of the `count` simulated clients presents: the configuration's shared one, or
+/// under DP-FTRL, which needs stable identities, a token of its own, enrolled in
+/// `RUN/sim-enrollment.toml` (the file keeps digests; a resumed simulation enrolls new tokens under
+/// the same names, which keep the clients' ids).
+fn client_tokens(config: &mut RunConfig, count: usize) -> anyhow::Result<Vec<String>> {
+    let own = config.server.out.join(SIM_ENROLLMENT);
+    let mine = |e: &PathBuf| e.file_name() == Some(SIM_ENROLLMENT.as_ref());
+    let needs_own = config.privacy.mode == fl_server::config::PrivacyMode::DpFtrl
+        && config.server.enrollment.as_ref().is_none_or(mine);
+    if !needs_own {
+        let shared = match &config.server.token {
+            Some(t) => t
+                .clear()
+                .context(
+                    "fl sim runs the clients itself: give server.token in clear, not as a digest",
+                )?
+                .to_owned(),
+            None => String::new(),
+        };
+        return Ok(vec![shared; count]);
+    }
+    let names: Vec<String> = (0..count).map(sim_name).collect();
+    let mut list = EnrollmentList::default();
+    let tokens = list.enroll_with_new_tokens(&names)?;
+    std::fs::create_dir_all(&config.server.out)?;
+    write_atomic(&own, list.to_toml().as_bytes())
+        .with_context(|| format!("writing {}", own.display()))?;
+    config.server.enrollment = Some(own);
+    Ok(tokens)
+}
+
+/// The enrollment file `fl sim` writes for its own clients when the mode needs identities.
+const SIM_ENROLLMENT: &str = "sim-enrollment.toml";
+
+/// What a person sees of the rounds: a bar with the ETA and the privacy spent on a terminal,
+/// one line per round otherwise (a log file, CI).
+#[derive(Clone)]
+struct Progress {
+    bar: Option<ProgressBar>,
+    rounds: u64,
+    budget: Option<Budget>,
+}
+
+impl Progress {
+    fn new(rounds: u64, budget: Option<Budget>) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(rounds);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] {pos}/{len} rounds, ETA {eta} | {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        Self {
+            bar,
+            rounds,
+            budget,
+        }
+    }
+
+    /// Shows a published round: each accuracy beside the round it belongs to.
+    fn round(&self, m: &RoundMetrics) {
+        let line = round_line(m, self.rounds, self.budget.as_ref());
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(m.round);
+                bar.set_message(line);
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }

@@ -13,8 +13,11 @@ pub mod cores;
 pub mod data;
 pub mod model;
 pub mod privacy;
+pub mod report;
 pub mod rng;
 pub mod schedule;
 pub mod secagg;
 pub mod signds;
 pub mod task;
+
+pub use report::error_chain;

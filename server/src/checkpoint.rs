@@ -13,6 +13,7 @@
 //! otherwise both entries count), and its lines in `metrics.jsonl` are replaced.
 
 use crate::config::RunConfig;
+use crate::file_digest;
 use crate::ids::ClientId;
 use crate::ids::Identities;
 use crate::output::{RoundMetrics, write_atomic};
@@ -64,6 +65,10 @@ pub struct Progress {
     /// round trains): a resume evaluates the checkpoint's model again.
     #[serde(default)]
     pub last_round: Option<RoundMetrics>,
+    /// The privacy ledger's head when the checkpoint was written (runs that keep one): a resume
+    /// refuses a ledger that no longer holds it.
+    #[serde(default)]
+    pub ledger: Option<crate::ledger::Head>,
 }
 
 /// A checkpoint: the progress, the global model and the strategy's tensors.
@@ -116,7 +121,18 @@ impl Checkpoint {
             .collect::<Result<Vec<_>, _>>()
             .map_err(std::io::Error::other)?;
         let meta = serde_json::to_string(&self.progress).map_err(std::io::Error::other)?;
-        let metadata = HashMap::from([(META.to_string(), meta)]);
+        let mut metadata = HashMap::from([(META.to_string(), meta)]);
+        let shapes: Vec<[usize; 1]> = named.iter().map(|(_, d)| [d.len() / 4]).collect();
+        let parts = (named.iter().zip(&shapes))
+            .map(|((name, data), shape)| file_digest::Part {
+                name,
+                dtype: format!("{:?}", safetensors::Dtype::F32),
+                shape,
+                data,
+            })
+            .collect();
+        let digest = file_digest::of(parts, &metadata);
+        metadata.insert(file_digest::KEY.into(), digest);
         let file =
             safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)?;
         write_atomic(&dir.join(FILE), &file)
@@ -146,6 +162,11 @@ impl Checkpoint {
         let progress: Progress = serde_json::from_str(meta).map_err(|e| invalid(e.to_string()))?;
         let st =
             safetensors::SafeTensors::deserialize(&file).map_err(|e| invalid(e.to_string()))?;
+        match file_digest::check(&st, header.metadata().as_ref()) {
+            Ok(true) => {}
+            Ok(false) => return Err(invalid("no content digest".into())),
+            Err(e) => return Err(invalid(e)),
+        }
         let floats = |data: &[u8]| -> Vec<f32> {
             data.chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -195,6 +216,7 @@ mod tests {
             },
             local_ledgers: [(4, LocalLedger::default())].into(),
             last_round: None,
+            ledger: Some(crate::ledger::Head::default()),
         };
         let state = StrategyState {
             scalars: serde_json::json!({"rho": 0.5}),
@@ -208,6 +230,48 @@ mod tests {
         assert_eq!(read.strategy_state(), state);
         std::fs::write(dir.join(FILE), b"garbage").unwrap();
         assert!(Checkpoint::read(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A flipped byte in the model's weights, or a truncated file, is refused, naming the file;
+    /// the untouched file reads back.
+    #[test]
+    fn a_damaged_checkpoint_is_refused() {
+        let dir = std::env::temp_dir().join(format!("fl-checkpoint-flip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let progress = Progress {
+            round: 3,
+            rounds_completed: 3,
+            client_updates: 9,
+            bytes_up: 0,
+            bytes_down: 0,
+            wall_seconds: 0.5,
+            config: RunConfig::default(),
+            strategy: serde_json::Value::Null,
+            clients: Identities::default(),
+            local_ledgers: Default::default(),
+            last_round: None,
+            ledger: None,
+        };
+        let model: Vec<f32> = (0..1000).map(|i| i as f32 / 7.0).collect();
+        Checkpoint::new(progress, &model, StrategyState::default())
+            .write(&dir)
+            .unwrap();
+        let path = dir.join(FILE);
+        let good = std::fs::read(&path).unwrap();
+        Checkpoint::read(&dir).unwrap();
+        let mut flipped = good.clone();
+        let at = flipped.len() - 400;
+        flipped[at] ^= 0x40;
+        std::fs::write(&path, &flipped).unwrap();
+        let e = Checkpoint::read(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains(FILE) && e.contains("does not match its digest"),
+            "{e}"
+        );
+        std::fs::write(&path, &good[..good.len() - 4]).unwrap();
+        let e = Checkpoint::read(&dir).unwrap_err().to_string();
+        assert!(e.contains(FILE), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

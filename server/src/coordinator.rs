@@ -259,6 +259,16 @@ impl Coordinator {
             .collect(&mut self.clients, work, planned.prepared, &mut self.rng)
             .instrument(tracing::info_span!("round", round))
             .await?;
+        // A round the operator cut short releases nothing and is not counted against T: the
+        // checkpoint stays at the round before, and a resumed run runs it again under its
+        // ledger entry (`Ledger::take_unreleased`).
+        if self.clients.stop_requested() {
+            tracing::warn!(
+                round,
+                "interrupted: the round is discarded and runs again on resume"
+            );
+            return Ok(RoundEnd::Stop(StoppedBy::Interrupted));
+        }
         self.settle(round, calibration.as_ref(), &tally)?;
         let outcome = self.pipeline.strategy.finish_round(&ctx, global);
         let skipped = self.release(outcome.model.clone(), tally.completed, global);
@@ -293,7 +303,7 @@ impl Coordinator {
     /// why training stops.
     fn plan(&mut self, round: u64) -> Result<Result<Planned, StoppedBy>, ServerError> {
         if self.clients.stop_requested() {
-            return Ok(Err(StoppedBy::Error));
+            return Ok(Err(StoppedBy::Interrupted));
         }
         let connected = self.clients.connected();
         if connected.is_empty() {
@@ -469,13 +479,17 @@ impl Coordinator {
         if let Some(reason) = &metrics.skipped {
             tracing::warn!(round = metrics.round, %reason, "round skipped, model unchanged");
         }
+        let budget = self.pipeline.ledger.as_ref().map(|l| &l.terms().budget);
         tracing::info!(
             round = metrics.round,
+            of = self.config.server.rounds,
             accuracy = metrics.test_accuracy.map(|a| format!("{a:.4}")),
             loss = metrics.test_loss.map(|l| format!("{l:.4}")),
             federated_accuracy = (metrics.federated_eval).map(|f| format!("{:.4}", f.accuracy)),
+            spent = crate::output::spent_text(&metrics, budget),
             completed = metrics.completed,
             dropped = metrics.dropped,
+            seconds = format!("{:.1}", metrics.seconds),
             "round done"
         );
         if let Some(observer) = &self.observer {
@@ -507,6 +521,7 @@ impl Coordinator {
             clients: self.clients.identities(),
             local_ledgers: Default::default(),
             last_round: metrics.cloned(),
+            ledger: self.pipeline.ledger.as_ref().map(|l| l.head().clone()),
         };
         let state = self.pipeline.strategy.state();
         Checkpoint::new(progress, global, state).write(self.folder.dir())

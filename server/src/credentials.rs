@@ -36,6 +36,18 @@ use std::str::FromStr;
 
 /// How [`Digest`]s are written.
 const PREFIX: &str = "sha256:";
+/// Bytes of a generated token (256 bits, from the OS's generator).
+const TOKEN_BYTES: usize = 32;
+
+/// A new random token: 256 bits from the OS's generator, in hex.
+pub fn new_token() -> std::io::Result<String> {
+    use rand::TryRngCore;
+    let mut bytes = [0u8; TOKEN_BYTES];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(std::io::Error::other)?;
+    Ok(hex::encode(bytes))
+}
 
 /// A SHA-256 digest: of a token, or of a certificate's DER encoding.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -248,6 +260,26 @@ impl EnrollmentList {
         }
         *self = Self::parse(&next.to_toml())?;
         Ok(())
+    }
+
+    /// Enrolls each of `names` with a new token ([`new_token`]); returns the tokens, in the
+    /// order of `names` (a simulation's own clients, which it starts with them).
+    pub fn enroll_with_new_tokens(&mut self, names: &[String]) -> std::io::Result<Vec<String>> {
+        let mut tokens = Vec::with_capacity(names.len());
+        for name in names {
+            let token = new_token()?;
+            let digest = Some(Digest::of(token.as_bytes()));
+            self.clients.retain(|c| c.name != *name);
+            self.clients.push(Enrolled {
+                name: name.clone(),
+                token: digest,
+                certificate: None,
+                revoked: false,
+            });
+            tokens.push(token);
+        }
+        *self = Self::parse(&self.to_toml()).map_err(std::io::Error::other)?;
+        Ok(tokens)
     }
 
     /// Revokes an enrolled client.

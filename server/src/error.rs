@@ -11,6 +11,16 @@ pub enum ServerError {
     /// The run folder could not be written.
     #[error("writing the run folder: {0}")]
     Io(#[from] std::io::Error),
+    /// A listener could not bind its address.
+    #[error("the {what} cannot listen on {addr}: {source}")]
+    Bind {
+        /// Which listener: "metrics endpoint", "live run page", "gRPC server".
+        what: &'static str,
+        /// The address asked for.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Fewer than K clients connected in time.
     #[error("only {connected} of {expected} expected clients connected before the join timeout")]
     NotEnoughClients {

@@ -18,6 +18,10 @@ use tonic::Status;
 
 /// Longest reason a `TaskFailed` may give.
 pub const MAX_REASON_BYTES: usize = 4096;
+/// Most examples a client may report, for training or evaluation: 2^40, a thousand times any
+/// real client's data. Reported counts weigh uploads and are summed over a round's clients; the
+/// bound keeps one liar from dominating or overflowing those sums.
+pub const MAX_REPORTED_EXAMPLES: u64 = 1 << 40;
 
 /// Reads a declared release off the wire.
 fn declared(release: Option<&LocalRelease>) -> Declared {
@@ -234,6 +238,16 @@ impl Framer {
                     return Err(Status::invalid_argument(
                         "an evaluation needs a finite loss, an accuracy in [0, 1] and n > 0",
                     ));
+                }
+                let counts = [Some(h.num_examples), evaluation.map(|(.., n)| n)];
+                if counts
+                    .into_iter()
+                    .flatten()
+                    .any(|n| n > MAX_REPORTED_EXAMPLES)
+                {
+                    return Err(Status::invalid_argument(format!(
+                        "a reported example count above {MAX_REPORTED_EXAMPLES}"
+                    )));
                 }
                 let header = UploadHeader::Plain {
                     round: h.round,

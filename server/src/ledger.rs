@@ -1,6 +1,13 @@
 //! The privacy ledger: one line per round in `ledger.jsonl`, written and synced before the
 //! round's noised aggregate can leave the server, so the privacy spent is never under-counted.
 //! The ledger holds events, not a running epsilon: [`replay`] recomputes the budget from the file.
+//!
+//! The lines form a hash chain: each carries `prev`, the SHA-256 of the line before it (of
+//! [`GENESIS`] for the first), and each checkpoint records the [`Head`] of the ledger as it was
+//! written. Reading the ledger ([`read`], every resume, `fl privacy ledger --verify`) detects a
+//! line edited, removed or moved, and, against the checkpoint's head, lines cut from the end.
+//! The chain has no key: an operator who rewrites the whole chain (and the checkpoint) is not
+//! detected. It guards against damage and careless edits, not against the curator itself.
 
 use fl_common::privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
 use serde::{Deserialize, Serialize};
@@ -64,6 +71,96 @@ pub struct LedgerEntry {
     pub sampling_seeded: bool,
     /// Accountant that reads this ledger.
     pub accountant: String,
+    /// SHA-256 of the line before (`sha256:HEX`; [`GENESIS`] for the first line).
+    #[serde(default)]
+    pub prev: String,
+}
+
+/// The `prev` of a ledger's first line.
+pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Where a ledger's chain stood: its number of lines and the digest of the last one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    /// Lines written.
+    pub lines: u64,
+    /// SHA-256 of the last line ([`GENESIS`] when there is none).
+    pub digest: String,
+}
+
+impl Default for Head {
+    fn default() -> Self {
+        Self {
+            lines: 0,
+            digest: GENESIS.into(),
+        }
+    }
+}
+
+/// SHA-256 of one line of the ledger (without its newline), as `prev` names it.
+fn line_digest(line: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(line)))
+}
+
+/// The complete lines of a ledger's text, checked as a chain, with the head after each; a last
+/// line without its newline (cut by a crash: its write never returned) is left out.
+fn chain(path: &Path, text: &str) -> std::io::Result<Vec<(LedgerEntry, usize, Head)>> {
+    let broken = |n: usize, why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} line {n}: {why}", path.display()),
+        )
+    };
+    let (mut head, mut at, mut out) = (Head::default(), 0, Vec::new());
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if !line.ends_with('\n') {
+            break;
+        }
+        let body = line.trim_end_matches('\n');
+        let entry: LedgerEntry =
+            serde_json::from_str(body).map_err(|e| broken(i + 1, &e.to_string()))?;
+        if entry.prev != head.digest {
+            return Err(broken(
+                i + 1,
+                "does not follow the line before it (a line was edited, removed or moved)",
+            ));
+        }
+        at += line.len();
+        head = Head {
+            lines: head.lines + 1,
+            digest: line_digest(body.as_bytes()),
+        };
+        out.push((entry, at, head.clone()));
+    }
+    Ok(out)
+}
+
+/// Checks that a ledger whose lines end at `last` (the head after its last complete line) still
+/// holds what `anchor` (a checkpoint's head) saw.
+fn check_anchor(
+    path: &Path,
+    lines: &[(LedgerEntry, usize, Head)],
+    anchor: &Head,
+) -> std::io::Result<()> {
+    let seen = match anchor.lines {
+        0 => Some(GENESIS.to_string()),
+        n => lines.get(n as usize - 1).map(|(_, _, h)| h.digest.clone()),
+    };
+    if seen.as_deref() == Some(anchor.digest.as_str()) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{}: the checkpoint saw {} lines ending in {}; the file holds {} lines that do not \
+             (lines were cut from the end or the chain was rewritten)",
+            path.display(),
+            anchor.lines,
+            anchor.digest,
+            lines.len()
+        ),
+    ))
 }
 
 /// The ledger of a run: its file, the accountant over its entries, and the budget.
@@ -76,6 +173,8 @@ pub struct Ledger {
     unreleased: Option<LedgerEntry>,
     /// The last [`RECENT`] entries, for the live page.
     recent: VecDeque<LedgerEntry>,
+    /// The chain's head.
+    head: Head,
 }
 
 /// Entries a ledger keeps in memory for [`Ledger::recent_through`]: the live page's ten and the
@@ -91,6 +190,7 @@ impl Ledger {
             terms,
             unreleased: None,
             recent: VecDeque::new(),
+            head: Head::default(),
         })
     }
 
@@ -102,37 +202,41 @@ impl Ledger {
     /// model reaches clients only after its checkpoint is durable): when that round runs again
     /// with the same mechanism it uses this entry instead of a second one
     /// ([`Ledger::take_unreleased`]). New rounds are appended.
-    pub fn reopen(dir: &Path, terms: LedgerTerms, checkpointed: u64) -> std::io::Result<Self> {
+    pub fn reopen(
+        dir: &Path,
+        terms: LedgerTerms,
+        checkpointed: u64,
+        anchor: Option<&Head>,
+    ) -> std::io::Result<Self> {
         let path = dir.join("ledger.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines = chain(&path, &text)?;
+        if let Some(anchor) = anchor {
+            check_anchor(&path, &lines, anchor)?;
+        }
         let mut accountant = terms.accountant.accountant();
-        let mut keep = 0;
+        let (mut keep, mut head) = (0, Head::default());
         let (mut after, mut recent) = (Vec::new(), VecDeque::new());
-        for line in text.split_inclusive('\n') {
-            match serde_json::from_str::<LedgerEntry>(line.trim_end()) {
-                Ok(entry) if line.ends_with('\n') => {
-                    // An entry another accountant wrote may not compose under this one (PLD takes
-                    // Poisson-subsampled Gaussian rounds only): refuse rather than guess.
-                    if entry.accountant != accountant.name() {
-                        return Err(std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!(
-                                "{}: round {} was accounted by {}, this run's accountant is {}",
-                                path.display(),
-                                entry.round,
-                                entry.accountant,
-                                accountant.name()
-                            ),
-                        ));
-                    }
-                    accountant.compose(&entry.event, 1);
-                    keep += line.len();
-                    push_recent(&mut recent, entry.clone());
-                    if entry.round > checkpointed {
-                        after.push(entry);
-                    }
-                }
-                _ => break,
+        for (entry, end, at) in lines {
+            // An entry another accountant wrote may not compose under this one (PLD takes
+            // Poisson-subsampled Gaussian rounds only): refuse rather than guess.
+            if entry.accountant != accountant.name() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: round {} was accounted by {}, this run's accountant is {}",
+                        path.display(),
+                        entry.round,
+                        entry.accountant,
+                        accountant.name()
+                    ),
+                ));
+            }
+            accountant.compose(&entry.event, 1);
+            (keep, head) = (end, at);
+            push_recent(&mut recent, entry.clone());
+            if entry.round > checkpointed {
+                after.push(entry);
             }
         }
         let unreleased = match after.as_slice() {
@@ -151,7 +255,13 @@ impl Ledger {
             terms,
             unreleased,
             recent,
+            head,
         })
+    }
+
+    /// Where the chain stands: what a checkpoint records.
+    pub fn head(&self) -> &Head {
+        &self.head
     }
 
     /// Whether `round` was already spent with `event` before a crash, its result unreleased:
@@ -218,11 +328,17 @@ impl Ledger {
             clip_bound_leaks: t.clip_bound_leaks,
             sampling_seeded: t.sampling_seeded,
             accountant: self.accountant.name().into(),
+            prev: self.head.digest.clone(),
         };
         let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        let digest = line_digest(&line);
         line.push(b'\n');
         self.file.write_all(&line)?;
         self.file.sync_data()?;
+        self.head = Head {
+            lines: self.head.lines + 1,
+            digest,
+        };
         push_recent(&mut self.recent, entry);
         Ok(())
     }
@@ -265,13 +381,24 @@ fn spent(accountant: &dyn Accountant, budget: &Budget) -> (f64, f64) {
     }
 }
 
-/// The entries of a ledger file, in order.
+/// The entries of a ledger file, in order, its chain checked (and a line cut by a crash left
+/// out).
 pub fn read(path: &Path) -> std::io::Result<Vec<LedgerEntry>> {
+    Ok(verify(path, None)?.0)
+}
+
+/// The entries of a ledger file and its head, its chain checked, and against `anchor` (a
+/// checkpoint's head) when given: what `fl privacy ledger --verify` reports.
+pub fn verify(path: &Path, anchor: Option<&Head>) -> std::io::Result<(Vec<LedgerEntry>, Head)> {
     let text = std::fs::read_to_string(path)?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| serde_json::from_str(line).map_err(std::io::Error::other))
-        .collect()
+    let lines = chain(path, &text)?;
+    if let Some(anchor) = anchor {
+        check_anchor(path, &lines, anchor)?;
+    }
+    let head = lines
+        .last()
+        .map_or_else(Head::default, |(_, _, h)| h.clone());
+    Ok((lines.into_iter().map(|(e, ..)| e).collect(), head))
 }
 
 /// Recomputes (epsilon, delta) from a ledger file under `budget` with an accountant of `kind`,
@@ -322,6 +449,7 @@ mod tests {
             clip_bound_leaks: false,
             sampling_seeded: false,
             accountant: "rdp".into(),
+            prev: String::new(),
         }
     }
 
@@ -344,13 +472,13 @@ mod tests {
             .unwrap();
         file.write_all(b"{\"round\":4,\"q\"").unwrap();
         // The checkpoint holds round 2: round 3 was spent, not released.
-        let mut reopened = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
+        let mut reopened = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2, None).unwrap();
         assert_eq!(reopened.spent(), spent);
         let event = entry(3, 1.0).event;
         assert!(!reopened.take_unreleased(2, &event));
-        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
+        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2, None).unwrap();
         assert!(!again.take_unreleased(3, &entry(3, 2.0).event));
-        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2).unwrap();
+        let mut again = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 2, None).unwrap();
         assert!(again.take_unreleased(3, &event));
         assert!(!again.take_unreleased(3, &event), "only once");
         again.spend(4, &entry(4, 1.0).event).unwrap();
@@ -367,7 +495,7 @@ mod tests {
             ..entry(5, 1.0)
         };
         again.spend(ddg.round, &ddg.event).unwrap();
-        let mut after_ddg = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 4).unwrap();
+        let mut after_ddg = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 4, None).unwrap();
         assert!(!after_ddg.take_unreleased(5, &ddg.event));
         let ((eps, _), rounds) =
             replay(&dir.join("ledger.jsonl"), &budget, AccountantKind::Rdp).unwrap();
@@ -419,7 +547,7 @@ mod tests {
         let mut ledger = Ledger::create(&dir, terms(AccountantKind::Rdp)).unwrap();
         ledger.spend(1, &entry(1, 1.0).event).unwrap();
         drop(ledger);
-        let e = Ledger::reopen(&dir, terms(AccountantKind::Pld), 1)
+        let e = Ledger::reopen(&dir, terms(AccountantKind::Pld), 1, None)
             .err()
             .expect("an RDP ledger reopened under PLD");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
@@ -429,7 +557,50 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("accountant is pld"), "{message}");
-        Ledger::reopen(&dir, terms(AccountantKind::Rdp), 1).unwrap();
+        Ledger::reopen(&dir, terms(AccountantKind::Rdp), 1, None).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The chain catches an edited line, two lines swapped and lines cut from the end (against
+    /// the head a checkpoint recorded); the untouched file verifies.
+    #[test]
+    fn an_edited_reordered_or_truncated_ledger_is_refused() {
+        let dir = std::env::temp_dir().join(format!("fl-ledger-chain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ledger.jsonl");
+        let mut ledger = Ledger::create(&dir, terms(AccountantKind::Rdp)).unwrap();
+        for round in 1..=4 {
+            ledger.spend(round, &entry(round, 1.0).event).unwrap();
+        }
+        let head = ledger.head().clone();
+        drop(ledger);
+        let good = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(verify(&path, Some(&head)).unwrap().1, head);
+        let refused = |text: &str, anchor: Option<&Head>| {
+            std::fs::write(&path, text).unwrap();
+            let e = verify(&path, anchor).unwrap_err().to_string();
+            let r = Ledger::reopen(&dir, terms(AccountantKind::Rdp), 4, anchor);
+            assert!(r.is_err(), "reopened: {text}");
+            e
+        };
+        // A smaller noise multiplier in round 2's line (less privacy spent).
+        let edited = good.replacen("\"noise_multiplier\":1.0", "\"noise_multiplier\":9.0", 2);
+        let edited = edited.replacen("\"noise_multiplier\":9.0", "\"noise_multiplier\":1.0", 1);
+        // Caught where the next line names the old one's digest.
+        assert!(refused(&edited, None).contains("line 3"));
+        // The last line has no successor: the checkpoint's head catches its edit.
+        let last = good
+            .rsplitn(2, "\"noise_multiplier\":1.0")
+            .collect::<Vec<_>>();
+        let edited_last = format!("{}\"noise_multiplier\":9.0{}", last[1], last[0]);
+        assert!(refused(&edited_last, Some(&head)).contains("cut from the end or the chain"));
+        let lines: Vec<&str> = good.split_inclusive('\n').collect();
+        let swapped = [lines[0], lines[2], lines[1], lines[3]].concat();
+        assert!(refused(&swapped, None).contains("line 2"));
+        let removed = [lines[0], lines[2], lines[3]].concat();
+        assert!(refused(&removed, None).contains("line 2"));
+        let cut = lines[..2].concat();
+        assert!(refused(&cut, Some(&head)).contains("cut from the end"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

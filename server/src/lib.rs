@@ -18,6 +18,7 @@ pub mod coordinator;
 pub mod credentials;
 mod error;
 pub mod events;
+pub mod file_digest;
 pub mod framer;
 pub mod ids;
 mod join_gate;
@@ -32,6 +33,7 @@ pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod rejection;
+pub mod run_dir;
 pub mod service;
 pub mod session;
 pub mod shared;
@@ -89,23 +91,55 @@ pub async fn serve(
 /// any of them recorded, with the checkpoint's configuration.
 pub async fn resume(
     listener: impl Into<Listener>,
-    dir: &std::path::Path,
-    checkpoint: Checkpoint,
+    (dir, checkpoint): (&std::path::Path, Checkpoint),
     test: Option<Arc<Dataset>>,
+    observer: Option<Observer>,
+    oracle: Option<Arc<PlainInputs>>,
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
     let mut config = checkpoint.progress.config.clone();
     config.server.out = dir.to_owned();
-    run_server(
-        listener.into(),
-        config,
-        test,
-        None,
-        None,
-        stop,
-        Some(checkpoint),
-    )
-    .await
+    let listener = listener.into();
+    let run = Some(checkpoint);
+    run_server(listener, config, test, observer, oracle, stop, run).await
+}
+
+/// Resolves with the signal's name on SIGINT (Ctrl-C) or SIGTERM (what docker and Kubernetes send
+/// to stop a container): what `fl-server` and `fl sim` turn into a stop.
+pub async fn shutdown_signal() -> std::io::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT"),
+            _ = term.recv() => Ok("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map(|()| "SIGINT")
+    }
+}
+
+/// Sends true on `stop` at the first SIGINT or SIGTERM; resolves with the signal's name.
+pub fn stop_on_signal(stop: watch::Sender<bool>) -> tokio::task::JoinHandle<Option<&'static str>> {
+    tokio::spawn(async move {
+        match shutdown_signal().await {
+            Ok(signal) => {
+                tracing::warn!(
+                    signal,
+                    "stopping: the current round ends now, then the run is recorded"
+                );
+                let _ = stop.send(true);
+                Some(signal)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGINT and SIGTERM");
+                None
+            }
+        }
+    })
 }
 
 /// The shortest shared token the server accepts without a warning: 128 bits in hex.
@@ -113,7 +147,7 @@ const MIN_TOKEN_LEN: usize = 32;
 
 async fn run_server(
     listener: Listener,
-    config: RunConfig,
+    mut config: RunConfig,
     test: Option<Arc<Dataset>>,
     observer: Option<Observer>,
     oracle: Option<Arc<PlainInputs>>,
@@ -127,24 +161,67 @@ async fn run_server(
     config.validate()?;
     config.validate_for_server()?;
     warn_on_short_token(&config);
-    let start = model_setup::starting_model(&config, test, checkpoint.as_ref())?;
-    let folder = open_folder(&config, checkpoint.as_ref(), start.test.as_ref())?;
-    let checkpointed = checkpoint.as_ref().map(|c| c.progress.round);
+    if config.server.out.as_os_str().is_empty() {
+        config.server.out = run_dir::fresh("run")?;
+    }
+    let out = config.server.out.clone();
+    if checkpoint.is_none() {
+        run_dir::check_unused(&out)?;
+    }
+    let existed = out.exists();
+    let started = start(listener, config, test, oracle, stop, checkpoint.as_ref()).await;
+    let (coordinator, serving, done_tx) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            if checkpoint.is_none() {
+                discard_half_made(&out, existed);
+            }
+            return Err(e);
+        }
+    };
+    let result = coordinator::Coordinator {
+        observer,
+        resume: checkpoint,
+        ..coordinator
+    }
+    .run()
+    .await;
+    let _ = done_tx.send(true);
+    transport::drain(serving).await;
+    result
+}
+
+/// What a started run hands to its round loop: the coordinator (without its observer and
+/// checkpoint), the gRPC server's task, and the switch that ends the endpoints.
+type Started = (
+    coordinator::Coordinator,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    watch::Sender<bool>,
+);
+
+/// Opens the run folder, builds the pipeline and binds every endpoint: what can fail before
+/// the first client is awaited.
+async fn start(
+    listener: Listener,
+    config: RunConfig,
+    test: Option<Arc<Dataset>>,
+    oracle: Option<Arc<PlainInputs>>,
+    stop: watch::Receiver<bool>,
+    checkpoint: Option<&Checkpoint>,
+) -> Result<Started, ServerError> {
+    let start = model_setup::starting_model(&config, test, checkpoint)?;
+    let folder = open_folder(&config, checkpoint, start.test.as_ref())?;
     let pipeline =
         build::pipeline(
             &config,
             start.model.num_params(),
             oracle,
-            |terms| match checkpointed {
-                Some(round) => Ledger::reopen(folder.dir(), terms, round),
+            |terms| match checkpoint.map(|c| &c.progress) {
+                Some(p) => Ledger::reopen(folder.dir(), terms, p.round, p.ledger.as_ref()),
                 None => Ledger::create(folder.dir(), terms),
             },
         )?;
-    let (shared, events) = shared_state(&config, checkpoint.as_ref(), start.model.num_params())?;
-    let sweeper = tokio::spawn(forget_idle_clients(shared.clone()));
-    if config.server.enrollment.is_some() {
-        tokio::spawn(watch_enrollment(shared.clone()));
-    }
+    let (shared, events) = shared_state(&config, checkpoint, start.model.num_params())?;
     let telemetry = Arc::new(Telemetry::default());
     let (done_tx, done_rx) = watch::channel(false);
     let page = match &config.server.page_listen {
@@ -157,28 +234,49 @@ async fn run_server(
     };
     let endpoints = (telemetry.clone(), page.clone(), shared.clone());
     spawn_operator_endpoints(&config.server, endpoints, &done_rx).await?;
-    let done = transport::signalled(done_rx);
+    let done = transport::signalled(done_rx.clone());
     let serving = transport::spawn_grpc(&config.server, listener, shared.clone(), done)?;
-    let result = coordinator::Coordinator {
+    tokio::spawn(forget_idle_clients(shared.clone(), done_rx));
+    if config.server.enrollment.is_some() {
+        tokio::spawn(watch_enrollment(shared.clone()));
+    }
+    let coordinator = coordinator::Coordinator {
         clients: clients::Clients::new(shared, events, stop),
+        rng: fl_common::rng::reproducible(config.server.seed),
         config,
         model: start.model,
         test: start.test,
         pipeline,
-        rng: fl_common::rng::reproducible(seed),
         folder,
-        observer,
-        resume: checkpoint,
+        observer: None,
+        resume: None,
         initial: start.initial,
         telemetry,
         page,
+    };
+    Ok((coordinator, serving, done_tx))
+}
+
+/// Removes what a run that failed to start wrote in `dir`: the files it creates, and the folder
+/// itself when it did not exist before.
+fn discard_half_made(dir: &std::path::Path, existed: bool) {
+    let removed = match existed {
+        true => (run_dir::RECORDS.iter())
+            .map(|f| std::fs::remove_file(dir.join(f)))
+            .filter(|r| {
+                r.as_ref()
+                    .is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
+            })
+            .collect::<Result<Vec<()>, _>>()
+            .map(drop),
+        false => std::fs::remove_dir_all(dir),
+    };
+    if let Err(e) = removed.or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    }) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the unused run folder");
     }
-    .run()
-    .await;
-    sweeper.abort();
-    let _ = done_tx.send(true);
-    transport::drain(serving).await;
-    result
 }
 
 /// The run folder: a fresh one, or the interrupted run's reopened at its `checkpoint`.
@@ -210,7 +308,7 @@ async fn spawn_operator_endpoints(
     if let Some(addr) = &s.metrics_listen {
         let app = telemetry::router(telemetry, shared.clone());
         let done = transport::signalled(done.clone());
-        operator::spawn_endpoint("metrics", addr, app, token, done).await?;
+        operator::spawn_endpoint("metrics endpoint", addr, app, token, done).await?;
     }
     if let (Some(addr), Some(page)) = (&s.page_listen, page) {
         let app = live_page::router(page, shared);
@@ -278,12 +376,16 @@ async fn watch_enrollment(shared: Arc<Shared>) {
     }
 }
 
-/// Forgets, every few seconds, the clients that have had no stream for `forget_after`.
-async fn forget_idle_clients(shared: Arc<Shared>) {
+/// Forgets, every few seconds until `done`, the clients that have had no stream for
+/// `forget_after`.
+async fn forget_idle_clients(shared: Arc<Shared>, mut done: watch::Receiver<bool>) {
     let every = (shared.forget_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut tick = tokio::time::interval(every);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = done.wait_for(|d| *d) => return,
+        }
         let Some(cutoff) = std::time::Instant::now().checked_sub(shared.forget_after) else {
             continue;
         };

@@ -6,7 +6,10 @@ use fl_common::data::DataSource;
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig, ServerSection};
 use fl_server::credentials::Token;
-use std::path::PathBuf;
+use fl_server::output::StoppedBy;
+use fl_server::run_dir;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Federated-learning curator server. Flags override the config file.
@@ -105,6 +108,10 @@ struct Args {
     /// configuration says; otherwise start the configured run.
     #[arg(long, requires = "config")]
     resume_existing: bool,
+    /// Start over in a run folder that holds a run: its privacy ledger is kept beside the new
+    /// run as `ledger-replaced-TIME.jsonl`, its other records are replaced.
+    #[arg(long, conflicts_with_all = ["resume", "resume_existing"])]
+    overwrite: bool,
 }
 
 impl Args {
@@ -201,9 +208,18 @@ fn start(args: Args) -> anyhow::Result<Start> {
     let (listen, endpoints, dir) = match &args.resume {
         Some(dir) => (args.listen.clone(), args.operator_endpoints(), dir.clone()),
         None => {
-            let resume_existing = args.resume_existing;
-            let fresh = args.resolve()?;
+            let (resume_existing, overwrite) = (args.resume_existing, args.overwrite);
+            let name = (args.config.as_deref())
+                .and_then(|c| c.file_stem())
+                .map_or("fl-server".into(), |s| s.to_string_lossy().into_owned());
+            let mut fresh = args.resolve()?;
+            if fresh.server.out.as_os_str().is_empty() {
+                fresh.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+            }
             let out = fresh.server.out.clone();
+            if overwrite {
+                replace_run(&out)?;
+            }
             if !(resume_existing && Checkpoint::exists(&out)) {
                 return Ok((None, fresh));
             }
@@ -230,14 +246,30 @@ fn start(args: Args) -> anyhow::Result<Start> {
     Ok((Some((dir, checkpoint)), config))
 }
 
-fn main() -> anyhow::Result<()> {
+/// Clears `dir` for a new run (`--overwrite`), saying where its ledger went.
+fn replace_run(dir: &Path) -> anyhow::Result<()> {
+    let archive = run_dir::clear_for_overwrite(dir)
+        .with_context(|| format!("clearing {} for a new run", dir.display()))?;
+    if let Some(archive) = archive {
+        tracing::warn!(ledger = %archive.display(), "the replaced run's privacy ledger is kept");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
     // Before the runtime starts its threads (fl_common::allocator).
     fl_common::allocator::tune();
-    run()
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", fl_common::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[tokio::main]
-async fn run() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -259,27 +291,16 @@ async fn run() -> anyhow::Result<()> {
             Some(Arc::new(test))
         }
     };
-    let listener = tokio::net::TcpListener::bind(&config.server.listen)
-        .await
-        .with_context(|| format!("binding {}", config.server.listen))?;
+    let listener = (tokio::net::TcpListener::bind(&config.server.listen).await)
+        .with_context(|| format!("the gRPC server cannot listen on {}", config.server.listen))?;
     // The bound address on stdout, for scripts and tests that asked for port 0.
     println!("listening on {}", listener.local_addr()?);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        match shutdown_signal().await {
-            Ok(signal) => {
-                tracing::warn!(
-                    signal,
-                    "stopping: the current round ends now, then the run is recorded"
-                );
-                let _ = stop_tx.send(true);
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGINT and SIGTERM"),
-        }
-    });
+    let signalled = fl_server::stop_on_signal(stop_tx);
     let (out, summary) = match resume {
         Some((dir, checkpoint)) => {
-            let summary = fl_server::resume(listener, &dir, checkpoint, test, stop).await?;
+            let run = (dir.as_path(), checkpoint);
+            let summary = fl_server::resume(listener, run, test, None, None, stop).await?;
             (dir, summary)
         }
         None => {
@@ -292,28 +313,21 @@ async fn run() -> anyhow::Result<()> {
     };
     let accuracy =
         (summary.test_accuracy).map_or("none (external model)".into(), |a| format!("{a:.4}"));
+    if summary.stopped_by == StoppedBy::Interrupted {
+        let signal = signalled.await.ok().flatten().unwrap_or("a signal");
+        println!(
+            "interrupted by {signal} after {} rounds, test accuracy {accuracy}, run folder {}",
+            summary.rounds_completed,
+            out.display()
+        );
+        println!("resume with: fl-server --resume {}", out.display());
+        // 128 + the signal's number, as a shell reports a command a signal ended.
+        return Ok(ExitCode::from(if signal == "SIGTERM" { 143 } else { 130 }));
+    }
     println!(
         "done: {} rounds, test accuracy {accuracy}, run folder {}",
         summary.rounds_completed,
         out.display()
     );
-    Ok(())
-}
-
-/// Resolves with the signal's name on SIGINT (Ctrl-C) or SIGTERM (what docker and Kubernetes send
-/// to stop a container).
-async fn shutdown_signal() -> std::io::Result<&'static str> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT"),
-            _ = term.recv() => Ok("SIGTERM"),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await.map(|()| "SIGINT")
-    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@
 //! user's: its tensors' names and shapes define the model ([`external_layout`]), and the run's
 //! `model.safetensors` keeps them, so `safetensors.torch.load_file` gives back a `state_dict`.
 
+use crate::file_digest;
 use fl_common::model::{ExternalModel, Model, TensorShape};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use std::collections::HashMap;
@@ -31,14 +32,34 @@ pub fn encode(spec: &Model, params: &[f32]) -> std::io::Result<Vec<u8>> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(std::io::Error::other)?;
-    let metadata = HashMap::from([(ARCHITECTURE.to_string(), spec.to_string())]);
+    let mut metadata = HashMap::from([(ARCHITECTURE.to_string(), spec.to_string())]);
+    let parts = (tensors.iter())
+        .map(|(name, shape, data)| file_digest::Part {
+            name,
+            dtype: format!("{:?}", Dtype::F32),
+            shape,
+            data,
+        })
+        .collect();
+    let digest = file_digest::of(parts, &metadata);
+    metadata.insert(file_digest::KEY.into(), digest);
     safetensors::tensor::serialize(views, Some(metadata)).map_err(std::io::Error::other)
+}
+
+/// Reads a model file, refusing one whose digest does not match (a file of another tool, with
+/// no digest, is taken as it is).
+fn read(bytes: &[u8]) -> Result<SafeTensors<'_>, String> {
+    let (_, header) =
+        SafeTensors::read_metadata(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    file_digest::check(&file, header.metadata().as_ref())?;
+    Ok(file)
 }
 
 /// The external model whose tensors `bytes` holds: every tensor must be F32 (the flat vector
 /// is f32; an integer buffer such as BatchNorm's `num_batches_tracked` is refused by name).
 pub fn external_layout(bytes: &[u8]) -> Result<ExternalModel, String> {
-    let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    let file = read(bytes)?;
     let tensors = (file.tensors().into_iter())
         .map(|(name, view)| match view.dtype() {
             Dtype::F32 => Ok(TensorShape {
@@ -58,7 +79,7 @@ pub fn external_layout(bytes: &[u8]) -> Result<ExternalModel, String> {
 /// its shape and finite, and no other tensor may be (a file for another network is refused,
 /// whatever its metadata says).
 pub fn decode(spec: &Model, bytes: &[u8]) -> Result<Vec<f32>, String> {
-    let file = SafeTensors::deserialize(bytes).map_err(|e| format!("not safetensors: {e}"))?;
+    let file = read(bytes)?;
     let zeros = vec![0.0; spec.num_params()];
     let names = spec.named_tensors(&zeros);
     let mut present = file.names();
@@ -106,6 +127,16 @@ mod tests {
         let first = f32::from_le_bytes(w1.data()[..4].try_into().unwrap());
         assert_eq!(first, 8.0); // after 3x2 weights and 2 biases
         assert_eq!(decode(&spec, &bytes).unwrap(), params);
+        // A flipped byte in the weights is refused; the same file from another tool (no
+        // digest) is taken as it is.
+        let mut flipped = bytes.clone();
+        let at = flipped.len() - 8;
+        flipped[at] ^= 1;
+        let e = decode(&spec, &flipped).unwrap_err();
+        assert!(e.contains("does not match its digest"), "{e}");
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let plain = safetensors::tensor::serialize(st.tensors(), None).unwrap();
+        assert_eq!(decode(&spec, &plain).unwrap(), params);
     }
 
     fn small_cnn(channels: usize) -> Model {

@@ -29,7 +29,12 @@ pub async fn spawn_endpoint(
     token: Option<Digest>,
     done: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let listener = TcpListener::bind(addr).await?;
+    let bind = |source| ServerError::Bind {
+        what,
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind)?;
     let bound = listener.local_addr()?;
     tracing::info!(%what, url = %format!("http://{bound}/"), "operator endpoint");
     if !bound.ip().is_loopback() {

@@ -4,6 +4,7 @@
 use crate::local_accounts::{ClientSpend, LocalPrivacySummary};
 use crate::model_file;
 use fl_common::model::Model;
+use fl_common::privacy::Budget;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,15 +86,47 @@ pub struct FederatedEval {
 }
 
 impl FederatedEval {
-    /// Adds one client's figures: mean `loss` and `accuracy` over its `examples`.
+    /// Adds one client's figures: mean `loss` and `accuracy` over its `examples`. The count
+    /// saturates rather than wraps (the framer bounds each report, so it never should).
     pub fn add(&mut self, loss: f64, accuracy: f64, examples: u64) {
         let (n, k) = (self.examples as f64, examples as f64);
         // Running n-weighted means: m' = (n m + k x) / (n + k).
         self.loss = (n * self.loss + k * loss) / (n + k);
         self.accuracy = (n * self.accuracy + k * accuracy) / (n + k);
-        self.examples += examples;
+        self.examples = self.examples.saturating_add(examples);
         self.clients += 1;
     }
+}
+
+/// What a round spent of the privacy budget, for a person: `epsilon 1.23 of 8 (delta 1e-5)`,
+/// `delta 2.1e-4 of 1e-3 (epsilon 8)`, or a local mode's largest client epsilon.
+pub fn spent_text(m: &RoundMetrics, budget: Option<&Budget>) -> Option<String> {
+    match (budget, m.epsilon, m.delta) {
+        (Some(Budget::Epsilon { epsilon, delta }), Some(spent), _) => {
+            Some(format!("epsilon {spent:.3} of {epsilon} (delta {delta:e})"))
+        }
+        (Some(Budget::Delta { epsilon, delta }), _, Some(spent)) => Some(format!(
+            "delta {spent:.3e} of {delta:e} (epsilon {epsilon})"
+        )),
+        _ => (m.local_epsilon).map(|e| format!("largest client epsilon {e:.3}")),
+    }
+}
+
+/// One line for a person about a published round of `rounds`: its accuracy, what it spent
+/// against `budget`, and its seconds.
+pub fn round_line(m: &RoundMetrics, rounds: u64, budget: Option<&Budget>) -> String {
+    let mut line = format!("round {}/{rounds}", m.round);
+    if let Some(a) = m.test_accuracy {
+        line.push_str(&format!(": accuracy {a:.4}"));
+    }
+    if let Some(reason) = &m.skipped {
+        line.push_str(&format!(" (skipped: {reason})"));
+    }
+    if let Some(spent) = spent_text(m, budget) {
+        line.push_str(&format!(", {spent}"));
+    }
+    line.push_str(&format!(", {:.1} s", m.seconds));
+    line
 }
 
 /// One secure-aggregation round.
@@ -146,6 +179,8 @@ pub enum StoppedBy {
     Rounds,
     /// The privacy budget would have been exceeded.
     Budget,
+    /// The operator stopped it (SIGINT or SIGTERM); it can be resumed from its checkpoint.
+    Interrupted,
     /// An error ended it.
     Error,
 }
@@ -305,4 +340,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts past u64::MAX saturate instead of wrapping to a small number.
+    #[test]
+    fn federated_evaluation_counts_saturate() {
+        let mut eval = FederatedEval::default();
+        eval.add(0.5, 0.9, 600);
+        eval.add(0.5, 0.9, u64::MAX);
+        eval.add(0.5, 0.9, 600);
+        assert_eq!((eval.clients, eval.examples), (3, u64::MAX));
+    }
 }

@@ -72,6 +72,53 @@ async fn infinite_update_is_refused() {
     assert_round_went_on(&metrics, done);
 }
 
+/// A plain upload whose header claims `examples` for training, or for an evaluation too.
+fn upload_claiming(
+    round: u64,
+    n: usize,
+    examples: u64,
+    evaluated: bool,
+) -> Vec<client_message::Body> {
+    let mut bodies = support::dense_upload(round, &vec![0.0; n], None);
+    if let client_message::Body::UpdateHeader(h) = &mut bodies[0] {
+        h.num_examples = if evaluated { 100 } else { examples };
+        h.evaluation = evaluated.then_some(fl_proto::v1::ClientEvaluation {
+            loss: 0.5,
+            accuracy: 0.5,
+            num_examples: examples,
+        });
+    }
+    bodies
+}
+
+/// A client claiming u64::MAX examples for its evaluation is refused: the round's federated
+/// evaluation counts the two honest clients' examples only (it once wrapped to a small number).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_of_u64_max_examples_is_refused() {
+    let (status, metrics, done) = support::run_with_evil_client(
+        |c| c.eval.federated = true,
+        |round, n| upload_claiming(round, n, u64::MAX, true),
+    )
+    .await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("example count"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+    let eval = metrics[0].federated_eval.expect("round 1 evaluated");
+    assert_eq!(eval.clients, 2, "{eval:?}");
+    assert!(eval.examples > 0 && eval.examples <= 200, "{eval:?}");
+}
+
+/// A client claiming u64::MAX training examples (a FedAvg weight that would drown the others)
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_of_u64_max_examples_is_refused() {
+    let (status, metrics, done) =
+        run_with_evil_client(|round, n| upload_claiming(round, n, u64::MAX, false)).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("example count"), "{status:?}");
+    assert_round_went_on(&metrics, done);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_for_another_round_is_refused() {
     let (status, metrics, done) =

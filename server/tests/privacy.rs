@@ -36,6 +36,14 @@ fn private_config(out: &std::path::Path, sampling: Sampling, rounds: u64) -> Run
 
 /// Runs a federation of K honest clients; returns the summary and the metrics lines.
 async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics>) {
+    run_enrolled(config, None).await
+}
+
+/// [`run`], the clients presenting `tokens` (enrolled by [`support::enroll_clients`]) if given.
+async fn run_enrolled(
+    config: RunConfig,
+    tokens: Option<&[String]>,
+) -> (fl_server::output::Summary, Vec<RoundMetrics>) {
     let out = config.server.out.clone();
     let data = Arc::new(blobs(600));
     let support::TestServer {
@@ -44,7 +52,10 @@ async fn run(config: RunConfig) -> (fl_server::output::Summary, Vec<RoundMetrics
         stop: _stop_tx,
         ..
     } = support::start_server(config, data.clone(), None, None).await;
-    support::spawn_clients(&endpoint, &data, K, None);
+    match tokens {
+        Some(tokens) => support::spawn_enrolled_clients(&endpoint, &data, tokens),
+        None => support::spawn_clients(&endpoint, &data, K, None),
+    };
     let summary = tokio::time::timeout(Duration::from_secs(120), server)
         .await
         .expect("server finishes")
@@ -210,13 +221,17 @@ async fn central_rounds_release_whatever_the_number_of_participants() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
-/// DP-FTRL over the K clients, 2 per round (trees of K/m = 3 rounds), nodes of z = 3.
-fn ftrl_config(out: &std::path::Path, rounds: u64) -> RunConfig {
+/// DP-FTRL over the K clients, 2 per round (trees of K/m = 3 rounds), nodes of z = 3, the
+/// clients enrolled beside `out`; with their tokens.
+fn ftrl_config(out: &std::path::Path, rounds: u64) -> (RunConfig, Vec<String>) {
     let mut config = private_config(out, Sampling::Fixed, rounds);
     config.privacy.mode = PrivacyMode::DpFtrl;
     config.server.clients_per_round = 2.0.into();
     config.privacy.noise_multiplier = 3.0.into();
-    config
+    let enrollment = out.with_extension("clients.toml");
+    let tokens = support::enroll_clients(&enrollment, K);
+    config.server.enrollment = Some(enrollment);
+    (config, tokens)
 }
 
 /// DP-FTRL end to end: trees of K/m = 3 rounds restart, each round's ledger entry is its step
@@ -227,7 +242,7 @@ fn ftrl_config(out: &std::path::Path, rounds: u64) -> RunConfig {
 async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
     use fl_common::privacy::{Neighbours, TreeRound, tree_nodes};
     let out = temp("ftrl");
-    let config = ftrl_config(&out, 1000);
+    let (config, tokens) = ftrl_config(&out, 1000);
     let budget = config.privacy.budget();
     let Budget::Epsilon { epsilon, delta } = budget else {
         unreachable!()
@@ -240,7 +255,7 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
         .unwrap();
     assert!((6..60).contains(&allowed), "{allowed} rounds");
 
-    let (summary, metrics) = run(config).await;
+    let (summary, metrics) = run_enrolled(config, Some(&tokens)).await;
 
     assert_eq!(summary.stopped_by, fl_server::output::StoppedBy::Budget);
     assert_eq!(metrics.len() as u64, allowed);
@@ -279,6 +294,7 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
         replay(&out.join("ledger.jsonl"), &budget, AccountantKind::Pld).unwrap();
     assert_eq!((rounds as u64, eps), (allowed, summary.epsilon.unwrap()));
     std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_file(out.with_extension("clients.toml")).unwrap();
 }
 
 /// The tree's noise is a secret held in memory only: a DP-FTRL checkpoint holds the model and no
@@ -287,9 +303,9 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_ftrl_keeps_its_tree_out_of_checkpoints_and_restarts_it_on_resume() {
     let out = temp("ftrl-resume");
-    let mut config = ftrl_config(&out, 4);
+    let (mut config, tokens) = ftrl_config(&out, 4);
     config.privacy.epsilon = 100.0;
-    run(config).await;
+    run_enrolled(config, Some(&tokens)).await;
     let mut checkpoint = fl_server::checkpoint::Checkpoint::read(&out).unwrap();
     assert!(
         checkpoint.tensors.is_empty(),
@@ -306,9 +322,10 @@ async fn dp_ftrl_keeps_its_tree_out_of_checkpoints_and_restarts_it_on_resume() {
     let data_server = data.clone();
     let dir = out.clone();
     let server = tokio::spawn(async move {
-        fl_server::resume(listener, &dir, checkpoint, Some(data_server), stop_rx).await
+        let run = (dir.as_path(), checkpoint);
+        fl_server::resume(listener, run, Some(data_server), None, None, stop_rx).await
     });
-    support::spawn_clients(&endpoint, &data, K, None);
+    support::spawn_enrolled_clients(&endpoint, &data, &tokens);
     tokio::time::timeout(Duration::from_secs(120), server)
         .await
         .expect("server finishes")
@@ -324,4 +341,5 @@ async fn dp_ftrl_keeps_its_tree_out_of_checkpoints_and_restarts_it_on_resume() {
         .collect();
     assert_eq!(steps, [1, 2, 3, 1, 1, 2]);
     std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_file(out.with_extension("clients.toml")).unwrap();
 }

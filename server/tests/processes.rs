@@ -158,10 +158,20 @@ fn sigterm_stops_a_training_server_in_order() {
     assert_eq!(sent, 0);
     let status = wait(&mut server, Duration::from_secs(30));
     assert_eq!(status.signal(), None, "killed by the signal: {status:?}");
+    // Ended by itself, saying it was interrupted (128 + SIGTERM's 15) and how to resume.
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    let mut said = String::new();
+    std::io::Read::read_to_string(server.0.stdout.as_mut().unwrap(), &mut said).unwrap();
+    assert!(said.contains("interrupted by SIGTERM"), "{said}");
+    assert!(
+        said.contains(&format!("fl-server --resume {out_arg}")),
+        "{said}"
+    );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let rounds = summary["rounds_completed"].as_u64().unwrap();
     assert!((2..1000).contains(&rounds), "{summary}");
+    assert_eq!(summary["stopped_by"], "interrupted");
     assert!(out.join("checkpoint.safetensors").is_file());
     assert!(wait(&mut client, Duration::from_secs(30)).success());
     std::fs::remove_dir_all(&out).unwrap();
@@ -202,7 +212,7 @@ fn resume_existing_continues_the_run_in_its_folder() {
         // SAFETY: kill(2) on our own child's pid; no memory is involved.
         let sent = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
         assert_eq!(sent, 0);
-        assert!(wait(&mut server, Duration::from_secs(30)).success());
+        assert_eq!(wait(&mut server, Duration::from_secs(30)).code(), Some(143));
         assert!(wait(&mut client, Duration::from_secs(30)).success());
         read()
     };

@@ -132,8 +132,19 @@ impl RunConfig {
             .round() as usize
     }
 
-    /// Checks what only a server needs and a simulation fills in itself: IADMM's public I.
+    /// Checks what only a server needs and a simulation fills in itself: IADMM's public I, and
+    /// the stable identities DP-FTRL needs.
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
+        // "Each client at most once per tree" holds only per identity: without enrollment a
+        // client that joins again gets a new id and could enter the same tree twice.
+        if self.privacy.mode == PrivacyMode::DpFtrl && self.server.enrollment.is_none() {
+            return Err(ConfigError::Invalid(
+                "privacy.mode = \"dp-ftrl\" needs server.enrollment (fl enroll): its privacy \
+                 rests on each client contributing at most once per tree, which only stable \
+                 identities can enforce; a client without one gets a new id when it joins again"
+                    .into(),
+            ));
+        }
         if self.train.algorithm == Algorithm::Iadmm
             && self.admm.total_examples.is_none_or(|i| i == 0)
         {

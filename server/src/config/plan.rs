@@ -319,6 +319,16 @@ impl RunConfig {
         }
         let noise = match self.secagg.noise {
             SecAggNoise::None => SecureNoise::None,
+            // Whether a round aborts (survivors below the minimum) depends on how many took
+            // part; under Poisson sampling one client's presence changes that count, and the
+            // ledger does not account the abort. A fixed number of participants does not vary.
+            SecAggNoise::Central if p.sampling != Sampling::Fixed => {
+                return bad(
+                    "secure aggregation with central noise needs privacy.sampling = \"fixed\": \
+                     under Poisson sampling whether a round aborts depends on how many clients \
+                     took part, which the epsilon does not cover",
+                );
+            }
             SecAggNoise::Central => SecureNoise::Central(self.central_noise()?),
             SecAggNoise::Distributed if p.sampling != Sampling::Fixed => {
                 return bad(
@@ -678,6 +688,9 @@ mod tests {
                 && matches!(secure_noise(&plan), SecureNoise::Distributed { .. })
         );
         c.secagg.noise = SecAggNoise::Central;
+        let mut poisson = c.clone();
+        poisson.privacy.sampling = Sampling::Poisson;
+        assert!(refused(&poisson).contains("needs privacy.sampling = \"fixed\""));
         let mut central = c.clone();
         central.secagg.calibrate_for = Some(1.0);
         assert!(refused(&central).contains("calibrate_for"));
@@ -713,6 +726,12 @@ mod tests {
         };
         assert_eq!((plan.tree_rounds, plan.noise_multiplier), (3, 3.0));
         assert_eq!(plan.ledger.accountant, AccountantKind::Pld);
+        // A server needs stable identities; a simulation enrolls its own clients.
+        let without = c.validate_for_server().unwrap_err().to_string();
+        assert!(without.contains("needs server.enrollment"), "{without}");
+        let mut enrolled = c.clone();
+        enrolled.server.enrollment = Some("clients.toml".into());
+        enrolled.validate_for_server().unwrap();
         let mut bad = c.clone();
         bad.privacy.noise_multiplier = Schedule::Linear { linear: (3.0, 4.0) };
         assert!(refused(&bad).contains("one privacy.noise_multiplier"));

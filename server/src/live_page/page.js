@@ -110,7 +110,8 @@ function showStatus(snapshot) {
   const finished = {
     rounds: "Finished: all rounds ran.",
     budget: "Stopped: one more round would have exceeded the privacy budget.",
-    error: "Stopped: the operator's signal, no connected client, or an error ended training.",
+    interrupted: "Interrupted by the operator: the run can be resumed.",
+    error: "Stopped: no connected client, or an error ended training.",
   }[snapshot.finished];
   if (finished) {
     status.className = "status finished";

@@ -68,6 +68,34 @@ pub fn spawn_clients_with(
         .collect()
 }
 
+/// Enrolls clients `client-0` .. `client-{count-1}` (the names of [`client_options`]) in a new
+/// enrollment file at `path`; returns their tokens.
+pub fn enroll_clients(path: &std::path::Path, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("client-{i}")).collect();
+    let mut list = fl_server::credentials::EnrollmentList::default();
+    let tokens = list.enroll_with_new_tokens(&names).unwrap();
+    std::fs::write(path, list.to_toml()).unwrap();
+    tokens
+}
+
+/// Honest clients `0 .. tokens.len()`, each presenting its own token of [`enroll_clients`].
+pub fn spawn_enrolled_clients(
+    endpoint: &str,
+    data: &Arc<Dataset>,
+    tokens: &[String],
+) -> Vec<JoinHandle<Result<ClientReport, ClientError>>> {
+    let slots = TrainingSlots::new(2);
+    (tokens.iter().enumerate())
+        .map(|(i, token)| {
+            let opts = ClientOptions {
+                token: token.clone(),
+                ..client_options(endpoint, i, &slots)
+            };
+            tokio::spawn(run_client(opts, client_data(data, i)))
+        })
+        .collect()
+}
+
 /// The options of honest client `i`: no token, seed i, 10 s to connect.
 pub fn client_options(endpoint: &str, i: usize, slots: &TrainingSlots) -> ClientOptions {
     ClientOptions {

@@ -1,0 +1,154 @@
+//! Which folder a run writes, and the rule that protects what an earlier run wrote there.
+//!
+//! A folder holds a run once any of its record files is there ([`RECORDS`]). A new run never
+//! starts in such a folder: the operator resumes it (`--resume DIR`) or replaces it
+//! (`--overwrite`), and a replaced run's privacy ledger is kept beside the new one under a
+//! name of its own ([`clear_for_overwrite`]), never deleted. Without a folder named (no `--out`
+//! and no `server.out`), each run gets a new one, `runs/NAME-YYYYMMDD-HHMMSS` in UTC, and
+//! `runs/latest` points to it ([`fresh`]).
+
+use crate::checkpoint;
+use std::io::{Error, ErrorKind};
+use std::path::{Path, PathBuf};
+
+/// The files that make a folder hold a run: what a rerun would otherwise rewrite.
+pub const RECORDS: [&str; 4] = [
+    "ledger.jsonl",
+    "metrics.jsonl",
+    checkpoint::FILE,
+    "summary.json",
+];
+/// Files of a run that `--overwrite` removes (the ledger is archived instead).
+const REPLACED: [&str; 7] = [
+    "metrics.jsonl",
+    checkpoint::FILE,
+    "summary.json",
+    "model.safetensors",
+    "local_privacy.json",
+    "accuracy.svg",
+    "privacy.svg",
+];
+/// Where runs without a named folder go.
+pub const ROOT: &str = "runs";
+/// The link in [`ROOT`] to the newest such run.
+pub const LATEST: &str = "latest";
+
+/// Whether `dir` holds a run.
+pub fn holds_run(dir: &Path) -> bool {
+    RECORDS.iter().any(|f| dir.join(f).exists())
+}
+
+/// Refuses to start a new run in `dir` when it holds one, naming the folder and both ways on.
+pub fn check_unused(dir: &Path) -> std::io::Result<()> {
+    if !holds_run(dir) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::AlreadyExists,
+        format!(
+            "{d} holds a run: continue it with --resume {d}, or start over with --overwrite \
+             (its privacy ledger is then kept beside the new run)",
+            d = dir.display()
+        ),
+    ))
+}
+
+/// Makes `dir` ready for a new run that replaces the one it holds: its ledger is renamed to
+/// `ledger-replaced-YYYYMMDD-HHMMSS.jsonl` (returned), the other records are removed.
+pub fn clear_for_overwrite(dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let ledger = dir.join(RECORDS[0]);
+    let archive = match ledger.exists() {
+        true => {
+            let archive = unused(dir, "ledger-replaced", ".jsonl")?;
+            std::fs::rename(&ledger, &archive)?;
+            Some(archive)
+        }
+        false => None,
+    };
+    for name in REPLACED {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(archive)
+}
+
+/// A new folder's path for a run named `name` (the configuration file's stem), in [`ROOT`];
+/// `ROOT/latest` is pointed at it (on Unix, as a relative symbolic link, unless `latest` is
+/// something other than a link, which is left alone).
+pub fn fresh(name: &str) -> std::io::Result<PathBuf> {
+    let root = Path::new(ROOT);
+    std::fs::create_dir_all(root)?;
+    let dir = unused(root, name, "")?;
+    point_latest(root, &dir)?;
+    Ok(dir)
+}
+
+/// `dir/PREFIX-YYYYMMDD-HHMMSS[-N]SUFFIX` in UTC, with the first N that is not taken.
+fn unused(dir: &Path, prefix: &str, suffix: &str) -> std::io::Result<PathBuf> {
+    let format = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
+    let stamp = (time::OffsetDateTime::now_utc().format(format)).map_err(Error::other)?;
+    let base = format!("{prefix}-{stamp}");
+    (1..)
+        .map(|n| match n {
+            1 => dir.join(format!("{base}{suffix}")),
+            n => dir.join(format!("{base}-{n}{suffix}")),
+        })
+        .find(|p| !p.exists())
+        .ok_or_else(|| Error::other("no free name"))
+}
+
+#[cfg(unix)]
+fn point_latest(root: &Path, dir: &Path) -> std::io::Result<()> {
+    let link = root.join(LATEST);
+    match std::fs::symlink_metadata(&link) {
+        Ok(m) if !m.file_type().is_symlink() => {
+            tracing::warn!(path = %link.display(), "not a link: left as it is");
+            return Ok(());
+        }
+        Ok(_) => std::fs::remove_file(&link)?,
+        Err(_) => {}
+    }
+    let target = dir.file_name().map(PathBuf::from).unwrap_or(dir.to_owned());
+    std::os::unix::fs::symlink(target, link)
+}
+
+#[cfg(not(unix))]
+fn point_latest(_root: &Path, _dir: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder with any record refuses a new run, naming itself and both options; an overwrite
+    /// keeps the ledger under a new name and removes the rest.
+    #[test]
+    fn a_run_is_neither_reused_nor_lost() {
+        let dir = std::env::temp_dir().join(format!("fl-run-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        check_unused(&dir).unwrap();
+        std::fs::write(dir.join("ledger.jsonl"), "{\"round\":1}\n").unwrap();
+        std::fs::write(dir.join("metrics.jsonl"), "{}\n").unwrap();
+        let e = check_unused(&dir).unwrap_err().to_string();
+        let named = dir.display().to_string();
+        for part in [named.as_str(), "--resume", "--overwrite"] {
+            assert!(e.contains(part), "{e}");
+        }
+        let archive = clear_for_overwrite(&dir).unwrap().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&archive).unwrap(),
+            "{\"round\":1}\n"
+        );
+        assert!(!holds_run(&dir));
+        check_unused(&dir).unwrap();
+        // A second overwrite the same second keeps both archives.
+        std::fs::write(dir.join("ledger.jsonl"), "{\"round\":2}\n").unwrap();
+        let second = clear_for_overwrite(&dir).unwrap().unwrap();
+        assert_ne!(second, archive);
+        assert!(archive.exists() && second.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
