@@ -440,6 +440,41 @@ fn a_refused_pair_goes_unmasked_and_the_sum_stays_exact() {
     }
 }
 
+/// One client refuses every neighbour while the others' holder counts sit at the threshold
+/// (client 5 shared nothing: each of 1..4 has k = 3 holders, t = 3). Its refusals are ignored:
+/// no honest client is excluded, nobody leaves a pair unmasked, and the sum is exact (taken
+/// without proof, the refusals once excluded clients 2, 3 and 4 and aborted the round).
+#[test]
+fn one_client_refusing_every_neighbour_excludes_no_honest_client() {
+    let mut st = staged_shares();
+    for (&u, s) in &st.sealed {
+        if u != 5 {
+            st.server.receive_shares(u, s.clone()).unwrap();
+        }
+    }
+    let (shares, rest) = st.take();
+    let (server, inbox) = shares.close().unwrap();
+    let mut st = Staged { inbox, ..rest }.at(server);
+    st.clients.remove(&5);
+    for (&u, c) in st.clients.iter_mut() {
+        let mut refused = c.check_shares(&st.inbox[&u]).unwrap();
+        if u == 1 {
+            refused = vec![2, 3, 4];
+        }
+        st.server.receive_check(u, refused).unwrap();
+    }
+    let (check, rest) = st.take();
+    let (masked, checked) = check.close().unwrap();
+    assert!(checked.excluded.is_empty(), "{:?}", checked.excluded);
+    assert!(checked.proceed.values().all(|p| p.unpaired.is_empty()));
+    let mut st = rest.at(masked);
+    let proceed = checked.proceed;
+    send_masked(&mut st, &proceed, &[1, 2, 3, 4]);
+    let result = unmask_all(st).unwrap();
+    assert_eq!(result.survivors, vec![1, 2, 3, 4]);
+    assert_eq!(result.sum, sum_of(&[1, 2, 3, 4]));
+}
+
 /// The client refuses to mask with fewer than t neighbours, whoever asks it to.
 #[test]
 fn a_client_will_not_mask_with_fewer_than_t_neighbours() {

@@ -1,6 +1,13 @@
 //! The check: each U2 client says which neighbours' shares it could not open. A client too few
 //! of whose shares can be opened is excluded (its secrets could not be recovered); every pair
 //! where one side refused the other's shares goes unmasked.
+//!
+//! A refusal comes without proof, and each one takes a holder from the refused client. So the
+//! refusals of a client that refuses more than k_u - t of its k_u neighbours in U2 (more than a
+//! t-of-k_u sharing can lose) are ignored: it must mask with every neighbour, as if it had
+//! refused none, and one liar cannot push honest neighbours below the threshold t. If its
+//! refusals were true, the shares it cannot open are missing at the unmasking and the round
+//! aborts there, releasing nothing; it never yields a wrong sum.
 
 use super::{Base, Graph, MaskedInput, Pairing, Phase, Sharing, Stage, waiting_for, wrong_stage};
 use crate::secagg::SecAggError;
@@ -72,6 +79,19 @@ impl CheckShares {
         } = self;
         base.enough(Stage::CheckShares, pairing.refused.len())?;
         let t = graph.threshold;
+        let overrefusing: BTreeSet<u64> = (pairing.refused.iter())
+            .filter(|(u, refused)| {
+                let k = graph.neighbours[*u]
+                    .iter()
+                    .filter(|v| sharing.sharers.contains(v))
+                    .count();
+                refused.len() > k.saturating_sub(t)
+            })
+            .map(|(&u, _)| u)
+            .collect();
+        for u in overrefusing {
+            pairing.refused.insert(u, BTreeSet::new());
+        }
         pairing.excluded = (sharing.sharers.iter().copied())
             .filter(|&v| {
                 let holders = graph.neighbours[&v]
