@@ -41,7 +41,7 @@ for eps in $epsilons; do
   sigma=$("$fl" privacy sigma "${plan[@]}" --rounds "$rounds" --eps "$eps" --delta "$delta" \
     --accountant "$accountant" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['sigma'])")
   out="$dir/$label-eps$eps"
-  "$fl" sim --config "$config" --out "$out" --set privacy.epsilon="$eps" \
+  "$fl" sim --config "$config" --out "$out" --overwrite --set privacy.epsilon="$eps" \
     --set privacy.delta="$delta" --set privacy.noise_multiplier="$sigma" "$@" > /dev/null
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$eps" "$delta" "$sigma" \
     "$(field "$out/summary.json" rounds_completed)" "$(field "$out/summary.json" test_accuracy)" \

@@ -15,7 +15,7 @@ run() { # name config overrides...
   shift 2
   local sets=()
   for o in "$@"; do sets+=(--set "$o"); done
-  "$FL" sim --config "configs/$config.toml" --out "$OUT/$name" "${sets[@]}" > /dev/null
+  "$FL" sim --config "configs/$config.toml" --out "$OUT/$name" --overwrite "${sets[@]}" > /dev/null
   python3 - "$OUT/$name" "$name" <<'PY'
 import json, sys
 run, name = sys.argv[1], sys.argv[2]

@@ -4,7 +4,7 @@
 Usage (docs/performance.md, issue 29, session 29):
 
     perf record -e cpu-clock -F 297 --call-graph dwarf,16384 -o perf.data -- \
-        target/release/fl sim --config configs/geyer-k1000.toml --rounds 6 --set server.out=runs/prof
+        target/release/fl sim --config configs/geyer-k1000.toml --rounds 6 --set server.out=runs/prof --overwrite
     perf script -i perf.data -F comm,tid,time,ip,sym | python3 scripts/perf-breakdown.py --skip 0.35
 
 Each sample goes to the first category, in the order of CATEGORIES, that one of its frames

@@ -287,3 +287,164 @@ fn client_side_mechanisms_train_and_account_per_client() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A small private run (central noise, Poisson sampling, a budget no run here reaches) of
+/// `rounds` rounds on the shipped MNIST, written as `dir/run.toml`.
+fn private_config(dir: &Path, rounds: u64) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
+    let config = dir.join("run.toml");
+    let body = format!(
+        "[server]\nclients = 5\nclients_per_round = 3\nrounds = {rounds}\n\
+         [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
+         [data]\nsource = \"mnist:{}\"\npartition = \"iid\"\n\
+         [privacy]\nmode = \"central\"\nsampling = \"poisson\"\nnoise_multiplier = 1.0\n\
+         clip_bound = 1.0\nepsilon = 1000.0\ndelta = 1e-5\n",
+        mnist.display()
+    );
+    std::fs::write(&config, body).unwrap();
+    config
+}
+
+/// `fl sim` with `args`, to its end.
+fn fl_sim(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fl"))
+        .arg("sim")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The same command again refuses the folder of a private run, naming it and both ways on, and
+/// leaves its ledger as it was; `--overwrite` starts over and keeps the old ledger beside it.
+#[test]
+fn a_rerun_never_erases_a_private_run() {
+    let dir = temp("rerun");
+    let config = private_config(&dir, 2);
+    let out = dir.join("run");
+    let args = [
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
+    let first = fl_sim(&args);
+    assert!(first.status.success(), "{first:?}");
+    let ledger = std::fs::read_to_string(out.join("ledger.jsonl")).unwrap();
+    assert_eq!(ledger.lines().count(), 2);
+    let again = fl_sim(&args);
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success());
+    for part in [
+        out.display().to_string().as_str(),
+        "--resume",
+        "--overwrite",
+    ] {
+        assert!(said.contains(part), "{said}");
+    }
+    assert_eq!(said.matches("holds a run").count(), 1, "said once: {said}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("ledger.jsonl")).unwrap(),
+        ledger
+    );
+    let overwrite = [&args[..], &["--overwrite".as_ref()]].concat();
+    let replaced = fl_sim(&overwrite);
+    assert!(replaced.status.success(), "{replaced:?}");
+    let archived: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("ledger-replaced-"))
+        .collect();
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    assert_eq!(std::fs::read_to_string(&archived[0]).unwrap(), ledger);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each ledger line's round and mechanism (q, noise, sampling), in order.
+fn ledger_events(out: &Path) -> Vec<(u64, String, String, String)> {
+    let text = std::fs::read_to_string(out.join("ledger.jsonl")).unwrap();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let field = |k: &str| v[k].to_string();
+            let round = v["round"].as_u64().unwrap();
+            (
+                round,
+                field("q"),
+                field("noise_multiplier"),
+                field("sampling"),
+            )
+        })
+        .collect()
+}
+
+/// SIGINT ends `fl sim` in order (the round in progress discarded, the folder written, exit
+/// 130, the command that resumes it printed), and `fl sim --resume` ends with the ledger of an
+/// uninterrupted run: as many rounds, the same q and noise each round.
+#[test]
+fn an_interrupted_sim_resumes_to_the_ledger_of_an_uninterrupted_run() {
+    const ROUNDS: u64 = 40;
+    let dir = temp("interrupt");
+    let config = private_config(&dir, ROUNDS);
+    let out = dir.join("run");
+    let sim = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["sim", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read_to_string(&metrics).map_or(true, |m| m.lines().count() < 2) {
+        assert!(std::time::Instant::now() < deadline, "no round recorded");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid = sim.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let ended = sim.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(130), "{said}");
+    assert!(
+        said.contains(&format!("fl sim --resume {}", out.display())),
+        "{said}"
+    );
+    // Not a terminal: one line per round, with its accuracy and the privacy spent.
+    assert!(
+        said.contains(&format!("round 1/{ROUNDS}: accuracy")),
+        "{said}"
+    );
+    assert!(said.contains("epsilon"), "{said}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["stopped_by"], "interrupted");
+    let cut = summary["rounds_completed"].as_u64().unwrap();
+    assert!(cut < ROUNDS, "the run ended before the signal: {summary}");
+
+    let resumed = fl_sim(&["--resume".as_ref(), out.as_os_str()]);
+    assert!(resumed.status.success(), "{resumed:?}");
+    let whole = dir.join("whole");
+    let args = [
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--out".as_ref(),
+        whole.as_os_str(),
+    ];
+    assert!(fl_sim(&args).status.success());
+    let (events, expected) = (ledger_events(&out), ledger_events(&whole));
+    assert_eq!(events.len() as u64, ROUNDS);
+    assert_eq!(events, expected);
+    let final_: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(final_["rounds_completed"], ROUNDS);
+    assert_eq!(final_["stopped_by"], "rounds");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

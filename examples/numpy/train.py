@@ -44,7 +44,7 @@ def main():
         [str(target / "fl-server"), "--listen", "127.0.0.1:0", "--config",
          str(REPO / "configs" / "quickstart.toml"), "--clients", str(args.clients),
          "--clients-per-round", str(args.per_round), "--rounds", str(args.rounds),
-         "--hidden", args.hidden, "--data", f"mnist:{REPO / 'data/mnist'}", "--out", args.out],
+         "--hidden", args.hidden, "--data", f"mnist:{REPO / 'data/mnist'}", "--out", args.out, "--overwrite"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "RUST_LOG": "warn"},
     )
     url = "http://" + server.stdout.readline().split()[-1]

@@ -118,7 +118,7 @@ def main():
         [str(REPO / "target" / "release" / "fl-server"), "--listen", "127.0.0.1:0",
          "--config", str(REPO / "examples" / "pytorch" / "server.toml"),
          "--clients", str(args.clients), "--clients-per-round", str(args.per_round),
-         "--rounds", str(args.rounds), "--out", args.out,
+         "--rounds", str(args.rounds), "--out", args.out, "--overwrite",
          *(a for key, value in settings.items() for a in ("--set", f"{key}={value}"))],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "RUST_LOG": "warn"},
     )

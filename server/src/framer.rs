@@ -11,7 +11,9 @@ use crate::ids::ClientId;
 use fl_common::privacy::Release;
 use fl_common::secagg::{AdvertisedKeys, RevealedShare, Ring, SealedShares, StageMessage};
 use fl_proto::v1::client_message;
-use fl_proto::v1::{ClientMessage, LocalRelease, MaskedInputHeader, PeerKeys, TensorChunk};
+use fl_proto::v1::{
+    ClientMessage, LocalRelease, MaskedInputHeader, PeerKeys, TensorChunk, UpdateHeader,
+};
 use fl_proto::{ChunkError, TensorAssembler, WireError, ring_elements};
 use prost::Message;
 use tonic::Status;
@@ -22,6 +24,26 @@ pub const MAX_REASON_BYTES: usize = 4096;
 /// real client's data. Reported counts weigh uploads and are summed over a round's clients; the
 /// bound keeps one liar from dominating or overflowing those sums.
 pub const MAX_REPORTED_EXAMPLES: u64 = 1 << 40;
+
+/// The evaluation an update header reports, if any, refused unless its figures are sound and
+/// every example count it reports is at most [`MAX_REPORTED_EXAMPLES`].
+fn checked_evaluation(h: &UpdateHeader) -> Result<Option<(f64, f64, u64)>, Status> {
+    let evaluation = h.evaluation.map(|e| (e.loss, e.accuracy, e.num_examples));
+    if evaluation.is_some_and(|(loss, accuracy, n)| {
+        !(loss.is_finite() && (0.0..=1.0).contains(&accuracy) && n > 0)
+    }) {
+        return Err(Status::invalid_argument(
+            "an evaluation needs a finite loss, an accuracy in [0, 1] and n > 0",
+        ));
+    }
+    let counts = [Some(h.num_examples), evaluation.map(|(.., n)| n)];
+    if (counts.into_iter().flatten()).any(|n| n > MAX_REPORTED_EXAMPLES) {
+        return Err(Status::invalid_argument(format!(
+            "a reported example count above {MAX_REPORTED_EXAMPLES}"
+        )));
+    }
+    Ok(evaluation)
+}
 
 /// Reads a declared release off the wire.
 fn declared(release: Option<&LocalRelease>) -> Declared {
@@ -231,24 +253,7 @@ impl Framer {
         }
         let event = match body {
             client_message::Body::UpdateHeader(h) => {
-                let evaluation = h.evaluation.map(|e| (e.loss, e.accuracy, e.num_examples));
-                if evaluation.is_some_and(|(loss, accuracy, n)| {
-                    !(loss.is_finite() && (0.0..=1.0).contains(&accuracy) && n > 0)
-                }) {
-                    return Err(Status::invalid_argument(
-                        "an evaluation needs a finite loss, an accuracy in [0, 1] and n > 0",
-                    ));
-                }
-                let counts = [Some(h.num_examples), evaluation.map(|(.., n)| n)];
-                if counts
-                    .into_iter()
-                    .flatten()
-                    .any(|n| n > MAX_REPORTED_EXAMPLES)
-                {
-                    return Err(Status::invalid_argument(format!(
-                        "a reported example count above {MAX_REPORTED_EXAMPLES}"
-                    )));
-                }
+                let evaluation = checked_evaluation(&h)?;
                 let header = UploadHeader::Plain {
                     round: h.round,
                     num_examples: h.num_examples,

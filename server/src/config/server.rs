@@ -26,7 +26,9 @@ pub struct ServerSection {
     pub round_timeout_secs: f64,
     /// Seconds to wait for K clients before giving up.
     pub join_timeout_secs: f64,
-    /// Run folder for metrics, summary and model.
+    /// Run folder for the ledger, metrics, checkpoint, summary and model; a new run refuses one
+    /// that holds a run. Empty (the default): a new folder `runs/NAME-YYYYMMDD-HHMMSS` per
+    /// run, which `runs/latest` points to.
     pub out: PathBuf,
     /// Seed for sampling and initialisation; reproducible experiments only, never for privacy.
     pub seed: Option<u64>,
@@ -84,7 +86,7 @@ impl Default for ServerSection {
             rounds: 50,
             round_timeout_secs: 300.0,
             join_timeout_secs: 600.0,
-            out: "runs/latest".into(),
+            out: PathBuf::new(),
             seed: None,
             token: None,
             enrollment: None,
