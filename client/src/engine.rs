@@ -364,6 +364,7 @@ mod tests {
         let laplace = Some(LocalMechanism::Laplace {
             epsilon: 2.0,
             clip: 1.0,
+            steps: 1,
         });
         let mut strict = engine(strict);
         let work = strict.task(task(laplace), vec![0.0; 8]).unwrap();
@@ -372,7 +373,8 @@ mod tests {
             work.task.local,
             Some(LocalMechanism::Laplace {
                 epsilon: 0.5,
-                clip: 1.0
+                clip: 1.0,
+                steps: 1
             })
         );
         // The upload carries the tightened loss, which the round admits.
@@ -382,6 +384,7 @@ mod tests {
         let round = LocalMechanism::Laplace {
             epsilon: 2.0,
             clip: 1.0,
+            steps: 1,
         };
         round.admits(release).unwrap();
     }

@@ -15,7 +15,7 @@ use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::admm::primal_step;
 use fl_common::cores::CoreBudget;
 use fl_common::model::{all_finite, subtract_global};
-use fl_common::privacy::{LocalMechanism, LocalSgd, Protected, Release};
+use fl_common::privacy::{LocalMechanism, Protected, Release};
 use fl_common::task::{AdmmStep, Task};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -153,11 +153,12 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
     let request = request(work);
     let mechanism = work.task.local.as_ref();
     let (weights, loss, examples) = match mechanism {
-        Some(&LocalMechanism::Laplace { clip, .. }) => {
+        Some(&LocalMechanism::Laplace { clip, steps, .. }) => {
             let sgd = trainer
                 .built_in()
                 .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
-            let (weights, loss) = on_a_core(|| sgd.train_clipped_l1(&request, global, clip))?;
+            let (weights, loss) =
+                on_a_core(|| sgd.train_clipped_l1(&request, global, clip, steps))?;
             (weights, Some(loss), sgd.examples())
         }
         _ => {
@@ -182,12 +183,8 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
             evaluation: evaluation(work, trainer),
         });
     };
-    let sgd = LocalSgd {
-        examples: examples as usize,
-        config: work.task.config,
-    };
     mechanism
-        .protect_update(u, &sgd, noise_rng)
+        .protect_update(u, &work.task.config, noise_rng)
         .map(Computed::Protected)
 }
 

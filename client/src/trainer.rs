@@ -87,15 +87,16 @@ impl SgdTrainer {
         self.local.indices.len() as u64
     }
 
-    /// Local SGD from `global` with every example's gradient clipped to L1 norm `clip`;
-    /// returns the local model and the mean loss of the last epoch.
+    /// `steps` steps of local SGD from `global` with every example's gradient clipped to L1
+    /// norm `clip` ([`GradientRule::ClippedL1`]); returns the local model and the mean loss.
     pub fn train_clipped_l1(
         &self,
         request: &TrainRequest,
         global: &[f32],
         clip: f64,
+        steps: u64,
     ) -> Result<(Vec<f32>, f32), String> {
-        self.sgd(request, global, GradientRule::ClippedL1(clip))
+        self.sgd(request, global, GradientRule::ClippedL1 { clip, steps })
     }
 
     /// The sum over this client's examples of the gradients at `point`, each clipped to L1

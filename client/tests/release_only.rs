@@ -4,10 +4,9 @@
 //! clients with the same seed but different data must send identical messages in every field but
 //! the mechanism's noised payload; and that payload's noise must be what the release claims.
 //!
-//! For the client-level modes (`ldp-gaussian`, `signds`) the two clients' data also differ in
-//! size (600 and 437 examples): the count is part of what is protected. `ldp-laplace` is
-//! record-level with replace-one neighbours (the count is the same on both sides), so there the
-//! two datasets have the same size and differ in content.
+//! The two clients' data also differ in size (600 and 437 examples): the count is part of what
+//! is protected. Under `ldp-laplace` too, whose sensitivity and noise come from the round's
+//! public numbers (C, eta, B and the steps S), not from the client's count.
 
 use fl_client::{ClientOptions, LocalData, run_client};
 use fl_common::data::Dataset;
@@ -298,9 +297,10 @@ async fn ldp_laplace_sends_nothing_but_its_release() {
     let mechanism = local_privacy::Mechanism::Laplace(LaplaceLdp {
         epsilon: 8.0,
         clip_bound: 1.0,
+        steps: 3,
     });
-    // Replace-one neighbours: the same number of examples, different examples.
-    let (ra, rb) = differ_only_in_payload(mechanism, data(500, 1), data(500, 2)).await;
+    // Different data of different sizes: the header (noise b, sensitivity Delta) is the same.
+    let (ra, rb) = differ_only_in_payload(mechanism, data(600, 1), data(437, 2)).await;
     let b = claimed(&ra).noise;
     for r in [&ra, &rb] {
         let values = payload(&r.messages);

@@ -269,9 +269,14 @@ impl From<LocalMechanism> for v1::LocalPrivacy {
                 delta,
                 clip_bound: clip,
             }),
-            LocalMechanism::Laplace { epsilon, clip } => Mechanism::Laplace(v1::LaplaceLdp {
+            LocalMechanism::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => Mechanism::Laplace(v1::LaplaceLdp {
                 epsilon,
                 clip_bound: clip,
+                steps,
             }),
             LocalMechanism::SignDs { epsilon, k, h } => Mechanism::Signds(v1::SignDsLdp {
                 epsilon,
@@ -300,6 +305,7 @@ impl TryFrom<&v1::LocalPrivacy> for LocalMechanism {
             Some(Mechanism::Laplace(l)) => LocalMechanism::Laplace {
                 epsilon: l.epsilon,
                 clip: l.clip_bound,
+                steps: l.steps,
             },
             Some(Mechanism::Signds(s)) => LocalMechanism::SignDs {
                 epsilon: s.epsilon,

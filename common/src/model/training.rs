@@ -102,14 +102,23 @@ impl Batch {
 pub enum GradientRule {
     /// The batch-mean gradient.
     Mean,
-    /// The mean of per-example gradients, each clipped to L1 norm C first (u / max(1, ||u||_1 / C)),
-    /// so that one example moves a step by at most 2 C eta / B (Laplace output perturbation).
-    ClippedL1(f64),
+    /// Exactly `steps` steps, each on up to B distinct examples drawn at random, of the sum of
+    /// per-example gradients clipped to L1 norm C (u / max(1, ||u||_1 / C)) divided by the
+    /// public B, never by the batch's own size: one example moves a step by at most
+    /// 2 C eta / B, and the steps are as many whatever the client's number of examples
+    /// (Laplace output perturbation, calibrated from public numbers only).
+    ClippedL1 {
+        /// C.
+        clip: f64,
+        /// S.
+        steps: u64,
+    },
 }
 
-/// Runs E epochs of mini-batch SGD on the examples `indices` of `data`, starting from `params`
-/// (updated in place): each epoch shuffles, then for each batch b, w <- w - eta g(w; b), with g
-/// as `rule` says. Returns the mean batch loss of the last epoch.
+/// Runs local SGD on the examples `indices` of `data`, starting from `params` (updated in
+/// place). Under the mean rule, E epochs: each shuffles, then for each batch b,
+/// w <- w - eta g(w; b); returns the mean batch loss of the last epoch. Under the clipped rule,
+/// its S steps ([`GradientRule::ClippedL1`]); returns their mean loss per example.
 pub fn train_local(
     spec: &ModelSpec,
     params: &mut [f32],
@@ -119,12 +128,10 @@ pub fn train_local(
     rule: GradientRule,
     rng: &mut impl Rng,
 ) -> f32 {
+    if let GradientRule::ClippedL1 { clip, steps } = rule {
+        return clipped_steps(spec, params, (data, indices), config, (clip, steps), rng);
+    }
     let mut order = indices.to_vec();
-    // Only the clipped rule forms a gradient vector; the mean's goes straight into `params`.
-    let mut grad = match rule {
-        GradientRule::Mean => Vec::new(),
-        GradientRule::ClippedL1(_) => vec![0.0f32; params.len()],
-    };
     let (mut batch_buf, mut workspace) = (Batch::default(), Workspace::default());
     let mut scratch = Vec::new();
     let batch = config.batch_size.max(1) as usize;
@@ -134,32 +141,49 @@ pub fn train_local(
         let mut total = 0.0f64;
         let mut batches = 0usize;
         for idx in order.chunks(batch) {
-            total += match rule {
-                GradientRule::Mean => {
-                    batch_buf.gather(data, idx);
-                    if config.random_shift > 0 {
-                        let (x, shape) = (&mut batch_buf.x, data.example_shape());
-                        shift_images(x, shape, config.random_shift, rng, &mut scratch);
-                    }
-                    let (x, y) = (batch_buf.x(), &batch_buf.y);
-                    let eta = config.learning_rate;
-                    f64::from(loss_and_step_in(spec, params, eta, x, y, &mut workspace))
-                }
-                GradientRule::ClippedL1(clip) => {
-                    grad.iter_mut().for_each(|g| *g = 0.0);
-                    let loss = clipped_sum_into(spec, params, data, idx, clip, &mut grad);
-                    let step = config.learning_rate / idx.len() as f32;
-                    for (p, g) in params.iter_mut().zip(&grad) {
-                        *p -= step * g;
-                    }
-                    loss / idx.len() as f64
-                }
-            };
+            batch_buf.gather(data, idx);
+            if config.random_shift > 0 {
+                let (x, shape) = (&mut batch_buf.x, data.example_shape());
+                shift_images(x, shape, config.random_shift, rng, &mut scratch);
+            }
+            let (x, y) = (batch_buf.x(), &batch_buf.y);
+            let eta = config.learning_rate;
+            total += f64::from(loss_and_step_in(spec, params, eta, x, y, &mut workspace));
             batches += 1;
         }
         last_epoch_loss = (total / batches.max(1) as f64) as f32;
     }
     last_epoch_loss
+}
+
+/// S steps of w <- w - (eta / B) sum_{i in b} clip_1(grad f_i(w)), each b up to B distinct
+/// examples drawn at random (all of them when there are fewer than B); returns the mean loss per
+/// example over the steps.
+fn clipped_steps(
+    spec: &ModelSpec,
+    params: &mut [f32],
+    (data, indices): (&Dataset, &[usize]),
+    config: &LocalConfig,
+    (clip, steps): (f64, u64),
+    rng: &mut impl Rng,
+) -> f32 {
+    let batch = config.batch_size.max(1) as usize;
+    let mut order = indices.to_vec();
+    let mut grad = vec![0.0f32; params.len()];
+    // The public B divides, whatever the batch's own size (Laplace output perturbation's
+    // sensitivity, `privacy::sgd_l1_sensitivity`).
+    let step = config.learning_rate / batch as f32;
+    let (mut loss, mut seen) = (0.0f64, 0usize);
+    for _ in 0..steps {
+        let (drawn, _) = order.partial_shuffle(rng, batch);
+        grad.iter_mut().for_each(|g| *g = 0.0);
+        loss += clipped_sum_into(spec, params, data, drawn, clip, &mut grad);
+        seen += drawn.len();
+        for (p, g) in params.iter_mut().zip(&grad) {
+            *p -= step * g;
+        }
+    }
+    (loss / seen.max(1) as f64) as f32
 }
 
 /// Adds sum_{i in indices} clip_1(grad f_i(params)) to `sum`; returns the summed loss.
@@ -354,16 +378,17 @@ mod tests {
         let start = spec.init(&mut ChaCha8Rng::seed_from_u64(2));
         let all: Vec<usize> = (0..n).collect();
         let clip = 0.5;
-        for (epochs, batch) in [(1u32, n as u32), (3, 5)] {
+        // One full-batch step, several small-batch steps, and batches larger than the client.
+        for (steps, batch) in [(1u64, n as u32), (12, 5), (3, 2 * n as u32)] {
             let config = LocalConfig {
-                epochs,
+                epochs: 1,
                 batch_size: batch,
                 learning_rate: 0.3,
                 random_shift: 0,
             };
             let run = |data: &Dataset| {
                 let mut p = start.clone();
-                let rule = GradientRule::ClippedL1(clip);
+                let rule = GradientRule::ClippedL1 { clip, steps };
                 let mut rng = ChaCha8Rng::seed_from_u64(9);
                 train_local(&spec, &mut p, data, &all, &config, rule, &mut rng);
                 p
@@ -374,7 +399,6 @@ mod tests {
                 .zip(&pb)
                 .map(|(x, y)| f64::from(x - y).abs())
                 .sum();
-            let steps = u64::from(epochs) * (n as u64).div_ceil(u64::from(batch));
             let bound = crate::privacy::sgd_l1_sensitivity(clip, 0.3, batch as usize, steps);
             assert!(
                 moved > 0.0 && moved <= bound * (1.0 + 1e-5),

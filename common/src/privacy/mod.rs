@@ -32,7 +32,7 @@ pub use gaussian::add_gaussian_noise;
 pub use local::{add_laplace_noise, clip_l1, l1_norm, sgd_l1_sensitivity};
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
-pub use protect::{LocalSgd, Protected, Released};
+pub use protect::{Protected, Released};
 pub use rdp::{
     default_orders, poisson_curve, rdp_poisson, rdp_without_replacement, without_replacement_curve,
 };

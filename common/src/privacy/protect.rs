@@ -4,8 +4,10 @@
 //!
 //! - Gaussian: u clipped to L2 norm C, plus N(0, sigma^2) with sigma the analytic Gaussian
 //!   calibration for (eps, delta) at sensitivity 2C (Balle and Wang 2018).
-//! - Laplace: SGD on per-example gradients clipped in L1 to C, plus Laplace(Delta / eps) with
-//!   Delta = 2 C eta (1/B_min + steps - 1) ([`sgd_l1_sensitivity`]; B_min is the smallest batch).
+//! - Laplace: S SGD steps on per-example gradients clipped in L1 to C, each divided by the
+//!   round's B, plus Laplace(Delta / eps) with Delta = 2 C eta (1/B + S - 1)
+//!   ([`sgd_l1_sensitivity`]): public numbers only, so neither the noise nor the release's
+//!   header says anything of the client's example count.
 //! - SignDS: the update's sign s and h dimensions J (EM-MDS) instead of the update.
 //! - Inexact ADMM's primal step: Laplace only, at Delta = 2C/(rho I) (seed 004, Example 2;
 //!   [`LocalMechanism::protect_admm_step`]).
@@ -68,29 +70,21 @@ impl Protected {
     }
 }
 
-/// The local SGD a FedAvg update came from: what the Laplace mechanism's sensitivity depends on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LocalSgd {
-    /// n: the client's examples.
-    pub examples: usize,
-    /// E, B, eta.
-    pub config: LocalConfig,
-}
-
 impl LocalMechanism {
     /// The gradient rule local training must use under this mechanism.
     pub fn gradient_rule(&self) -> GradientRule {
         match *self {
-            LocalMechanism::Laplace { clip, .. } => GradientRule::ClippedL1(clip),
+            LocalMechanism::Laplace { clip, steps, .. } => GradientRule::ClippedL1 { clip, steps },
             LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => GradientRule::Mean,
         }
     }
 
-    /// Protects the FedAvg update `u`, trained by `sgd`, with noise from `rng`.
+    /// Protects the FedAvg update `u`, trained under the round's `config` (B and eta), with noise
+    /// from `rng`.
     pub fn protect_update<R: Rng + CryptoRng>(
         &self,
         mut u: Vec<f32>,
-        sgd: &LocalSgd,
+        config: &LocalConfig,
         rng: &mut R,
     ) -> Result<Protected, String> {
         let release = match *self {
@@ -104,8 +98,14 @@ impl LocalMechanism {
                 add_gaussian_noise(&mut u, release.noise, rng);
                 release
             }
-            LocalMechanism::Laplace { epsilon, clip } => {
-                let release = Release::laplace(epsilon, sgd.l1_sensitivity(clip));
+            LocalMechanism::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => {
+                let (eta, batch) = (config.learning_rate, config.batch_size as usize);
+                let delta = sgd_l1_sensitivity(clip, f64::from(eta), batch, steps);
+                let release = Release::laplace(epsilon, delta);
                 add_laplace_noise(&mut u, release.noise, rng);
                 release
             }
@@ -155,42 +155,33 @@ impl LocalMechanism {
     }
 }
 
-impl LocalSgd {
-    /// Delta of the released update at per-example L1 clip C ([`sgd_l1_sensitivity`]), from the
-    /// smallest batch B_min and the number of steps.
-    fn l1_sensitivity(&self, clip: f64) -> f64 {
-        let n = self.examples;
-        let batch = (self.config.batch_size as usize).clamp(1, n.max(1));
-        let smallest = match n % batch {
-            0 => batch,
-            rest => rest,
-        };
-        let steps = u64::from(self.config.epochs) * n.div_ceil(batch) as u64;
-        sgd_l1_sensitivity(clip, f64::from(self.config.learning_rate), smallest, steps)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
-    const SGD: LocalSgd = LocalSgd {
-        examples: 50,
-        config: LocalConfig {
-            epochs: 2,
-            batch_size: 20,
-            learning_rate: 0.1,
-            random_shift: 0,
-        },
+    const CONFIG: LocalConfig = LocalConfig {
+        epochs: 2,
+        batch_size: 20,
+        learning_rate: 0.1,
+        random_shift: 0,
     };
 
-    /// 50 examples in batches of 20: B_min = 10, 3 steps per epoch, 6 steps.
+    /// The Laplace release's sensitivity and noise come from C, eta, B and S alone.
     #[test]
-    fn the_laplace_sensitivity_uses_the_smallest_batch_and_every_step() {
-        let expected = sgd_l1_sensitivity(1.5, f64::from(0.1f32), 10, 6);
-        assert_eq!(SGD.l1_sensitivity(1.5), expected);
+    fn the_laplace_sensitivity_uses_only_public_numbers() {
+        let laplace = LocalMechanism::Laplace {
+            epsilon: 2.0,
+            clip: 1.5,
+            steps: 6,
+        };
+        let out = laplace
+            .protect_update(vec![0.0; 4], &CONFIG, &mut StdRng::seed_from_u64(1))
+            .unwrap();
+        let expected = sgd_l1_sensitivity(1.5, f64::from(0.1f32), 20, 6);
+        assert_eq!(out.release().sensitivity, expected);
+        assert_eq!(out.release().noise, expected / 2.0);
     }
 
     #[test]
@@ -203,7 +194,7 @@ mod tests {
             clip: 1.0,
         };
         let Released::Dense { values, release } = gaussian
-            .protect_update(u.clone(), &SGD, &mut rng)
+            .protect_update(u.clone(), &CONFIG, &mut rng)
             .unwrap()
             .into_released()
         else {
@@ -215,7 +206,7 @@ mod tests {
             k: 1,
             h: 2,
         };
-        let out = signds.protect_update(u, &SGD, &mut rng).unwrap();
+        let out = signds.protect_update(u, &CONFIG, &mut rng).unwrap();
         assert_eq!(out.release().epsilon, 2.0);
         assert!(
             matches!(out.into_released(), Released::Sign { indices, .. } if indices.len() == 2)

@@ -34,6 +34,9 @@ pub enum LocalPrivacyError {
     /// C not a positive number.
     #[error("clip bound C = {0} must be a positive number")]
     Clip(f64),
+    /// A Laplace round of no local steps.
+    #[error("the ldp-laplace mechanism needs at least one local step")]
+    Steps,
     /// SignDS sizes out of range.
     #[error("SignDS needs 1 <= h <= k < d (k = {k}, h = {h}, d = {d})")]
     SignDsSizes {
@@ -104,12 +107,16 @@ pub enum LocalMechanism {
         /// C (L2).
         clip: f64,
     },
-    /// Clip per-example gradients to L1 norm `clip`, add Laplace(Delta / epsilon) to the output.
+    /// Clip per-example gradients to L1 norm `clip`, run exactly `steps` SGD steps on batches
+    /// of the round's B, add Laplace(Delta / epsilon) to the output, Delta from these public
+    /// numbers alone (never from the client's example count).
     Laplace {
         /// Per-release epsilon.
         epsilon: f64,
         /// C (L1, per example).
         clip: f64,
+        /// S: local SGD steps.
+        steps: u64,
     },
     /// SignDS: release h of d dimensions chosen by EM-MDS around the top-k set.
     SignDs {
@@ -189,6 +196,7 @@ impl LocalMechanism {
                 }
                 check_clip(clip)
             }
+            Self::Laplace { steps: 0, .. } => Err(LocalPrivacyError::Steps),
             Self::Laplace { clip, .. } => check_clip(clip),
             Self::SignDs { k, h, .. } => {
                 if h == 0 || h > k || k >= dim {
@@ -213,9 +221,14 @@ impl LocalMechanism {
                 delta: min(delta, own.delta),
                 clip: own.clip.unwrap_or(clip),
             },
-            Self::Laplace { epsilon, clip } => Self::Laplace {
+            Self::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => Self::Laplace {
                 epsilon: min(epsilon, own.epsilon),
                 clip: own.clip.unwrap_or(clip),
+                steps,
             },
             Self::SignDs { epsilon, k, h } => Self::SignDs {
                 epsilon: min(epsilon, own.epsilon),
@@ -494,11 +507,13 @@ mod tests {
         let bad = LocalMechanism::Laplace {
             epsilon: 0.0,
             clip: 1.0,
+            steps: 1,
         };
         assert_eq!(bad.check(100), Err(LocalPrivacyError::Epsilon(0.0)));
         let bad = LocalMechanism::Laplace {
             epsilon: 1.0,
             clip: -1.0,
+            steps: 1,
         };
         assert_eq!(bad.check(100), Err(LocalPrivacyError::Clip(-1.0)));
         let bad = LocalMechanism::SignDs {
@@ -571,6 +586,7 @@ mod tests {
         let laplace = LocalMechanism::Laplace {
             epsilon: 1.0,
             clip: 1.0,
+            steps: 1,
         };
         laplace.admits(&Release::laplace(1.0, 0.01)).unwrap();
         let thin = Release {

@@ -14,6 +14,10 @@ pub struct LocalSection {
     /// C: the L2 bound of the update (`ldp-gaussian`) or the L1 bound of each per-example
     /// gradient (`ldp-laplace`).
     pub clip_bound: f64,
+    /// S: the local SGD steps each client runs under `ldp-laplace`, each on a batch of
+    /// `train.batch_size` examples (fewer when a client has fewer), whatever its number of
+    /// examples: the sensitivity 2 C eta (1/B + S - 1) is then public.
+    pub steps: u64,
 }
 
 impl Default for LocalSection {
@@ -22,6 +26,7 @@ impl Default for LocalSection {
             epsilon: 1.0,
             delta: 1e-5,
             clip_bound: 1.0,
+            steps: 1,
         }
     }
 }
@@ -32,14 +37,15 @@ impl LocalSection {
             && self.epsilon.is_finite()
             && (mode != PrivacyMode::LdpGaussian || (self.delta > 0.0 && self.delta < 1.0))
             && (mode == PrivacyMode::SignDs
-                || (self.clip_bound > 0.0 && self.clip_bound.is_finite()));
+                || (self.clip_bound > 0.0 && self.clip_bound.is_finite()))
+            && self.steps > 0;
         if ok {
             Ok(())
         } else {
             Err(ConfigError::Invalid(format!(
-                "[local] needs epsilon > 0, delta in (0, 1) and clip_bound C > 0 (got epsilon = \
-                 {}, delta = {}, clip_bound = {})",
-                self.epsilon, self.delta, self.clip_bound
+                "[local] needs epsilon > 0, delta in (0, 1), clip_bound C > 0 and steps >= 1 (got \
+                 epsilon = {}, delta = {}, clip_bound = {}, steps = {})",
+                self.epsilon, self.delta, self.clip_bound, self.steps
             )))
         }
     }

@@ -88,6 +88,8 @@ pub enum MechanismSpec {
         epsilon: f64,
         /// C, in L1 per example.
         clip: f64,
+        /// S: local SGD steps.
+        steps: u64,
     },
     /// SignDS: a sign and h dimensions.
     SignDs {
@@ -111,7 +113,15 @@ impl MechanismSpec {
                 delta,
                 clip,
             },
-            MechanismSpec::Laplace { epsilon, clip } => LocalMechanism::Laplace { epsilon, clip },
+            MechanismSpec::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => LocalMechanism::Laplace {
+                epsilon,
+                clip,
+                steps,
+            },
             MechanismSpec::SignDs { epsilon, sizes } => {
                 let k = ((sizes.top_k * dim as f64).round() as usize).max(1);
                 let signds = match sizes.output_dimensions {
@@ -294,6 +304,7 @@ impl RunConfig {
             PrivacyMode::LdpLaplace => MechanismSpec::Laplace {
                 epsilon: l.epsilon,
                 clip: l.clip_bound,
+                steps: l.steps,
             },
             _ => MechanismSpec::SignDs {
                 epsilon: l.epsilon,

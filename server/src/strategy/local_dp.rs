@@ -82,6 +82,7 @@ mod tests {
         let mechanism = LocalMechanism::Laplace {
             epsilon: 0.5,
             clip: 1.0,
+            steps: 1,
         };
         let mut s = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
         let c = ctx(1, 2.0, None);
