@@ -179,6 +179,9 @@ where
     };
     let ep = endpoint(opts)?;
     let mut failures = 0u32;
+    if opts.connection.is_none() {
+        tracing::info!(server = %opts.endpoint, client = %opts.name, "connecting");
+    }
     loop {
         let attempt = async {
             let connection = match &opts.connection {
@@ -198,7 +201,16 @@ where
                     ClientError::Status(s) => fl_proto::retry::retry_after(s),
                     _ => None,
                 };
-                tokio::time::sleep(retry_pause(failures, asked)).await;
+                let pause = retry_pause(failures, asked);
+                tracing::info!(
+                    server = %opts.endpoint,
+                    client = %opts.name,
+                    attempt = failures,
+                    reason = %fl_common::error_chain(&e),
+                    retry_in = format!("{:.1} s", pause.as_secs_f64()),
+                    "not connected yet: retrying"
+                );
+                tokio::time::sleep(pause).await;
             }
             Err(e) => return Err(e),
         }

@@ -49,6 +49,11 @@ pub(crate) struct Prepared {
     round: u64,
     /// The upload or the started secure round, or why there is neither.
     ready: Result<Ready, String>,
+    /// Seconds the job took.
+    seconds: f64,
+    /// The trainer's mean loss, when the round's upload is plain (a local mechanism's release
+    /// carries none); for this client's own log only.
+    loss: Option<f32>,
 }
 
 /// What a computed round sends.
@@ -74,6 +79,10 @@ fn prepare(
     oracle: Option<&Arc<PlainInputs>>,
 ) -> Prepared {
     let round = work.task.round;
+    let loss = match &computed {
+        Ok(Computed::Plain { loss, .. }) => *loss,
+        _ => None,
+    };
     let ready = match (computed, work.task.secure) {
         (Ok(Computed::Plain { values, .. }), Some(task)) => {
             let (state, keys) = SecureRound::start((me, round), task, &values, oracle);
@@ -85,7 +94,12 @@ fn prepare(
         (Ok(computed), None) => Ok(Ready::Upload(computed)),
         (Err(reason), _) => Err(reason),
     };
-    Prepared { round, ready }
+    Prepared {
+        round,
+        ready,
+        seconds: 0.0,
+        loss,
+    }
 }
 
 /// A client's state across its sessions; see the module documentation.
@@ -206,7 +220,14 @@ impl Engine {
     /// quantising, noising and first stage of the protocol as client `me`.
     pub(crate) fn job(&self, me: u64, work: Work) -> impl FnOnce() -> Prepared + Send + 'static {
         let (trainer, oracle) = (self.trainer.clone(), self.oracle.clone());
-        move || prepare(me, &work, compute(&work, &*trainer), oracle.as_ref())
+        move || {
+            let started = std::time::Instant::now();
+            let prepared = prepare(me, &work, compute(&work, &*trainer), oracle.as_ref());
+            Prepared {
+                seconds: started.elapsed().as_secs_f64(),
+                ..prepared
+            }
+        }
     }
 
     /// What the client sends once a round's job is done: the upload, the first stage message of
@@ -214,6 +235,11 @@ impl Engine {
     pub(crate) fn computed(&mut self, prepared: Prepared) -> Outgoing {
         self.rounds_trained += 1;
         let round = prepared.round;
+        if prepared.ready.is_ok() {
+            let loss = prepared.loss.map(|l| format!("{l:.4}"));
+            let seconds = format!("{:.2}", prepared.seconds);
+            tracing::info!(round, seconds, loss, "trained for the round");
+        }
         match prepared.ready {
             Ok(Ready::Secure(state, keys)) => {
                 let ring = state.ring;

@@ -143,10 +143,16 @@ fn options(
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     // Before the runtime starts its threads (fl_common::allocator).
     fl_common::allocator::tune();
-    run()
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", fl_common::error_chain(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 #[tokio::main]
@@ -173,6 +179,10 @@ async fn run() -> anyhow::Result<()> {
     );
     let shares = shares(&args, &data, privacy, &tls).await?;
     let connections = connections(&args, shares.len(), privacy, &tls)?;
+    if !connections.is_empty() {
+        let (clients, shared) = (shares.len(), connections.len());
+        tracing::info!(server = %args.server, clients, connections = shared, "connecting");
+    }
     let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (index, indices)) in shares.into_iter().enumerate() {

@@ -1,8 +1,10 @@
 """Federated MNIST with PyTorch clients and a model the server does not know.
 
 The clients train McMahan et al. 2017's CNN (two 5x5 convolutions of 32 and 64 channels, each
-followed by 2x2 max pooling, a dense layer of 512, 10 logits; 1,663,370 parameters) with their own
-PyTorch code; the server only sees the tensors' names and shapes (`model.kind = "external"`, the
+followed by 2x2 max pooling, a dense layer of 512, 10 logits), with batch normalisation after the
+first convolution, with their own PyTorch code; BatchNorm's integer `num_batches_tracked` is not
+a parameter: `flatten` leaves it out, `unflatten` keeps each client's own, and the server leaves
+it out of `model.init`; the server only sees the tensors' names and shapes (`model.kind = "external"`, the
 starting `state_dict` in `model.init`) and aggregates. The clients evaluate each round's global
 model on their own examples (federated evaluation), and at the end this script loads the server's
 `model.safetensors` with `safetensors.torch.load_file` and evaluates it on MNIST's test set.
@@ -40,12 +42,13 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.bn1 = nn.BatchNorm2d(32)
         self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
         self.fc1 = nn.Linear(7 * 7 * 64, 512)
         self.fc2 = nn.Linear(512, 10)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
@@ -67,6 +70,7 @@ class TorchClient:
     def train(self, weights: np.ndarray, config: dict):
         with self.lock:
             load(self.net, weights)
+            self.net.train()
             opt = torch.optim.SGD(self.net.parameters(), lr=config["learning_rate"])
             order = torch.Generator().manual_seed(config["seed"])
             losses = []
@@ -88,6 +92,7 @@ class TorchClient:
 
 def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor):
     """(mean cross-entropy, accuracy, n) of `net` on (x, y)."""
+    net.eval()  # BatchNorm with its running statistics
     with torch.no_grad():
         logits = torch.cat([net(batch) for batch in x.split(1000)])
     loss = float(F.cross_entropy(logits, y))
@@ -162,7 +167,8 @@ def report(out: Path, elapsed: float):
         figure = f"federated accuracy {fed['accuracy']:.4f} ({fed['clients']} clients)" if fed else ""
         print(f"round {r['round']:3d}  {r['seconds']:7.3f} s  {figure}")
     net = Net()
-    net.load_state_dict(load_file(str(out / "model.safetensors")))
+    # The server's model has no integer buffers (num_batches_tracked): this network keeps its own.
+    net.load_state_dict(load_file(str(out / "model.safetensors")), strict=False)
     x, y = load_mnist("t10k")
     loss, accuracy, n = evaluate(net, torch.from_numpy(x).reshape(-1, 1, 28, 28), torch.from_numpy(y))
     seconds = sorted(r["seconds"] for r in rounds)

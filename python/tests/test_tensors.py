@@ -32,6 +32,17 @@ def test_unflatten_inverts_flatten_with_the_shapes_of_the_template():
         np.testing.assert_array_equal(out[name], value * 2)
 
 
+def test_integer_buffers_stay_with_the_client():
+    s = state()
+    s["bn.num_batches_tracked"] = np.array(7, dtype=np.int64)
+    v = flatten(s)
+    assert v.size == 12
+    out = unflatten(v * 2, s)
+    assert out["bn.num_batches_tracked"].dtype == np.int64
+    assert int(out["bn.num_batches_tracked"]) == 7
+    np.testing.assert_array_equal(out["layers.2.bias"], s["layers.2.bias"] * 2)
+
+
 def test_a_vector_of_the_wrong_length_is_refused():
     s = state()
     with pytest.raises(ValueError, match="fewer"):

@@ -322,7 +322,10 @@ pub enum Admission {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The token (or certificate) is not one the server admits.
-    #[error("enrollment token refused")]
+    #[error(
+        "enrollment token refused: the client must present the server's token, or its own from \
+         `fl enroll`, in FL_TOKEN (or --token), in the shell that starts it"
+    )]
     Unknown,
     /// The client was revoked.
     #[error("client {0} is revoked")]

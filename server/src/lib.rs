@@ -154,20 +154,15 @@ async fn run_server(
     stop: watch::Receiver<bool>,
     checkpoint: Option<Checkpoint>,
 ) -> Result<Summary, ServerError> {
-    let seed = config.server.seed;
-    if let Some(seed) = seed {
+    if let Some(seed) = config.server.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
-    config.validate()?;
-    config.validate_for_server()?;
     warn_on_short_token(&config);
     if config.server.out.as_os_str().is_empty() {
         config.server.out = run_dir::fresh("run")?;
     }
+    check_start(&config, checkpoint.as_ref())?;
     let out = config.server.out.clone();
-    if checkpoint.is_none() {
-        run_dir::check_unused(&out)?;
-    }
     let existed = out.exists();
     let started = start(listener, config, test, oracle, stop, checkpoint.as_ref()).await;
     let (coordinator, serving, done_tx) = match started {
@@ -189,6 +184,23 @@ async fn run_server(
     let _ = done_tx.send(true);
     transport::drain(serving).await;
     result
+}
+
+/// What can be checked of a run before anything is bound or written: the configuration, what
+/// only a server needs of it, that a new run's folder holds no run, and the starting model
+/// (`model.init`). `fl-server` calls it before it announces its address.
+pub fn check_start(config: &RunConfig, checkpoint: Option<&Checkpoint>) -> Result<(), ServerError> {
+    config.validate()?;
+    config.validate_for_server()?;
+    if checkpoint.is_none() {
+        run_dir::check_unused(&config.server.out)?;
+    }
+    // An external model is its file: read it now (a built-in network's weights are read with
+    // its test set, before anything is written).
+    if config.model.is_external() {
+        model_setup::starting_model(config, None, checkpoint)?;
+    }
+    Ok(())
 }
 
 /// What a started run hands to its round loop: the coordinator (without its observer and

@@ -280,6 +280,7 @@ async fn run() -> anyhow::Result<ExitCode> {
         .init();
     let args = Args::parse();
     let (resume, config) = start(args)?;
+    fl_server::check_start(&config, resume.as_ref().map(|(_, c)| c))?;
     // The server evaluates a built-in network on the test set; it cannot run an external model.
     let test = match config.model.is_external() {
         true => None,

@@ -56,23 +56,35 @@ fn read(bytes: &[u8]) -> Result<SafeTensors<'_>, String> {
     Ok(file)
 }
 
-/// The external model whose tensors `bytes` holds: every tensor must be F32 (the flat vector
-/// is f32; an integer buffer such as BatchNorm's `num_batches_tracked` is refused by name).
-pub fn external_layout(bytes: &[u8]) -> Result<ExternalModel, String> {
+/// Whether a tensor of `dtype` is an integer or boolean buffer (BatchNorm's
+/// `num_batches_tracked`): not a parameter, never averaged; the clients keep their own (as
+/// FedBN keeps local statistics).
+fn is_buffer(dtype: Dtype) -> bool {
+    use Dtype::*;
+    matches!(dtype, BOOL | U8 | I8 | U16 | I16 | U32 | I32 | U64 | I64)
+}
+
+/// The external model whose tensors `bytes` holds: its float tensors must be F32 (the flat
+/// vector is f32); integer and boolean buffers are left out, and named in the returned list.
+pub fn external_layout(bytes: &[u8]) -> Result<(ExternalModel, Vec<String>), String> {
     let file = read(bytes)?;
-    let tensors = (file.tensors().into_iter())
+    let (buffers, tensors): (Vec<_>, Vec<_>) =
+        (file.tensors().into_iter()).partition(|(_, view)| is_buffer(view.dtype()));
+    let buffers = buffers.into_iter().map(|(name, _)| name).collect();
+    let tensors = (tensors.into_iter())
         .map(|(name, view)| match view.dtype() {
             Dtype::F32 => Ok(TensorShape {
                 name,
                 shape: view.shape().to_vec(),
             }),
             other => Err(format!(
-                "tensor {name} is {other:?}: an external model's tensors must all be F32 \
-                 (save only the float tensors, converted with .float())"
+                "tensor {name} is {other:?}: an external model's float tensors must be F32 \
+                 (convert them with .float())"
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    ExternalModel::new(tensors).map_err(|e| e.to_string())
+    let model = ExternalModel::new(tensors).map_err(|e| e.to_string())?;
+    Ok((model, buffers))
 }
 
 /// The parameters of `spec` in `bytes`: every tensor the model names must be there, f32, of
@@ -83,6 +95,7 @@ pub fn decode(spec: &Model, bytes: &[u8]) -> Result<Vec<f32>, String> {
     let zeros = vec![0.0; spec.num_params()];
     let names = spec.named_tensors(&zeros);
     let mut present = file.names();
+    present.retain(|n| file.tensor(n).is_ok_and(|v| !is_buffer(v.dtype())));
     present.sort();
     if let Some(extra) = (present.into_iter()).find(|n| !names.iter().any(|(name, ..)| name == *n))
     {
@@ -201,7 +214,8 @@ mod tests {
         );
         let params: Vec<f32> = (0..10).map(|i| i as f32).collect();
         let bytes = encode(&user, &params).unwrap();
-        let layout = external_layout(&bytes).unwrap();
+        let (layout, buffers) = external_layout(&bytes).unwrap();
+        assert!(buffers.is_empty());
         assert_eq!(Model::External(layout.clone()), user);
         assert_eq!(layout.tensors()[0].name, "conv.bias");
         assert_eq!(decode(&user, &bytes).unwrap(), params);
@@ -210,11 +224,22 @@ mod tests {
         assert_eq!(w.shape(), &[3, 2]);
         assert_eq!(f32::from_le_bytes(w.data()[..4].try_into().unwrap()), 4.0);
 
+        // An integer buffer (BatchNorm's step count) is left out and named; a float tensor of
+        // another width is refused by name.
         let steps = [0u8; 8];
         let int = TensorView::new(Dtype::I64, vec![1], &steps).unwrap();
-        let file = safetensors::tensor::serialize([("bn.num_batches_tracked", int)], None).unwrap();
+        let weight = [0u8; 8];
+        let w = TensorView::new(Dtype::F32, vec![2], &weight).unwrap();
+        let both = [("bn.num_batches_tracked", int.clone()), ("bn.weight", w)];
+        let file = safetensors::tensor::serialize(both, None).unwrap();
+        let (layout, buffers) = external_layout(&file).unwrap();
+        assert_eq!(buffers, ["bn.num_batches_tracked"]);
+        assert_eq!(layout.tensors().len(), 1);
+        assert_eq!(decode(&Model::External(layout), &file).unwrap(), [0.0, 0.0]);
+        let wide = TensorView::new(Dtype::F64, vec![1], &steps).unwrap();
+        let file = safetensors::tensor::serialize([("x", wide)], None).unwrap();
         let e = external_layout(&file).unwrap_err();
-        assert!(e.contains("bn.num_batches_tracked is I64"), "{e}");
+        assert!(e.contains("tensor x is F64"), "{e}");
         assert!(external_layout(b"junk").is_err());
     }
 }

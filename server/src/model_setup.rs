@@ -73,7 +73,15 @@ fn model(
         let path =
             init.ok_or_else(|| invalid("model.kind = \"external\" needs model.init".into()))?;
         let bytes = read(path)?;
-        let layout = model_file::external_layout(&bytes).map_err(|e| refused(path, e))?;
+        let (layout, buffers) =
+            model_file::external_layout(&bytes).map_err(|e| refused(path, e))?;
+        if !buffers.is_empty() {
+            tracing::info!(
+                file = %path.display(),
+                ?buffers,
+                "integer buffers are not parameters: left out of the model, each client keeps its own"
+            );
+        }
         let model = Model::External(layout);
         let initial = match checkpoint {
             Some(_) => None,
