@@ -214,7 +214,8 @@ async fn run() -> anyhow::Result<()> {
             ),
             (index, Err(e)) => {
                 failures += 1;
-                tracing::error!(index, error = %e, "client failed");
+                let error = fl_common::error_chain(&e);
+                tracing::error!(index, %error, "client failed");
             }
         }
     }

@@ -52,3 +52,35 @@ fn the_kubernetes_run_config_is_valid() {
     assert!(config.server.out.starts_with("/runs"));
     assert_eq!(config.server.listen, "0.0.0.0:50051");
 }
+
+/// A configuration's relative paths resolve against its own folder, so the shipped configs find
+/// the shipped MNIST from any current directory; an override on the command line stays relative
+/// to the current directory.
+#[test]
+fn a_configs_relative_paths_resolve_against_its_folder() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/quickstart.toml");
+    for name in [
+        "quickstart",
+        "geyer-k100",
+        "secagg",
+        "ldp-laplace",
+        "dp-ftrl",
+    ] {
+        let path = path.with_file_name(format!("{name}.toml"));
+        let config = RunConfig::load(&path).unwrap();
+        let DataSource::Mnist(dir) = &config.data.source else {
+            panic!("{name}: not MNIST")
+        };
+        assert!(dir.starts_with(path.parent().unwrap()), "{}", dir.display());
+        assert!(
+            dir.join("train-labels-idx1-ubyte.gz").is_file(),
+            "{name}: {}",
+            dir.display()
+        );
+    }
+    let overridden = RunConfig::load_with(&path, &["data.source=\"mnist:elsewhere\"".into()]);
+    assert_eq!(
+        overridden.unwrap().data.source.to_string(),
+        "mnist:elsewhere"
+    );
+}

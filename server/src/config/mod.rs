@@ -107,6 +107,8 @@ impl RunConfig {
             source,
         };
         let mut table: toml::Table = toml::from_str(&text).map_err(parse)?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        resolve_relative_paths(&mut table, base);
         for o in overrides {
             apply_override(&mut table, o)?;
         }
@@ -155,6 +157,39 @@ impl RunConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// The configuration's file paths (`section`, `key`, the prefix before the path, if any).
+const PATH_KEYS: [(&str, &str, Option<&str>); 7] = [
+    ("server", "out", None),
+    ("server", "enrollment", None),
+    ("server", "tls_cert", None),
+    ("server", "tls_key", None),
+    ("server", "tls_client_ca", None),
+    ("model", "init", None),
+    ("data", "source", Some(":")),
+];
+
+/// Makes every relative path the file names relative to the file's folder `base` (so a
+/// configuration means the same from any current directory); overrides on the command line,
+/// applied after, stay relative to the current directory.
+fn resolve_relative_paths(table: &mut toml::Table, base: &Path) {
+    for (section, key, prefixed) in PATH_KEYS {
+        let Some(toml::Value::String(value)) = (table.get_mut(section))
+            .and_then(|s| s.as_table_mut())
+            .and_then(|s| s.get_mut(key))
+        else {
+            continue;
+        };
+        let (head, path) = match prefixed.and_then(|sep| value.split_once(sep)) {
+            Some((kind, path)) => (format!("{kind}:"), path.to_string()),
+            None => (String::new(), value.clone()),
+        };
+        if path.is_empty() || Path::new(&path).is_absolute() {
+            continue;
+        }
+        *value = format!("{head}{}", base.join(path).display());
     }
 }
 
