@@ -11,23 +11,30 @@ use ndarray::Array2;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 /// The system allocator, counting allocations.
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations made by this thread: the test harness's own threads allocate at times of
+    /// their choosing (its output capture, its timers), which a process-wide count would add.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
 
-// SAFETY: every call is forwarded unchanged to the system allocator.
+/// Allocations made so far by the calling thread.
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
+        // A const-initialised thread local without a destructor: reading it never allocates.
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` above, that is from the system allocator.
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -48,7 +55,7 @@ fn allocations_of_training(data: &Dataset, examples: usize) -> usize {
         learning_rate: 0.1,
         random_shift: 0,
     };
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     train_local(
         &spec,
         &mut params,
@@ -58,7 +65,7 @@ fn allocations_of_training(data: &Dataset, examples: usize) -> usize {
         GradientRule::Mean,
         &mut rng,
     );
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    allocations() - before
 }
 
 /// Allocations the matrix-multiply library makes in the products of one step of batch size `b`
@@ -73,7 +80,7 @@ fn allocations_of_one_steps_products(b: usize) -> usize {
         .map(|w| Array2::ones((w[0], w[1])))
         .collect();
     let out = |r: usize, c: usize| Array2::<f32>::zeros((r, c));
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     let mut buffers = Vec::new();
     for l in 1..widths.len() {
         buffers.push(out(b, widths[l]));
@@ -82,7 +89,7 @@ fn allocations_of_one_steps_products(b: usize) -> usize {
             buffers.push(out(b, widths[l - 1]));
         }
     }
-    let allocated_buffers = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocated_buffers = allocations() - before;
     let mut buffers = buffers.iter_mut();
     let mut next = || buffers.next().expect("one buffer per product").view_mut();
     for l in 1..widths.len() {
@@ -93,7 +100,7 @@ fn allocations_of_one_steps_products(b: usize) -> usize {
             mat_mul(1.0, &acts[l].view(), &w.t(), 0.0, &mut next());
         }
     }
-    ALLOCATIONS.load(Ordering::Relaxed) - before - allocated_buffers
+    allocations() - before - allocated_buffers
 }
 
 #[test]
