@@ -37,7 +37,9 @@ def main():
                    help="Python clients that return the model they receive")
     args = p.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "fl-server", "-p", "fl-client"],
+    print("building fl-server and fl-client (cargo's progress below; a few minutes the first time)",
+          flush=True)
+    subprocess.run(["cargo", "build", "--release", "-p", "fl-server", "-p", "fl-client"],
                    cwd=REPO, check=True)
     target = REPO / "target" / "release"
     server = subprocess.Popen(

@@ -111,7 +111,8 @@ def main():
     p.add_argument("--out", default="runs/pytorch-example", help="the server's run folder")
     args = p.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "fl-server"], cwd=REPO, check=True)
+    print("building fl-server (cargo's progress below; a few minutes the first time)", flush=True)
+    subprocess.run(["cargo", "build", "--release", "-p", "fl-server"], cwd=REPO, check=True)
     torch.manual_seed(args.seed)
     net = Net()
     init = REPO / f"{args.out}-init.safetensors"

@@ -266,3 +266,77 @@ fn client_refuses_unusable_privacy_limits() {
         assert!(stderr.contains(message), "{flag} {value}: {stderr}");
     }
 }
+
+/// `fl-server` refuses, before it announces an address, what would fail or destroy later: a
+/// folder that holds a run (its ledger left as it was), and an external model whose file it
+/// cannot take. Each error is said once, naming what to do.
+#[test]
+fn a_server_refuses_before_it_listens() {
+    let dir = std::env::temp_dir().join(format!("fl-refuse-early-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ledger = "{\"round\":1}\n";
+    std::fs::write(dir.join("ledger.jsonl"), ledger).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(bin("fl-server"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--model",
+                "logistic",
+                "--data",
+                &procs::mnist(),
+            ])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = dir.display().to_string();
+    let refused = run(&["--out", &out]);
+    let (said, printed) = (
+        String::from_utf8_lossy(&refused.stderr),
+        String::from_utf8_lossy(&refused.stdout),
+    );
+    assert!(!refused.status.success());
+    assert!(!printed.contains("listening on"), "{printed}");
+    for part in [out.as_str(), "--resume", "--overwrite"] {
+        assert!(said.contains(part), "{said}");
+    }
+    assert_eq!(said.matches("holds a run").count(), 1, "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ledger.jsonl")).unwrap(),
+        ledger
+    );
+
+    // A float tensor of another width cannot be the f32 flat vector.
+    let init = dir.join("init.safetensors");
+    let wide =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F64, vec![1], &[0u8; 8]).unwrap();
+    std::fs::write(
+        &init,
+        safetensors::tensor::serialize([("w", wide)], None).unwrap(),
+    )
+    .unwrap();
+    let config = dir.join("external.toml");
+    let body = format!(
+        "[server]\nout = \"{}\"\n[model]\nkind = \"external\"\ninit = \"{}\"\n",
+        dir.join("external-run").display(),
+        init.display()
+    );
+    std::fs::write(&config, body).unwrap();
+    let refused = Command::new(bin("fl-server"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("listening on"));
+    assert!(said.contains("tensor w is F64"), "{said}");
+    assert!(!dir.join("external-run").exists(), "a half-made run folder");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
