@@ -448,3 +448,29 @@ fn an_interrupted_sim_resumes_to_the_ledger_of_an_uninterrupted_run() {
     assert_eq!(final_["stopped_by"], "rounds");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A busy port for the live page: the error names the listener and its address, once, and no
+/// half-made run folder is left behind.
+#[test]
+fn a_busy_page_port_is_named_and_leaves_no_folder() {
+    let dir = temp("busy");
+    let config = private_config(&dir, 2);
+    let out = dir.join("run");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let ended = fl_sim(&[
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--page-listen".as_ref(),
+        addr.as_ref(),
+    ]);
+    let said = String::from_utf8_lossy(&ended.stderr);
+    assert!(!ended.status.success());
+    let named = format!("the live run page cannot listen on {addr}");
+    assert_eq!(said.matches(&named).count(), 1, "{said}");
+    assert_eq!(said.matches("in use").count(), 1, "said once: {said}");
+    assert!(!out.exists(), "a half-made run folder");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
