@@ -168,8 +168,10 @@ async fn run_server(
     let (coordinator, serving, done_tx) = match started {
         Ok(started) => started,
         Err(e) => {
-            if checkpoint.is_none() {
-                discard_half_made(&out, existed);
+            if checkpoint.is_none()
+                && let Err(e) = run_dir::discard_unstarted(&out, existed)
+            {
+                tracing::warn!(dir = %out.display(), error = %e, "cannot remove the unused run folder");
             }
             return Err(e);
         }
@@ -267,28 +269,6 @@ async fn start(
         page,
     };
     Ok((coordinator, serving, done_tx))
-}
-
-/// Removes what a run that failed to start wrote in `dir`: the files it creates, and the folder
-/// itself when it did not exist before.
-fn discard_half_made(dir: &std::path::Path, existed: bool) {
-    let removed = match existed {
-        true => (run_dir::RECORDS.iter())
-            .map(|f| std::fs::remove_file(dir.join(f)))
-            .filter(|r| {
-                r.as_ref()
-                    .is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
-            })
-            .collect::<Result<Vec<()>, _>>()
-            .map(drop),
-        false => std::fs::remove_dir_all(dir),
-    };
-    if let Err(e) = removed.or_else(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Ok(()),
-        _ => Err(e),
-    }) {
-        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the unused run folder");
-    }
 }
 
 /// The run folder: a fresh one, or the interrupted run's reopened at its `checkpoint`.

@@ -66,12 +66,32 @@ pub fn clear_for_overwrite(dir: &Path) -> std::io::Result<Option<PathBuf>> {
         false => None,
     };
     for name in REPLACED {
-        match std::fs::remove_file(dir.join(name)) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+        remove_if_present(&dir.join(name))?;
     }
     Ok(archive)
+}
+
+/// Removes what a run that failed to start wrote in `dir`: the folder itself when it did not
+/// exist before (`existed` false), else the records the run creates.
+pub fn discard_unstarted(dir: &Path, existed: bool) -> std::io::Result<()> {
+    if !existed {
+        return match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    for name in RECORDS {
+        remove_if_present(&dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Removes the file at `path`, if there is one.
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// A new folder's path for a run named `name` (the configuration file's stem), in [`ROOT`];
