@@ -357,6 +357,30 @@ fn a_rerun_never_erases_a_private_run() {
         .collect();
     assert_eq!(archived.len(), 1, "{archived:?}");
     assert_eq!(std::fs::read_to_string(&archived[0]).unwrap(), ledger);
+    // The new ledger verifies against its checkpoint; with its first line edited it does not.
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_fl"))
+            .args(["privacy", "ledger", "--verify"])
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let verified = verify();
+    assert!(verified.status.success(), "{verified:?}");
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("lines = 2"));
+    let path = out.join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("\"noise_multiplier\":1.0", "\"noise_multiplier\":2.0", 1),
+    )
+    .unwrap();
+    let refused = verify();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("line 2"),
+        "{refused:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
