@@ -1,5 +1,6 @@
 //! `fl`: the command-line tool of the federated-learning system.
 
+mod authority;
 mod enroll;
 mod plot;
 mod privacy;
@@ -37,6 +38,10 @@ enum Command {
     /// Revoke an enrolled client: a running server ends its session within a second and refuses
     /// it from then on.
     Revoke(enroll::RevokeArgs),
+    /// The federation authority, a key the server does not hold: its key pair, clients' identity
+    /// keys, certificates binding a name to an identity key, and revocations.
+    #[command(subcommand)]
+    Authority(authority::AuthorityCommand),
     /// Draw a sweep's table (scripts/epsilon-sweep.sh): final test accuracy against epsilon, a
     /// line per label.
     SweepPlot {
@@ -121,6 +126,7 @@ async fn run() -> anyhow::Result<ExitCode> {
             None => eprintln!("{} enrolled by its certificate", args.name),
         },
         Command::Revoke(args) => enroll::revoke(&args)?,
+        Command::Authority(command) => println!("{}", authority::run(command)?),
         Command::Plot { run } => plot::plot_run(&run, &run.display().to_string())?,
         Command::Compare {
             runs,

@@ -9,6 +9,7 @@
 
 pub mod admm;
 pub mod allocator;
+pub mod authority;
 pub mod cores;
 pub mod data;
 pub mod model;
