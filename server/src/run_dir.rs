@@ -83,6 +83,8 @@ pub fn discard_unstarted(dir: &Path, existed: bool) -> std::io::Result<()> {
     for name in RECORDS {
         remove_if_present(&dir.join(name))?;
     }
+    // A folder left empty (one `fresh` made) goes too; one with anything else in it stays.
+    let _ = std::fs::remove_dir(dir);
     Ok(())
 }
 
@@ -94,50 +96,78 @@ fn remove_if_present(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// A new folder's path for a run named `name` (the configuration file's stem), in [`ROOT`];
+/// A new folder for a run named `name` (the configuration file's stem), in [`ROOT`];
 /// `ROOT/latest` is pointed at it (on Unix, as a relative symbolic link, unless `latest` is
 /// something other than a link, which is left alone).
+/// The folder is created here (and is empty): two runs started in the same second get two.
 pub fn fresh(name: &str) -> std::io::Result<PathBuf> {
-    let root = Path::new(ROOT);
+    fresh_in(Path::new(ROOT), name)
+}
+
+/// [`fresh`] in `root`.
+fn fresh_in(root: &Path, name: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(root)?;
-    let dir = unused(root, name, "")?;
-    point_latest(root, &dir)?;
-    Ok(dir)
+    for dir in candidates(root, name, "")? {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                point_latest(root, &dir);
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::other("no free name"))
 }
 
 /// `dir/PREFIX-YYYYMMDD-HHMMSS[-N]SUFFIX` in UTC, with the first N that is not taken.
 fn unused(dir: &Path, prefix: &str, suffix: &str) -> std::io::Result<PathBuf> {
-    let format = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
-    let stamp = (time::OffsetDateTime::now_utc().format(format)).map_err(Error::other)?;
-    let base = format!("{prefix}-{stamp}");
-    (1..)
-        .map(|n| match n {
-            1 => dir.join(format!("{base}{suffix}")),
-            n => dir.join(format!("{base}-{n}{suffix}")),
-        })
-        .find(|p| !p.exists())
+    (candidates(dir, prefix, suffix)?.find(|p| !p.exists()))
         .ok_or_else(|| Error::other("no free name"))
 }
 
+/// `dir/PREFIX-YYYYMMDD-HHMMSS[-N]SUFFIX` in UTC for N = 1, 2, ... (1 written as nothing).
+fn candidates(
+    dir: &Path,
+    prefix: &str,
+    suffix: &str,
+) -> std::io::Result<impl Iterator<Item = PathBuf>> {
+    let format = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
+    let stamp = (time::OffsetDateTime::now_utc().format(format)).map_err(Error::other)?;
+    let (base, dir, suffix) = (
+        format!("{prefix}-{stamp}"),
+        dir.to_owned(),
+        suffix.to_owned(),
+    );
+    Ok((1..10_000).map(move |n| match n {
+        1 => dir.join(format!("{base}{suffix}")),
+        n => dir.join(format!("{base}-{n}{suffix}")),
+    }))
+}
+
+/// Points `root/latest` at `dir`: a new link made beside it and renamed over it, so that runs
+/// started at once each leave a whole link. A failure is logged, not fatal: the link is a
+/// convenience, the run folder is the record.
 #[cfg(unix)]
-fn point_latest(root: &Path, dir: &Path) -> std::io::Result<()> {
+fn point_latest(root: &Path, dir: &Path) {
     let link = root.join(LATEST);
-    match std::fs::symlink_metadata(&link) {
-        Ok(m) if !m.file_type().is_symlink() => {
-            tracing::warn!(path = %link.display(), "not a link: left as it is");
-            return Ok(());
-        }
-        Ok(_) => std::fs::remove_file(&link)?,
-        Err(_) => {}
+    if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
+        tracing::warn!(path = %link.display(), "not a link: left as it is");
+        return;
     }
     let target = dir.file_name().map(PathBuf::from).unwrap_or(dir.to_owned());
-    std::os::unix::fs::symlink(target, link)
+    let name = target.to_string_lossy();
+    let fresh = root.join(format!(".{LATEST}-{name}-{}", std::process::id()));
+    let made =
+        std::os::unix::fs::symlink(&target, &fresh).and_then(|()| std::fs::rename(&fresh, &link));
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&fresh);
+        tracing::warn!(path = %link.display(), error = %e, "cannot point the link at the new run");
+    }
 }
 
 #[cfg(not(unix))]
-fn point_latest(_root: &Path, _dir: &Path) -> std::io::Result<()> {
-    Ok(())
-}
+fn point_latest(_root: &Path, _dir: &Path) {}
 
 #[cfg(test)]
 mod tests {
@@ -170,5 +200,21 @@ mod tests {
         assert_ne!(second, archive);
         assert!(archive.exists() && second.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Runs started in the same second get folders of their own; `latest` points to the last.
+    #[test]
+    fn new_runs_get_folders_of_their_own() {
+        let root = std::env::temp_dir().join(format!("fl-run-fresh-{}", std::process::id()));
+        let first = fresh_in(&root, "quickstart").unwrap();
+        let second = fresh_in(&root, "quickstart").unwrap();
+        assert_ne!(first, second);
+        assert!(first.is_dir() && second.is_dir());
+        #[cfg(unix)]
+        assert_eq!(
+            std::fs::read_link(root.join(LATEST)).unwrap(),
+            second.file_name().unwrap()
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
