@@ -77,11 +77,9 @@ fn fresh_config(args: &SimArgs, path: &Path) -> anyhow::Result<RunConfig> {
     if args.seed.is_some() {
         config.server.seed = args.seed;
     }
+    // An unnamed folder is made new once everything else is checked (in `run`).
     if config.server.out.as_os_str().is_empty() {
-        let name = path
-            .file_stem()
-            .map_or("sim".into(), |s| s.to_string_lossy());
-        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+        return Ok(config);
     }
     let out = &config.server.out;
     if args.overwrite {
@@ -157,13 +155,18 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let signalled = fl_server::stop_on_signal(stop_tx);
-    let out = config.server.out.clone();
     let title = format!(
         "{} clients, {} per round, {}",
         config.server.clients,
         config.server.clients_per_round,
         String::from(config.data.partition)
     );
+    if config.server.out.as_os_str().is_empty() {
+        let stem = args.config.as_deref().and_then(Path::file_stem);
+        let name = stem.map_or("sim".into(), |s| s.to_string_lossy());
+        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+    }
+    let out = config.server.out.clone();
     let tokens = client_tokens(&mut config, shares.len())?;
     let seed = config.server.seed;
     let join_timeout_secs = config.server.join_timeout_secs;

@@ -57,28 +57,51 @@ fn getrandom(bytes: &mut [u8]) -> Result<(), AuthorityError> {
     (rand::rngs::OsRng.try_fill_bytes(bytes)).map_err(|e| AuthorityError::Random(e.to_string()))
 }
 
+/// A secret Ed25519 key in one of two roles: the federation authority's ([`Authority`]) or a
+/// client's identity key ([`Identity`]).
+pub struct SecretKey<R> {
+    key: SigningKey,
+    role: std::marker::PhantomData<R>,
+}
+
+/// The role of the federation authority's key.
+pub enum AuthorityRole {}
+/// The role of a client's identity key.
+pub enum IdentityRole {}
+
 /// The federation authority's secret key.
-pub struct Authority(SigningKey);
+pub type Authority = SecretKey<AuthorityRole>;
+/// A client's identity key pair: it signs what the client says to its peers through the server.
+pub type Identity = SecretKey<IdentityRole>;
+
+impl<R> SecretKey<R> {
+    /// A new key from the OS's generator.
+    pub fn generate() -> Result<Self, AuthorityError> {
+        generate().map(Self::from_key)
+    }
+
+    /// The key whose secret is `secret` (as [`SecretKey::secret`] gave it).
+    pub fn from_secret(secret: &[u8; 32]) -> Self {
+        Self::from_key(SigningKey::from_bytes(secret))
+    }
+
+    /// The secret, for its owner's file (an authority's is never given to the server).
+    pub fn secret(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
+    fn from_key(key: SigningKey) -> Self {
+        Self {
+            key,
+            role: std::marker::PhantomData,
+        }
+    }
+}
 
 impl Authority {
-    /// A new authority key from the OS's generator.
-    pub fn generate() -> Result<Self, AuthorityError> {
-        generate().map(Self)
-    }
-
-    /// The authority whose secret key is `secret` (as [`Authority::secret`] gave it).
-    pub fn from_secret(secret: &[u8; 32]) -> Self {
-        Self(SigningKey::from_bytes(secret))
-    }
-
-    /// The secret key, for its file (kept by the authority, never given to the server).
-    pub fn secret(&self) -> [u8; 32] {
-        self.0.to_bytes()
-    }
-
     /// The public key clients are configured with.
     pub fn public(&self) -> AuthorityKey {
-        AuthorityKey(self.0.verifying_key())
+        AuthorityKey(self.key.verifying_key())
     }
 
     /// Certifies that `identity` is the identity key of the client `name`.
@@ -91,7 +114,7 @@ impl Authority {
         Ok(IdentityCertificate {
             name: name.to_owned(),
             identity: *identity,
-            signature: self.0.sign(&payload).to_bytes(),
+            signature: self.key.sign(&payload).to_bytes(),
         })
     }
 
@@ -105,7 +128,7 @@ impl Authority {
         Ok(RevocationList {
             serial,
             names,
-            signature: self.0.sign(&payload).to_bytes(),
+            signature: self.key.sign(&payload).to_bytes(),
         })
     }
 }
@@ -145,28 +168,10 @@ impl AuthorityKey {
     }
 }
 
-/// A client's identity key pair: it signs what the client says to its peers through the server.
-pub struct Identity(SigningKey);
-
 impl Identity {
-    /// A new identity key from the OS's generator.
-    pub fn generate() -> Result<Self, AuthorityError> {
-        generate().map(Self)
-    }
-
-    /// The identity whose secret key is `secret` (as [`Identity::secret`] gave it).
-    pub fn from_secret(secret: &[u8; 32]) -> Self {
-        Self(SigningKey::from_bytes(secret))
-    }
-
-    /// The secret key, for the client's own file.
-    pub fn secret(&self) -> [u8; 32] {
-        self.0.to_bytes()
-    }
-
     /// The public identity key, which the authority certifies.
     pub fn public(&self) -> IdentityKey {
-        IdentityKey(self.0.verifying_key().to_bytes())
+        IdentityKey(self.key.verifying_key().to_bytes())
     }
 }
 

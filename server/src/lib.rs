@@ -158,10 +158,10 @@ async fn run_server(
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
     warn_on_short_token(&config);
+    check_start(&config, checkpoint.as_ref())?;
     if config.server.out.as_os_str().is_empty() {
         config.server.out = run_dir::fresh("run")?;
     }
-    check_start(&config, checkpoint.as_ref())?;
     let out = config.server.out.clone();
     let existed = out.exists();
     let started = start(listener, config, test, oracle, stop, checkpoint.as_ref()).await;
@@ -189,12 +189,13 @@ async fn run_server(
 }
 
 /// What can be checked of a run before anything is bound or written: the configuration, what
-/// only a server needs of it, that a new run's folder holds no run, and the starting model
-/// (`model.init`). `fl-server` calls it before it announces its address.
+/// only a server needs of it, that a new run's named folder holds no run (an unnamed one gets a
+/// new folder), and the starting model (`model.init`). `fl-server` calls it before it announces
+/// its address.
 pub fn check_start(config: &RunConfig, checkpoint: Option<&Checkpoint>) -> Result<(), ServerError> {
     config.validate()?;
     config.validate_for_server()?;
-    if checkpoint.is_none() {
+    if checkpoint.is_none() && !config.server.out.as_os_str().is_empty() {
         run_dir::check_unused(&config.server.out)?;
     }
     // An external model is its file: read it now (a built-in network's weights are read with

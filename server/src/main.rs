@@ -209,14 +209,12 @@ fn start(args: Args) -> anyhow::Result<Start> {
         Some(dir) => (args.listen.clone(), args.operator_endpoints(), dir.clone()),
         None => {
             let (resume_existing, overwrite) = (args.resume_existing, args.overwrite);
-            let name = (args.config.as_deref())
-                .and_then(|c| c.file_stem())
-                .map_or("fl-server".into(), |s| s.to_string_lossy().into_owned());
-            let mut fresh = args.resolve()?;
-            if fresh.server.out.as_os_str().is_empty() {
-                fresh.server.out = run_dir::fresh(&name).context("making a new run folder")?;
-            }
+            let fresh = args.resolve()?;
             let out = fresh.server.out.clone();
+            // An unnamed folder is made new once the run is checked (`run_dir::fresh` in `run`).
+            if out.as_os_str().is_empty() {
+                return Ok((None, fresh));
+            }
             if overwrite {
                 replace_run(&out)?;
             }
@@ -279,8 +277,14 @@ async fn run() -> anyhow::Result<ExitCode> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let (resume, config) = start(args)?;
+    let name = (args.config.as_deref())
+        .and_then(|c| c.file_stem())
+        .map_or("fl-server".into(), |s| s.to_string_lossy().into_owned());
+    let (resume, mut config) = start(args)?;
     fl_server::check_start(&config, resume.as_ref().map(|(_, c)| c))?;
+    if config.server.out.as_os_str().is_empty() {
+        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+    }
     // The server evaluates a built-in network on the test set; it cannot run an external model.
     let test = match config.model.is_external() {
         true => None,
