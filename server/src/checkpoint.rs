@@ -197,11 +197,9 @@ impl Checkpoint {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_checkpoint_reads_back_as_written() {
-        let dir = std::env::temp_dir().join(format!("fl-checkpoint-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let progress = Progress {
+    /// The progress of a run at round 7, with every field set.
+    fn progress() -> Progress {
+        Progress {
             round: 7,
             rounds_completed: 6,
             client_updates: 60,
@@ -217,7 +215,14 @@ mod tests {
             local_ledgers: [(4, LocalLedger::default())].into(),
             last_round: None,
             ledger: Some(crate::ledger::Head::default()),
-        };
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_as_written() {
+        let dir = std::env::temp_dir().join(format!("fl-checkpoint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let progress = progress();
         let state = StrategyState {
             scalars: serde_json::json!({"rho": 0.5}),
             tensors: vec![("a".into(), vec![1.0, -2.0]), ("b".into(), vec![3.5])],
@@ -239,20 +244,7 @@ mod tests {
     fn a_damaged_checkpoint_is_refused() {
         let dir = std::env::temp_dir().join(format!("fl-checkpoint-flip-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let progress = Progress {
-            round: 3,
-            rounds_completed: 3,
-            client_updates: 9,
-            bytes_up: 0,
-            bytes_down: 0,
-            wall_seconds: 0.5,
-            config: RunConfig::default(),
-            strategy: serde_json::Value::Null,
-            clients: Identities::default(),
-            local_ledgers: Default::default(),
-            last_round: None,
-            ledger: None,
-        };
+        let progress = progress();
         let model: Vec<f32> = (0..1000).map(|i| i as f32 / 7.0).collect();
         Checkpoint::new(progress, &model, StrategyState::default())
             .write(&dir)
