@@ -6,7 +6,7 @@
 use anyhow::{Context, bail};
 use fl_common::authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
-    key_from_hex,
+    read_key_file,
 };
 use fl_server::output::write_atomic;
 use std::collections::BTreeSet;
@@ -120,9 +120,7 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
             revocations,
         } => {
             let key = AuthorityKey::from_bytes(&read_key(&authority, "authority public key")?)?;
-            let text = std::fs::read_to_string(&cert)
-                .with_context(|| format!("reading {}", cert.display()))?;
-            let cert = IdentityCertificate::from_toml(&text).map_err(anyhow::Error::msg)?;
+            let cert = IdentityCertificate::read(&cert).map_err(anyhow::Error::msg)?;
             key.verify(&cert)?;
             if let Some(path) = revocations {
                 let list = read_revocations(&path)?;
@@ -166,14 +164,10 @@ fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// A 32-byte key from its hex file.
 fn read_key(path: &Path, what: &str) -> anyhow::Result<[u8; 32]> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    key_from_hex(&text, what).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    read_key_file(path, what).map_err(anyhow::Error::msg)
 }
 
 /// A revocation list's file (not yet verified).
 fn read_revocations(path: &Path) -> anyhow::Result<RevocationList> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    RevocationList::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    RevocationList::read(path).map_err(anyhow::Error::msg)
 }

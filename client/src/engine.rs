@@ -9,7 +9,9 @@ use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureRound, Step};
 use crate::trainer::Trainer;
 use fl_common::privacy::LocalLedger;
-use fl_common::secagg::{PlainInputs, Ring, ServerStage, StageMessage, check_combination};
+use fl_common::secagg::{
+    Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
+};
 use fl_common::task::Task;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -70,22 +72,34 @@ pub(crate) struct Stepped {
     step: Result<Step, String>,
 }
 
+/// What a client brings to a secure round besides its update: its identity, and (simulation
+/// only) where its plain input is recorded.
+#[derive(Clone, Default)]
+pub(crate) struct SecureContext {
+    /// The identity it signs with.
+    pub(crate) credentials: Option<Arc<Credentials>>,
+    /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
+    pub(crate) oracle: Option<Arc<PlainInputs>>,
+}
+
 /// The slot's half of a computed round (no engine state): under secure aggregation, quantise,
-/// noise and start the protocol as client `me`.
+/// noise and start the protocol as client `me`, bound to H(task) of the task and model received.
 fn prepare(
     me: u64,
     work: &Work,
     computed: Result<Computed, String>,
-    oracle: Option<&Arc<PlainInputs>>,
+    context: &SecureContext,
 ) -> Prepared {
     let round = work.task.round;
     let loss = match &computed {
         Ok(Computed::Plain { loss, .. }) => *loss,
         _ => None,
     };
-    let ready = match (computed, work.task.secure) {
-        (Ok(Computed::Plain { values, .. }), Some(task)) => {
-            let (state, keys) = SecureRound::start((me, round), task, &values, oracle);
+    let digest = work.task.secure_digest(&work.received);
+    let ready = match (computed, work.task.secure.zip(digest)) {
+        (Ok(Computed::Plain { values, .. }), Some((task, digest))) => {
+            let tag = RoundTag { round, digest };
+            let (state, keys) = SecureRound::start((me, tag), task, &values, context);
             Ok(Ready::Secure(Box::new(state), keys))
         }
         (Ok(Computed::Protected(_)), Some(_)) => {
@@ -106,8 +120,8 @@ fn prepare(
 pub(crate) struct Engine {
     trainer: Arc<dyn Trainer>,
     privacy: ClientPrivacy,
-    /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
-    oracle: Option<Arc<PlainInputs>>,
+    /// Its identity and, in simulations, the plain-input oracle.
+    secure_context: SecureContext,
     /// Local shuffling (seeded in reproducible experiments).
     shuffle: StdRng,
     /// The secure-aggregation round this client is in.
@@ -133,7 +147,10 @@ impl Engine {
         Self {
             trainer,
             privacy,
-            oracle,
+            secure_context: SecureContext {
+                credentials: None,
+                oracle,
+            },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,
             rounds_trained: 0,
@@ -142,6 +159,13 @@ impl Engine {
             spent: LocalLedger::default(),
             spent_delta: 0.0,
         }
+    }
+
+    /// The engine of a client that signs secure rounds with `credentials` (and takes part in no
+    /// other), or of one that takes part only in unsigned rounds (`None`).
+    pub(crate) fn signing_with(mut self, credentials: Option<Arc<Credentials>>) -> Self {
+        self.secure_context.credentials = credentials;
+        self
     }
 
     /// The round of the secure-aggregation round this client is in, if any.
@@ -195,8 +219,25 @@ impl Engine {
                 required.name()
             ));
         }
-        if task.secure.is_some() {
+        if let Some(secure) = &task.secure {
             check_combination(task.local.is_some(), task.admm.is_some())?;
+            match (secure.signed, self.secure_context.credentials.is_some()) {
+                (false, true) => {
+                    return Err(
+                        "this client takes part only in signed secure rounds, and the \
+                                server runs unsigned ones (it has no secagg.authority)"
+                            .into(),
+                    );
+                }
+                (true, false) => {
+                    return Err(
+                        "the round is signed and this client has no identity to sign \
+                                with (give it --authority, --identity and --certificate)"
+                            .into(),
+                    );
+                }
+                _ => {}
+            }
         }
         task.local = task.local.map(|m| m.tightened(&self.privacy.limits));
         if let Some(m) = &task.local {
@@ -219,10 +260,10 @@ impl Engine {
     /// engine: the trainer's work and the round's mechanism, then under secure aggregation the
     /// quantising, noising and first stage of the protocol as client `me`.
     pub(crate) fn job(&self, me: u64, work: Work) -> impl FnOnce() -> Prepared + Send + 'static {
-        let (trainer, oracle) = (self.trainer.clone(), self.oracle.clone());
+        let (trainer, context) = (self.trainer.clone(), self.secure_context.clone());
         move || {
             let started = std::time::Instant::now();
-            let prepared = prepare(me, &work, compute(&work, &*trainer), oracle.as_ref());
+            let prepared = prepare(me, &work, compute(&work, &*trainer), &context);
             Prepared {
                 seconds: started.elapsed().as_secs_f64(),
                 ..prepared

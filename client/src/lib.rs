@@ -26,7 +26,7 @@ pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 use fl_common::data::Dataset;
 
 use fl_common::privacy::{ClientLimits, ReleaseKind};
-use fl_common::secagg::PlainInputs;
+use fl_common::secagg::{Credentials, PlainInputs};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
@@ -102,6 +102,10 @@ pub struct ClientOptions {
     pub oracle: Option<Arc<PlainInputs>>,
     /// The protection this client insists on, whatever the server asks.
     pub privacy: ClientPrivacy,
+    /// The identity this client signs secure rounds with, certified by the federation
+    /// authority: with it the client takes part only in signed rounds (the malicious-server
+    /// variant, docs/threat-model.md), and without it only in unsigned ones.
+    pub credentials: Option<Arc<Credentials>>,
     /// TLS settings (with an `https://` endpoint).
     pub tls: Option<ClientTls>,
     /// A connection shared with other clients of this process (see [`shared_connections`]);
@@ -123,6 +127,7 @@ impl ClientOptions {
             training_slots: TrainingSlots::new(1),
             oracle: None,
             privacy: ClientPrivacy::default(),
+            credentials: None,
             tls: None,
             connection: None,
         }

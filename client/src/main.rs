@@ -9,6 +9,7 @@ use fl_client::{
 };
 use fl_common::data::{DataSource, Partition};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
+use fl_common::secagg::{Credentials, Verifier};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +78,21 @@ struct Args {
     /// The name the server's certificate must carry, when not --server's host.
     #[arg(long, requires = "ca")]
     tls_domain: Option<String>,
+    /// The federation authority's public key file (`fl authority init`): this client then
+    /// takes part only in signed secure-aggregation rounds, checking every peer's certificate
+    /// and signature (docs/threat-model.md).
+    #[arg(long, requires_all = ["identity", "certificate"])]
+    authority: Option<PathBuf>,
+    /// This client's identity key file (`fl authority identity`), with --authority.
+    #[arg(long, requires = "authority")]
+    identity: Option<PathBuf>,
+    /// The authority's certificate of --identity (`fl authority sign`), with --authority.
+    #[arg(long, requires = "authority")]
+    certificate: Option<PathBuf>,
+    /// The authority's signed revocation list (`fl authority revoke`): peers it names are
+    /// refused.
+    #[arg(long, requires = "authority")]
+    revocations: Option<PathBuf>,
 }
 
 /// `--privacy` values.
@@ -106,6 +122,23 @@ impl Args {
         )?))
     }
 
+    /// The identity this client signs secure rounds with, checked against the authority.
+    fn credentials(&self) -> anyhow::Result<Option<Arc<Credentials>>> {
+        let (Some(authority), Some(identity), Some(certificate)) =
+            (&self.authority, &self.identity, &self.certificate)
+        else {
+            return Ok(None);
+        };
+        if self.simulate > 1 {
+            bail!("--identity is one client's: run one fl-client per identity, not --simulate");
+        }
+        let verifier = Verifier::from_files(authority, self.revocations.as_deref())
+            .map_err(anyhow::Error::msg)?;
+        let credentials =
+            Credentials::from_files(identity, certificate, verifier).map_err(anyhow::Error::msg)?;
+        Ok(Some(Arc::new(credentials)))
+    }
+
     /// The client's own requirements, checked.
     fn privacy(&self) -> anyhow::Result<ClientPrivacy> {
         let limits = ClientLimits {
@@ -129,7 +162,7 @@ fn options(
     args: &Args,
     name: String,
     index: Option<u64>,
-    privacy: ClientPrivacy,
+    (privacy, credentials): (ClientPrivacy, Option<Arc<Credentials>>),
     tls: Option<ClientTls>,
 ) -> ClientOptions {
     ClientOptions {
@@ -138,6 +171,7 @@ fn options(
         seed: args.seed.zip(index).map(|(s, i)| s.wrapping_add(i)),
         connect_timeout: Duration::from_secs_f64(args.connect_timeout),
         privacy,
+        credentials,
         tls,
         ..ClientOptions::new(&args.server)
     }
@@ -170,6 +204,7 @@ async fn run() -> anyhow::Result<()> {
         bail!("--simulate must be at least 1");
     }
     let privacy = args.privacy()?;
+    let credentials = args.credentials()?;
     let tls = args.tls()?;
     let source = args.data.clone();
     let data = Arc::new(
@@ -186,11 +221,12 @@ async fn run() -> anyhow::Result<()> {
     let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (index, indices)) in shares.into_iter().enumerate() {
-        let name = args
-            .name
-            .clone()
+        let certified = credentials.as_ref().map(|c| c.certificate.name.clone());
+        let name = (args.name.clone())
+            .or(certified)
             .unwrap_or_else(|| format!("client-{index}"));
-        let mut opts = options(&args, name, Some(index as u64), privacy, tls.clone());
+        let signing = (privacy, credentials.clone());
+        let mut opts = options(&args, name, Some(index as u64), signing, tls.clone());
         opts.training_slots = slots.clone();
         opts.connection = connections
             .get(i / fl_client::CLIENTS_PER_CONNECTION)
@@ -245,7 +281,8 @@ async fn shares(
                 Some(scheme_k) => {
                     let (partition, _) =
                         Partition::parse_with_index(&format!("{scheme_k}:0"), args.partition_seed)?;
-                    let opts = options(args, "partition".into(), None, privacy, tls.clone());
+                    let opts =
+                        options(args, "partition".into(), None, (privacy, None), tls.clone());
                     let first = assigned_partition(&opts, args.simulate as u64).await?;
                     let k = partition.clients as u64;
                     indices = (0..args.simulate as u64)
@@ -289,7 +326,7 @@ fn connections(
     let connections = match clients {
         1 => Vec::new(),
         n => {
-            let first = options(args, String::new(), None, privacy, tls.clone());
+            let first = options(args, String::new(), None, (privacy, None), tls.clone());
             fl_client::shared_connections(&first, n)?
         }
     };

@@ -1,12 +1,12 @@
 //! A client's side of a secure-aggregation round, without I/O: quantise and noise the update,
 //! then answer each of the server's stage messages with `fl_common::secagg::ClientRound`.
 
+use crate::engine::SecureContext;
 use fl_common::privacy::add_discrete_gaussian_noise;
-use fl_common::secagg::{ClientRound, PlainInputs, Ring, ServerStage, StageMessage};
+use fl_common::secagg::{ClientRound, Ring, RoundTag, ServerStage, StageMessage};
 use fl_common::task::SecureTask;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use std::sync::Arc;
 
 /// A secure-aggregation round in progress: the protocol state and the quantised input x_u.
 pub(crate) struct SecureRound {
@@ -30,15 +30,17 @@ pub(crate) enum Step {
 
 impl SecureRound {
     /// Quantises `update` as the task says (clip to S, scale by gamma, stochastic rounding, then
-    /// the distributed discrete Gaussian noise if any) and starts the protocol as client `me`;
-    /// returns the round and the public keys to advertise. `oracle` (simulation only) records the
+    /// the distributed discrete Gaussian noise if any) and starts the protocol as client `me` in
+    /// the round `tag` names, signing with the context's credentials if any; returns the round
+    /// and the public keys to advertise. The context's oracle (simulation only) records the
     /// plain input, which is never sent.
     pub(crate) fn start(
-        (me, round): (u64, u64),
+        (me, tag): (u64, RoundTag),
         task: SecureTask,
         update: &[f32],
-        oracle: Option<&Arc<PlainInputs>>,
+        context: &SecureContext,
     ) -> (Self, StageMessage) {
+        let round = tag.round;
         let mut secret = StdRng::from_os_rng();
         let quantizer = task.quantizer;
         let mut codes = quantizer.encode(update, &mut secret);
@@ -46,10 +48,11 @@ impl SecureRound {
             add_discrete_gaussian_noise(&mut codes, task.noise_variance, &mut secret);
         }
         let input = quantizer.to_ring(&codes);
-        if let Some(oracle) = oracle {
+        if let Some(oracle) = &context.oracle {
             oracle.record(round, me, input.clone());
         }
-        let protocol = ClientRound::new(round, me, quantizer.ring, &mut secret);
+        let credentials = context.credentials.clone();
+        let protocol = ClientRound::new((tag, me), quantizer.ring, credentials, &mut secret);
         let keys = StageMessage::Keys(protocol.advertise());
         let state = Self {
             round,
@@ -89,9 +92,18 @@ impl SecureRound {
                 let y = p.masked_input(&proceed, &self.input).map_err(text)?;
                 Step::Send(StageMessage::Masked(y))
             }
-            // Stage 3: the shares that unmask the survivors' sum.
-            ServerStage::Survivors(survivors) => {
+            // Stage 3 (unsigned): the shares that unmask the survivors' sum.
+            ServerStage::Survivors(survivors) if !p.signed() => {
                 Step::Done(StageMessage::Reveal(p.unmask(&survivors).map_err(text)?))
+            }
+            // The consistency check (signed): sign the survivor set, once.
+            ServerStage::Survivors(survivors) => {
+                Step::Send(StageMessage::Endorse(p.endorse(&survivors).map_err(text)?))
+            }
+            // Stage 3 (signed): reveal once t neighbours signed the same sets.
+            ServerStage::Endorsements(signatures) => {
+                let reveals = p.reveal_endorsed(&signatures).map_err(text)?;
+                Step::Done(StageMessage::Reveal(reveals))
             }
         })
     }

@@ -36,7 +36,8 @@ pub async fn run(
     if let Some(seed) = opts.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
-    let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed);
+    let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed)
+        .signing_with(opts.credentials.clone());
     let mut held = None;
     loop {
         let (me, outbox, inbound, identity) = open_session(&opts, held.as_ref()).await?;

@@ -11,9 +11,10 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_common::secagg::{
-    AdvertiseKeys, AdvertisedKeys, ClientRound, GraphKind, Neighbourhood, Proceed, Ring,
-    SealedShares, Sign, Unmasking, apply_mask, auto_degree,
+    AdvertiseKeys, AdvertisedKeys, ClientRound, GraphKind, Member, Neighbourhood, Proceed, Ring,
+    RoundSetup, RoundTag, SealedShares, Sign, Unmasking, apply_mask, auto_degree,
 };
+use fl_common::task::TaskDigest;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::BTreeMap;
@@ -24,6 +25,22 @@ const DIM: usize = 500_000;
 
 fn ring() -> Ring {
     Ring::new(32).unwrap()
+}
+
+/// Round 1 of a task whose digest is all ones.
+const TAG: RoundTag = RoundTag {
+    round: 1,
+    digest: TaskDigest([1; 32]),
+};
+
+/// A client of round 1, unsigned.
+fn client(id: u64, rng: &mut StdRng) -> ClientRound {
+    ClientRound::new((TAG, id), ring(), None, rng)
+}
+
+/// U1 of unsigned clients with these ids.
+fn members(ids: impl IntoIterator<Item = u64>) -> Vec<Member> {
+    (ids.into_iter().map(|id| Member { id, name: None })).collect()
 }
 
 fn mask_expansion(c: &mut Criterion) {
@@ -39,14 +56,15 @@ fn mask_expansion(c: &mut Criterion) {
 /// The shares `me` receives from `k` neighbours (each sealed by a neighbour that shares with `me`
 /// and one other client, which costs the same for `me` to open as a full neighbourhood would).
 fn inbox(me: &ClientRound, k: usize, rng: &mut StdRng) -> (Vec<AdvertisedKeys>, Vec<SealedShares>) {
-    let other = ClientRound::new(1, 1_000_000, ring(), rng).advertise();
+    let other = client(1_000_000, rng).advertise();
     let mut adverts = Vec::with_capacity(k);
     let mut sealed = Vec::with_capacity(k);
     for v in 0..k as u64 {
-        let mut peer = ClientRound::new(1, v + 1, ring(), rng);
+        let mut peer = client(v + 1, rng);
         adverts.push(peer.advertise());
         let hood = Neighbourhood {
             threshold: 2,
+            members: members([0, v + 1, 1_000_000]),
             neighbours: vec![me.advertise(), other.clone()],
         };
         let from_peer = peer.share_keys(hood, rng).unwrap();
@@ -72,13 +90,14 @@ fn client_round(c: &mut Criterion) {
         group.bench_function(label, |b| {
             b.iter_batched(
                 || {
-                    let me = ClientRound::new(1, 0, ring(), &mut setup_rng);
+                    let me = client(0, &mut setup_rng);
                     let (adverts, sealed) = inbox(&me, k, &mut setup_rng);
                     (me, adverts, sealed)
                 },
                 |(mut me, adverts, sealed)| {
                     let hood = Neighbourhood {
                         threshold: t,
+                        members: members(0..=k as u64),
                         neighbours: adverts,
                     };
                     black_box(me.share_keys(hood, &mut rng).unwrap());
@@ -107,15 +126,22 @@ fn staged_server(
 ) {
     let mut rng = StdRng::seed_from_u64(3);
     let ids: Vec<u64> = (0..n as u64).collect();
-    let mut keys = AdvertiseKeys::new(1, ring(), DIM, graph, 0.6, 3, ids.iter().copied());
-    let mut clients: BTreeMap<u64, ClientRound> = ids
-        .iter()
-        .map(|&u| (u, ClientRound::new(1, u, ring(), &mut rng)))
-        .collect();
+    let setup = RoundSetup {
+        tag: TAG,
+        ring: ring(),
+        dim: DIM,
+        graph,
+        threshold_fraction: 0.6,
+        min_survivors: 3,
+        verifier: None,
+    };
+    let mut keys = AdvertiseKeys::new(setup, ids.iter().copied());
+    let mut clients: BTreeMap<u64, ClientRound> =
+        ids.iter().map(|&u| (u, client(u, &mut rng))).collect();
     for (&u, c) in &clients {
         keys.receive_keys(u, c.advertise()).unwrap();
     }
-    let (mut shares, hoods) = keys.close(&mut rng).unwrap();
+    let (mut shares, hoods) = keys.close().unwrap();
     for (u, hood) in hoods {
         let sealed = clients
             .get_mut(&u)

@@ -36,8 +36,8 @@ pub enum AuthorityError {
     /// Bytes that are not a public key (not a point of the curve).
     #[error("not an Ed25519 public key")]
     Key,
-    /// A signature that the authority's key does not verify.
-    #[error("the signature of {0} does not verify under the federation authority's key")]
+    /// A signature that the key it is checked with does not verify.
+    #[error("the signature of {0} does not verify")]
     Signature(&'static str),
     /// The operating system's random generator failed.
     #[error("the OS random generator failed: {0}")]
@@ -173,11 +173,32 @@ impl Identity {
     pub fn public(&self) -> IdentityKey {
         IdentityKey(self.key.verifying_key().to_bytes())
     }
+
+    /// The client's Ed25519 signature over `payload` (a domain-separated payload of the secure
+    /// aggregation protocol).
+    pub fn sign(&self, payload: &[u8]) -> [u8; 64] {
+        self.key.sign(payload).to_bytes()
+    }
 }
 
 /// A client's public identity key (32 bytes, an Ed25519 public key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdentityKey(pub [u8; 32]);
+
+impl IdentityKey {
+    /// Checks the client's `signature` over `payload` (strict verification), naming `what` was
+    /// signed when it does not verify.
+    pub fn verify(
+        &self,
+        payload: &[u8],
+        signature: &[u8; 64],
+        what: &'static str,
+    ) -> Result<(), AuthorityError> {
+        let key = VerifyingKey::from_bytes(&self.0).map_err(|_| AuthorityError::Key)?;
+        (key.verify_strict(payload, &Signature::from_bytes(signature)))
+            .map_err(|_| AuthorityError::Signature(what))
+    }
+}
 
 /// The authority's statement that `identity` is the identity key of the client `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,6 +303,31 @@ impl RevocationList {
             names: file.names,
             signature: from_hex(&file.signature, "signature")?,
         })
+    }
+}
+
+/// A file's text, naming the file when it cannot be read.
+fn read_text(path: &std::path::Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+/// A 32-byte key from its hex file (`fl authority init` and `identity` write them), naming
+/// `what` and the file when it is not one.
+pub fn read_key_file(path: &std::path::Path, what: &str) -> Result<[u8; 32], String> {
+    key_from_hex(&read_text(path)?, what).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl IdentityCertificate {
+    /// A certificate's file (not yet verified).
+    pub fn read(path: &std::path::Path) -> Result<Self, String> {
+        Self::from_toml(&read_text(path)?).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+impl RevocationList {
+    /// A revocation list's file (not yet verified).
+    pub fn read(path: &std::path::Path) -> Result<Self, String> {
+        Self::from_toml(&read_text(path)?).map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

@@ -32,6 +32,9 @@ pub struct SecureTask {
     pub quantizer: Quantizer,
     /// sigma_i^2: the discrete Gaussian noise each client adds to its code (0: none).
     pub noise_variance: u64,
+    /// The round is signed (the malicious-server variant): every client signs its keys with a
+    /// certified identity, and survivors sign U1 and U3 before any share is revealed.
+    pub signed: bool,
 }
 
 /// One inexact-ADMM primal step's parameters.
@@ -52,5 +55,77 @@ impl Task {
             Some(_) => 2 * d,
             None => d,
         }
+    }
+}
+
+/// H(task): SHA-256 of a secure round's task and the model its client received, the
+/// model-and-task binding of secure aggregation. It enters every key derivation and every signed
+/// payload of the round, so that clients sent different models or settings derive keys that do
+/// not match and refuse each other's signatures: the round fails before anything is shared.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskDigest(pub [u8; 32]);
+
+impl std::fmt::Debug for TaskDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TaskDigest({})", hex::encode(self.0))
+    }
+}
+
+/// Domain string of a task digest.
+const TASK_DIGEST_DOMAIN: &[u8] = b"flp.v1 task";
+
+impl Task {
+    /// The digest of a secure round's task and its `tensor` (the global model as received);
+    /// `None` for a task without secure aggregation. Byte by byte (big-endian integers, strings
+    /// and lists with a u32 length first; docs/protocol.md, "Task digest"):
+    /// `"flp.v1 task"`, round u64, the model's text, its tensors (name, then the shape's u64
+    /// dimensions), E u32, B u32, the bits of eta (f32) u32, s u32, the ring's b u32, the bits
+    /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), then the tensor's
+    /// values as little-endian f32 after their count u64.
+    pub fn secure_digest(&self, tensor: &[f32]) -> Option<TaskDigest> {
+        use sha2::{Digest, Sha256};
+        let secure = self.secure?;
+        let mut h = Sha256::new();
+        let text = |h: &mut Sha256, s: &str| {
+            h.update((s.len() as u32).to_be_bytes());
+            h.update(s.as_bytes());
+        };
+        h.update(TASK_DIGEST_DOMAIN);
+        h.update(self.round.to_be_bytes());
+        text(&mut h, &self.model.to_string());
+        let tensors = self.model.named_tensors(tensor);
+        h.update((tensors.len() as u32).to_be_bytes());
+        for (name, shape, _) in &tensors {
+            text(&mut h, name);
+            h.update((shape.len() as u32).to_be_bytes());
+            shape
+                .iter()
+                .for_each(|&n| h.update((n as u64).to_be_bytes()));
+        }
+        let c = &self.config;
+        for v in [
+            c.epochs,
+            c.batch_size,
+            c.learning_rate.to_bits(),
+            c.random_shift,
+        ] {
+            h.update(v.to_be_bytes());
+        }
+        let q = secure.quantizer;
+        h.update(q.ring.bits().to_be_bytes());
+        for v in [q.clip.to_bits(), q.scale.to_bits(), secure.noise_variance] {
+            h.update(v.to_be_bytes());
+        }
+        h.update([u8::from(secure.signed)]);
+        h.update((tensor.len() as u64).to_be_bytes());
+        let mut bytes = Vec::with_capacity(4 * 4096);
+        for block in tensor.chunks(4096) {
+            bytes.clear();
+            block
+                .iter()
+                .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+            h.update(&bytes);
+        }
+        Some(TaskDigest(h.finalize().into()))
     }
 }

@@ -1,6 +1,7 @@
 //! Conversions between wire messages and `fl-common`'s types.
 
 use crate::v1;
+use fl_common::authority::{IdentityCertificate, IdentityKey, MAX_NAME_BYTES};
 use fl_common::model::cnn::MAX_LAYERS;
 use fl_common::model::{
     Architecture, ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape,
@@ -8,8 +9,8 @@ use fl_common::model::{
 };
 use fl_common::privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
 use fl_common::secagg::{
-    AdvertisedKeys, Neighbourhood, Proceed, Quantizer, RevealedShare, Ring, SealedShares,
-    SecretKind, ServerStage, Share, StageMessage,
+    AdvertisedKeys, Member, Neighbourhood, Proceed, Quantizer, RevealedShare, Ring, SealedShares,
+    SecretKind, ServerStage, Share, Signed, StageMessage,
 };
 use fl_common::task::{AdmmStep, SecureTask, Task};
 
@@ -24,12 +25,54 @@ fn bytes32(bytes: &[u8], what: &str) -> Result<[u8; 32], WireError> {
         .map_err(|_| WireError(format!("{what} must be 32 bytes, not {}", bytes.len())))
 }
 
+fn bytes64(bytes: &[u8], what: &str) -> Result<[u8; 64], WireError> {
+    bytes
+        .try_into()
+        .map_err(|_| WireError(format!("{what} must be 64 bytes, not {}", bytes.len())))
+}
+
+impl From<&Signed> for v1::SignedKeys {
+    fn from(s: &Signed) -> Self {
+        let c = &s.certificate;
+        v1::SignedKeys {
+            certificate: Some(v1::IdentityCertificate {
+                name: c.name.clone(),
+                identity: c.identity.0.to_vec(),
+                signature: c.signature.to_vec(),
+            }),
+            signature: s.signature.to_vec(),
+        }
+    }
+}
+
+impl TryFrom<&v1::SignedKeys> for Signed {
+    type Error = WireError;
+    fn try_from(s: &v1::SignedKeys) -> Result<Self, WireError> {
+        let c = (s.certificate.as_ref())
+            .ok_or_else(|| WireError("signed keys without a certificate".into()))?;
+        if c.name.is_empty() || c.name.len() > MAX_NAME_BYTES {
+            return Err(WireError(format!(
+                "a certificate's name must have 1 to {MAX_NAME_BYTES} bytes"
+            )));
+        }
+        Ok(Signed {
+            certificate: IdentityCertificate {
+                name: c.name.clone(),
+                identity: IdentityKey(bytes32(&c.identity, "identity")?),
+                signature: bytes64(&c.signature, "certificate signature")?,
+            },
+            signature: bytes64(&s.signature, "signature")?,
+        })
+    }
+}
+
 impl From<&AdvertisedKeys> for v1::PeerKeys {
     fn from(k: &AdvertisedKeys) -> Self {
         v1::PeerKeys {
             client_id: k.client,
             cipher_public: k.cipher_public.to_vec(),
             mask_public: k.mask_public.to_vec(),
+            signed: k.signed.as_deref().map(v1::SignedKeys::from),
         }
     }
 }
@@ -41,8 +84,24 @@ impl TryFrom<&v1::PeerKeys> for AdvertisedKeys {
             client: k.client_id,
             cipher_public: bytes32(&k.cipher_public, "cipher_public")?,
             mask_public: bytes32(&k.mask_public, "mask_public")?,
+            signed: (k.signed.as_ref().map(Signed::try_from).transpose()?).map(Box::new),
         })
     }
+}
+
+/// A client's keys message as sent by client `id`.
+pub fn advertised_keys(id: u64, k: &v1::SecAggKeys) -> Result<AdvertisedKeys, WireError> {
+    AdvertisedKeys::try_from(&v1::PeerKeys {
+        client_id: id,
+        cipher_public: k.cipher_public.clone(),
+        mask_public: k.mask_public.clone(),
+        signed: k.signed.clone(),
+    })
+}
+
+/// A survivor-set signature from the wire.
+pub fn endorsement(e: &v1::SecAggEndorse) -> Result<[u8; 64], WireError> {
+    bytes64(&e.signature, "signature")
 }
 
 impl From<&SealedShares> for v1::SealedShare {
@@ -426,6 +485,7 @@ fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
             scale: task.scale,
         },
         noise_variance: task.noise_variance,
+        signed: task.signed,
     })
 }
 
@@ -440,13 +500,23 @@ pub fn server_stage(
             .map(AdvertisedKeys::try_from)
             .collect::<Result<_, _>>()
             .map(|neighbours| {
-                let threshold = n.threshold as usize;
+                let members = (n.members.iter())
+                    .map(|m| Member {
+                        id: m.client_id,
+                        name: m.name.clone(),
+                    })
+                    .collect();
                 let hood = Neighbourhood {
-                    threshold,
+                    threshold: n.threshold as usize,
+                    members,
                     neighbours,
                 };
                 (n.round, ServerStage::Neighbours(hood))
             }),
+        Body::SecaggEndorsements(e) => (e.endorsements.iter())
+            .map(|e| Ok((e.client_id, bytes64(&e.signature, "signature")?)))
+            .collect::<Result<_, _>>()
+            .map(|signatures| (e.round, ServerStage::Endorsements(signatures))),
         Body::SecaggShareInbox(inbox) => (inbox.shares.iter())
             .map(SealedShares::try_from)
             .collect::<Result<_, _>>()
@@ -477,6 +547,11 @@ pub fn client_stage(
             round,
             cipher_public: k.cipher_public.to_vec(),
             mask_public: k.mask_public.to_vec(),
+            signed: k.signed.as_deref().map(v1::SignedKeys::from),
+        }),
+        StageMessage::Endorse(signature) => Body::SecaggEndorse(v1::SecAggEndorse {
+            round,
+            signature: signature.to_vec(),
         }),
         StageMessage::Shares(sealed) => Body::SecaggShares(v1::SecAggShares {
             round,
@@ -521,6 +596,7 @@ impl From<&Task> for v1::RoundTask {
                 clip_bound: s.quantizer.clip,
                 scale: s.quantizer.scale,
                 noise_variance: s.noise_variance,
+                signed: s.signed,
             }),
             local_privacy: task.local.map(v1::LocalPrivacy::from),
             admm: task.admm.map(|a| v1::AdmmTask {
@@ -540,6 +616,12 @@ pub fn server_stage_body(round: u64, stage: &ServerStage) -> v1::server_message:
             round,
             threshold: hood.threshold as u32,
             neighbours: hood.neighbours.iter().map(v1::PeerKeys::from).collect(),
+            members: (hood.members.iter())
+                .map(|m| v1::Member {
+                    client_id: m.id,
+                    name: m.name.clone(),
+                })
+                .collect(),
         }),
         ServerStage::ShareInbox(inbox) => Body::SecaggShareInbox(v1::SecAggShareInbox {
             round,
@@ -553,6 +635,15 @@ pub fn server_stage_body(round: u64, stage: &ServerStage) -> v1::server_message:
         ServerStage::Survivors(survivors) => Body::SecaggSurvivors(v1::SecAggSurvivors {
             round,
             survivors: survivors.clone(),
+        }),
+        ServerStage::Endorsements(signatures) => Body::SecaggEndorsements(v1::SecAggEndorsements {
+            round,
+            endorsements: (signatures.iter())
+                .map(|(id, s)| v1::Endorsement {
+                    client_id: *id,
+                    signature: s.to_vec(),
+                })
+                .collect(),
         }),
     }
 }
@@ -577,8 +668,40 @@ mod tests {
             client_id: 1,
             cipher_public: vec![0; 31],
             mask_public: vec![0; 32],
+            signed: None,
         };
         assert!(AdvertisedKeys::try_from(&short).is_err());
+        let signed = v1::SignedKeys {
+            certificate: Some(v1::IdentityCertificate {
+                name: "site".into(),
+                identity: vec![1; 32],
+                signature: vec![2; 64],
+            }),
+            signature: vec![3; 64],
+        };
+        let ok = v1::PeerKeys {
+            cipher_public: vec![0; 32],
+            signed: Some(signed.clone()),
+            ..short.clone()
+        };
+        let keys = AdvertisedKeys::try_from(&ok).unwrap();
+        assert_eq!(v1::PeerKeys::from(&keys), ok);
+        for broken in [
+            v1::SignedKeys {
+                signature: vec![3; 63],
+                ..signed.clone()
+            },
+            v1::SignedKeys {
+                certificate: None,
+                ..signed.clone()
+            },
+        ] {
+            let bad = v1::PeerKeys {
+                signed: Some(broken),
+                ..ok.clone()
+            };
+            assert!(AdvertisedKeys::try_from(&bad).is_err());
+        }
         let bad_kind = v1::RevealedShare {
             owner: 1,
             kind: 0,
@@ -688,6 +811,7 @@ mod tests {
                     scale: 1000.0,
                 },
                 noise_variance: 12,
+                signed: true,
             }),
             admm: Some(AdmmStep {
                 rho: 2.0,
@@ -714,6 +838,7 @@ mod tests {
             }),
             ServerStage::Survivors(vec![4, 5]),
             ServerStage::ShareInbox(Vec::new()),
+            ServerStage::Endorsements(vec![(3, [7; 64])]),
         ];
         for stage in stages {
             let body = server_stage_body(9, &stage);

@@ -116,7 +116,7 @@ pub fn pipeline(
             (builder.plain(), strategy, collection, builder.min())
         }
         PrivacyPlan::Secure(secure) => {
-            let (policy, strategy, collection) = builder.secure(secure, oracle);
+            let (policy, strategy, collection) = builder.secure(secure, oracle)?;
             (policy, strategy, collection, builder.min())
         }
     };
@@ -245,15 +245,15 @@ impl Builder<'_> {
         })
     }
 
-    /// Secure aggregation: its policy, strategy and collection.
+    /// Secure aggregation: its policy, strategy and collection ([`SecureParts`]).
     fn secure(
         &self,
         plan: SecurePlan,
         oracle: Option<Arc<PlainInputs>>,
-    ) -> (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection) {
+    ) -> Result<SecureParts, ServerError> {
         let s = &plan.settings;
         let collection = Collection::Secure(SecureCollection {
-            settings: s.settings(),
+            settings: s.settings()?,
             round_timeout: Duration::from_secs_f64(self.config.server.round_timeout_secs),
             clip: plan.clip,
             dim: self.dim,
@@ -289,9 +289,12 @@ impl Builder<'_> {
                 )
             }
         };
-        (policy, strategy, collection)
+        Ok((policy, strategy, collection))
     }
 }
+
+/// A secure-aggregation run's policy, strategy and collection.
+type SecureParts = (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection);
 
 /// SignDS's aggregation of (s, J) uploads.
 fn signds(

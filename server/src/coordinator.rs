@@ -22,7 +22,7 @@ use crate::{Observer, ServerError};
 use fl_common::model::{Evaluation, Model, check_model};
 use fl_common::privacy::PrivacyEvent;
 use fl_common::secagg::Calibration;
-use fl_common::task::{SecureTask, Task};
+use fl_common::task::{SecureTask, Task, TaskDigest};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -243,7 +243,7 @@ impl Coordinator {
             Err(stop) => return Ok(RoundEnd::Stop(stop)),
         };
         let ctx = planned.ctx;
-        let down = self.start_round(&ctx, global, &planned);
+        let (down, task_digest) = self.start_round(&ctx, global, &planned);
         self.publish(evaluations).await?;
         let work = RoundWork {
             ctx,
@@ -252,6 +252,7 @@ impl Coordinator {
             strategy: &mut *self.pipeline.strategy,
             global,
             evaluate: self.config.eval.federated_at(round),
+            task_digest,
         };
         // A span per round's collection: what is logged while collecting names the round.
         let calibration = planned.prepared.calibration;
@@ -385,8 +386,13 @@ impl Coordinator {
     }
 
     /// Sends each sampled client the round's task and the global model (or what the strategy
-    /// sends it instead); returns the bytes sent.
-    fn start_round(&mut self, ctx: &RoundContext, global: &[f32], planned: &Planned) -> u64 {
+    /// sends it instead); returns the bytes sent and, for a secure round, H(task).
+    fn start_round(
+        &mut self,
+        ctx: &RoundContext,
+        global: &[f32],
+        planned: &Planned,
+    ) -> (u64, Option<TaskDigest>) {
         let instructions = self.pipeline.strategy.configure_round(ctx);
         let task = Task {
             round: ctx.round,
@@ -396,6 +402,7 @@ impl Coordinator {
             secure: (planned.prepared.calibration).map(|c| SecureTask {
                 quantizer: c.quantizer,
                 noise_variance: c.ddg.map_or(0, |d| d.client_variance),
+                signed: planned.prepared.signed,
             }),
             admm: instructions.admm,
             evaluate: self.config.eval.federated_at(ctx.round),
@@ -410,7 +417,8 @@ impl Coordinator {
             sampled = planned.sampled.len(),
             "tasks sent"
         );
-        sent
+        // A secure round's clients are sent w_t itself (no strategy sends them more).
+        (sent, task.secure_digest(global))
     }
 
     /// The round's metrics line, its evaluation still to be filled in.

@@ -9,12 +9,12 @@
 use crate::events::{Declared, Event, UploadHeader};
 use crate::ids::ClientId;
 use fl_common::privacy::Release;
-use fl_common::secagg::{AdvertisedKeys, RevealedShare, Ring, SealedShares, StageMessage};
+use fl_common::secagg::{RevealedShare, Ring, SealedShares, StageMessage};
 use fl_proto::v1::client_message;
-use fl_proto::v1::{
-    ClientMessage, LocalRelease, MaskedInputHeader, PeerKeys, TensorChunk, UpdateHeader,
+use fl_proto::v1::{ClientMessage, LocalRelease, MaskedInputHeader, TensorChunk, UpdateHeader};
+use fl_proto::{
+    ChunkError, TensorAssembler, WireError, advertised_keys, endorsement, ring_elements,
 };
-use fl_proto::{ChunkError, TensorAssembler, WireError, ring_elements};
 use prost::Message;
 use tonic::Status;
 
@@ -114,13 +114,12 @@ fn push_chunk(
 fn secagg_event(id: ClientId, body: client_message::Body, bytes: u64) -> Result<Event, Status> {
     let (round, message) = match body {
         client_message::Body::SecaggKeys(k) => {
-            let keys = AdvertisedKeys::try_from(&PeerKeys {
-                client_id: id,
-                cipher_public: k.cipher_public,
-                mask_public: k.mask_public,
-            })
-            .map_err(wire_status)?;
+            let keys = advertised_keys(id, &k).map_err(wire_status)?;
             (k.round, StageMessage::Keys(keys))
+        }
+        client_message::Body::SecaggEndorse(e) => {
+            let signature = endorsement(&e).map_err(wire_status)?;
+            (e.round, StageMessage::Endorse(signature))
         }
         client_message::Body::SecaggShares(s) => {
             let shares = s
@@ -281,6 +280,7 @@ impl Framer {
             body @ (client_message::Body::SecaggKeys(_)
             | client_message::Body::SecaggShares(_)
             | client_message::Body::SecaggCheck(_)
+            | client_message::Body::SecaggEndorse(_)
             | client_message::Body::SecaggReveal(_)) => Some(secagg_event(id, body, size)?),
             client_message::Body::SigndsUpload(upload) => Some(Event::Sign {
                 client: id,

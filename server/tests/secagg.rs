@@ -98,12 +98,14 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
             Some(server_message::Body::Task(t)) => {
                 let round = t.round;
                 let n = t.num_values as usize;
-                let p = ClientRound::new(round, me, ring, &mut rng);
+                let tag = support::secure_tag(&mut inbound, &t).await;
+                let p = ClientRound::new((tag, me), ring, None, &mut rng);
                 let keys = p.advertise();
                 let mut advert = SecAggKeys {
                     round,
                     cipher_public: keys.cipher_public.to_vec(),
                     mask_public: keys.mask_public.to_vec(),
+                    signed: None,
                 };
                 match how {
                     Deviation::ShortKey => advert.cipher_public.pop().map(|_| ()).unwrap(),
@@ -130,6 +132,12 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                 let (round, _, p) = protocol.as_mut().unwrap();
                 let hood = fl_common::secagg::Neighbourhood {
                     threshold: hood.threshold as usize,
+                    members: (hood.members.iter())
+                        .map(|m| fl_common::secagg::Member {
+                            id: m.client_id,
+                            name: m.name.clone(),
+                        })
+                        .collect(),
                     neighbours: hood
                         .neighbours
                         .iter()

@@ -1,14 +1,25 @@
 //! The client's side of one secure-aggregation round, as a state machine over the stage messages.
+//!
+//! With [`Credentials`] the client takes part in the malicious-server variant: it signs its keys,
+//! refuses a neighbour whose keys are not signed for this round and task by a certified,
+//! unrevoked identity, refuses a neighbour set that is not the one derived from U1, signs the
+//! survivor set it is given and reveals only once t of its neighbours signed the same sets.
 
-use super::keys::{self, KeyPair, SecretKind, share_commitment};
-use super::messages::{AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares};
+use super::binding::{self, Credentials};
+use super::graph::{self, GraphKind};
+use super::keys::{self, KeyPair, RoundTag, SecretKind, share_commitment};
+use super::messages::{
+    AdvertisedKeys, Member, Neighbourhood, Proceed, RevealedShare, SealedShares,
+};
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::server::Stage;
 use super::shamir::{self, SHARE_BYTES, Share};
 use super::{SecAggError, check_stage};
+use crate::authority::IdentityKey;
 use rand::{CryptoRng, Rng};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use x25519_dalek::PublicKey;
 
 /// Bytes of a share plaintext: round, from, to, then the two shares.
@@ -17,11 +28,25 @@ const PLAINTEXT_BYTES: usize = 24 + 2 * SHARE_BYTES;
 struct Peer {
     cipher_public: PublicKey,
     mask_public: PublicKey,
+    /// Its certified identity key (signed rounds).
+    identity: Option<IdentityKey>,
+}
+
+/// The smallest Shamir threshold t a client accepts with `n` neighbours: t > n/2 against an
+/// honest-but-curious server (no minority recovers a secret), and t > 2n/3 in a signed round
+/// (Bonawitz et al. 2017, Sec. 6: both secrets of one client stay hidden while fewer than
+/// 2t - n > n/3 of its neighbours are the server's); at least 2.
+pub fn min_threshold(n: usize, signed: bool) -> usize {
+    let t = match signed {
+        true => 2 * n / 3 + 1,
+        false => n / 2 + 1,
+    };
+    t.max(2)
 }
 
 /// Client u's state in one round.
 pub struct ClientRound {
-    round: u64,
+    tag: RoundTag,
     me: u64,
     ring: Ring,
     cipher: KeyPair,
@@ -34,13 +59,26 @@ pub struct ClientRound {
     /// Shares of (s_sk_v, b_v) held for each neighbour v that shared (N(u) ∩ U2) and whose shares
     /// opened.
     held: BTreeMap<u64, (Share, Share)>,
+    /// Signed rounds: this client's identity and the checks of its peers.
+    credentials: Option<Arc<Credentials>>,
+    /// H(U1), as this client was told U1.
+    members: [u8; 32],
+    /// U3, as this client signed it.
+    survivors: BTreeSet<u64>,
 }
 
 impl ClientRound {
-    /// Fresh keys and self-mask seed for `round`, all from `rng` (a CSPRNG).
-    pub fn new<R: Rng + CryptoRng>(round: u64, me: u64, ring: Ring, rng: &mut R) -> Self {
+    /// Fresh keys and self-mask seed for the round `tag` names (its number and the digest of
+    /// the task and model this client received), all from `rng` (a CSPRNG). With `credentials`
+    /// the round is signed.
+    pub fn new<R: Rng + CryptoRng>(
+        (tag, me): (RoundTag, u64),
+        ring: Ring,
+        credentials: Option<Arc<Credentials>>,
+        rng: &mut R,
+    ) -> Self {
         Self {
-            round,
+            tag,
             me,
             ring,
             cipher: KeyPair::generate(rng),
@@ -50,45 +88,124 @@ impl ClientRound {
             threshold: 0,
             neighbours: BTreeMap::new(),
             held: BTreeMap::new(),
+            credentials,
+            members: [0; 32],
+            survivors: BTreeSet::new(),
         }
+    }
+
+    /// Whether the round is signed (this client has credentials).
+    pub fn signed(&self) -> bool {
+        self.credentials.is_some()
     }
 
     fn expect(&self, stage: Stage) -> Result<(), SecAggError> {
-        check_stage(self.round, self.stage, stage)
+        check_stage(self.tag.round, self.stage, stage)
     }
 
-    /// Stage 0: the public keys to advertise.
+    /// Stage 0: the public keys to advertise, signed when the client has credentials.
     pub fn advertise(&self) -> AdvertisedKeys {
-        AdvertisedKeys {
+        let mut keys = AdvertisedKeys {
             client: self.me,
             cipher_public: self.cipher.public.to_bytes(),
             mask_public: self.mask.public.to_bytes(),
+            signed: None,
+        };
+        if let Some(c) = &self.credentials {
+            c.sign_keys(&self.tag, &mut keys);
         }
+        keys
+    }
+
+    /// Refuses a threshold t with `n` neighbours below [`min_threshold`] or above n.
+    fn check_threshold(&self, t: usize, n: usize) -> Result<(), SecAggError> {
+        let signed = self.credentials.is_some();
+        if t < min_threshold(n, signed) || t > n {
+            let need = match signed {
+                true => "t > 2n/3",
+                false => "t > n/2",
+            };
+            return Err(SecAggError::Refused(format!(
+                "threshold {t} with {n} neighbours (need 2 <= t <= n and {need})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks U1 as told (increasing ids, this client in it under its own name, names unique
+    /// in a signed round) and that `neighbours` is this client's neighbour set in the graph
+    /// derived from it; keeps H(U1).
+    fn check_members(
+        &mut self,
+        members: &[Member],
+        neighbours: &BTreeSet<u64>,
+    ) -> Result<(), SecAggError> {
+        let refuse = |problem: String| Err(SecAggError::Refused(problem));
+        if members.windows(2).any(|w| w[0].id >= w[1].id) {
+            return refuse("the admitted clients are not listed once each by id".into());
+        }
+        let own_name = self.credentials.as_ref().map(|c| &c.certificate.name);
+        match members.iter().find(|m| m.id == self.me) {
+            Some(m) if m.name.as_ref() == own_name => {}
+            _ => return refuse("the admitted clients leave out this client or misname it".into()),
+        }
+        if own_name.is_some() {
+            let names: BTreeSet<Option<&String>> =
+                members.iter().map(|m| m.name.as_ref()).collect();
+            if names.len() != members.len() || names.contains(&None) {
+                return refuse("the admitted clients' names are missing or repeated".into());
+            }
+        }
+        let derived = graph::derive(&self.tag, GraphKind::Regular(neighbours.len()), members);
+        if derived.get(&self.me) != Some(neighbours) {
+            return refuse(
+                "the neighbour set is not the one derived from the admitted clients".into(),
+            );
+        }
+        self.members = binding::members_digest(&self.tag, members);
+        Ok(())
+    }
+
+    /// A neighbour's keys, checked in a signed round against its certificate, its signature
+    /// and the name U1 gives it.
+    fn peer(&self, keys: &AdvertisedKeys, members: &[Member]) -> Result<Peer, SecAggError> {
+        let identity = match &self.credentials {
+            None => None,
+            Some(c) => {
+                let certificate = c.verifier.check_keys(&self.tag, keys)?;
+                let listed = members.iter().find(|m| m.id == keys.client);
+                if listed.and_then(|m| m.name.as_ref()) != Some(&certificate.name) {
+                    return Err(SecAggError::Unauthenticated {
+                        client: keys.client,
+                        reason: "its certificate names another client".into(),
+                    });
+                }
+                Some(certificate.identity)
+            }
+        };
+        Ok(Peer {
+            cipher_public: PublicKey::from(keys.cipher_public),
+            mask_public: PublicKey::from(keys.mask_public),
+            identity,
+        })
     }
 
     /// Stage 1: Shamir-shares s_sk_u and b_u among the neighbours (threshold t) and seals each
     /// holder's pair of shares to it. Refuses a neighbourhood in which t shares could be gathered
-    /// from a minority (2t <= |N(u)|): the server could then ask different clients for both
-    /// secrets of one client.
+    /// from a minority ([`Self::check_threshold`]): the server could then ask different clients
+    /// for both secrets of one client; a neighbour set not derived from U1; and, in a signed
+    /// round, any neighbour whose keys are not signed for this round and task.
     pub fn share_keys<R: Rng + CryptoRng>(
         &mut self,
         hood: Neighbourhood,
         rng: &mut R,
     ) -> Result<Vec<SealedShares>, SecAggError> {
         self.expect(Stage::AdvertiseKeys)?;
-        let n = hood.neighbours.len();
-        let t = hood.threshold;
-        if t < 2 || t > n || 2 * t <= n {
-            return Err(SecAggError::Refused(format!(
-                "threshold {t} with {n} neighbours (need 2 <= t <= n and t > n/2)"
-            )));
-        }
+        self.check_threshold(hood.threshold, hood.neighbours.len())?;
+        let (n, t) = (hood.neighbours.len(), hood.threshold);
         let mut neighbours = BTreeMap::new();
         for k in &hood.neighbours {
-            let peer = Peer {
-                cipher_public: PublicKey::from(k.cipher_public),
-                mask_public: PublicKey::from(k.mask_public),
-            };
+            let peer = self.peer(k, &hood.members)?;
             if k.client == self.me || neighbours.insert(k.client, peer).is_some() {
                 return Err(SecAggError::Refused(format!(
                     "neighbour list repeats client {} or names this client",
@@ -96,13 +213,14 @@ impl ClientRound {
                 )));
             }
         }
+        self.check_members(&hood.members, &neighbours.keys().copied().collect())?;
         let holders: Vec<u64> = neighbours.keys().copied().collect();
         let key_shares = shamir::split(&self.mask.secret.to_bytes(), t, &holders, rng)?;
         let mask_shares = shamir::split(&self.self_mask, t, &holders, rng)?;
         let mut out = Vec::with_capacity(n);
         for ((&to, peer), (ks, bs)) in neighbours.iter().zip(key_shares.iter().zip(&mask_shares)) {
             let cipher = keys::share_cipher(
-                self.round,
+                &self.tag,
                 self.me,
                 to,
                 &self.cipher.secret,
@@ -110,7 +228,7 @@ impl ClientRound {
                 &peer.cipher_public,
             )?;
             let mut plaintext = Vec::with_capacity(PLAINTEXT_BYTES);
-            for v in [self.round, self.me, to] {
+            for v in [self.tag.round, self.me, to] {
                 plaintext.extend_from_slice(&v.to_be_bytes());
             }
             plaintext.extend_from_slice(&ks.to_bytes());
@@ -118,16 +236,16 @@ impl ClientRound {
             out.push(SealedShares {
                 from: self.me,
                 to,
-                ciphertext: keys::seal(&cipher, self.round, self.me, to, &plaintext),
+                ciphertext: keys::seal(&cipher, &self.tag, self.me, to, &plaintext),
                 mask_key_commitment: share_commitment(
-                    self.round,
+                    &self.tag,
                     SecretKind::MaskKey,
                     self.me,
                     to,
                     &ks.to_bytes(),
                 ),
                 self_mask_commitment: share_commitment(
-                    self.round,
+                    &self.tag,
                     SecretKind::SelfMask,
                     self.me,
                     to,
@@ -151,21 +269,15 @@ impl ClientRound {
             return Err(bad);
         }
         let cipher = keys::share_cipher(
-            self.round,
+            &self.tag,
             sealed.from,
             self.me,
             &self.cipher.secret,
             sealed.from,
             &peer.cipher_public,
         )?;
-        let plain = keys::open(
-            &cipher,
-            self.round,
-            sealed.from,
-            self.me,
-            &sealed.ciphertext,
-        )
-        .ok_or(SecAggError::BadShare { from: sealed.from })?;
+        let plain = keys::open(&cipher, &self.tag, sealed.from, self.me, &sealed.ciphertext)
+            .ok_or(SecAggError::BadShare { from: sealed.from })?;
         if plain.len() != PLAINTEXT_BYTES {
             return Err(bad);
         }
@@ -173,7 +285,7 @@ impl ClientRound {
             .chunks_exact(8)
             .map(|c| u64::from_be_bytes(c.try_into().expect("8")))
             .collect();
-        if header != [self.round, sealed.from, self.me] {
+        if header != [self.tag.round, sealed.from, self.me] {
             return Err(bad);
         }
         let ks = Share::from_bytes(&plain[24..24 + SHARE_BYTES])?;
@@ -252,7 +364,7 @@ impl ClientRound {
         apply_mask(&mut y, &self.self_mask, self.ring, Sign::Plus);
         for v in paired {
             let seed = keys::pair_seed(
-                self.round,
+                &self.tag,
                 self.me,
                 &self.mask.secret,
                 v,
@@ -265,11 +377,8 @@ impl ClientRound {
         Ok(y)
     }
 
-    /// Stage 3: for each neighbour v that shared, the share of b_v if v survived (is in U3) and
-    /// of s_sk_v if it did not: never both for one v. Answers once; refuses a survivor list
-    /// without this client or with fewer than t members.
-    pub fn unmask(&mut self, survivors: &[u64]) -> Result<Vec<RevealedShare>, SecAggError> {
-        self.expect(Stage::MaskedInput)?;
+    /// Checks a survivor list: it holds this client and at least t clients.
+    fn check_survivors(&self, survivors: &[u64]) -> Result<BTreeSet<u64>, SecAggError> {
         let survivors: BTreeSet<u64> = survivors.iter().copied().collect();
         if !survivors.contains(&self.me) {
             return Err(SecAggError::Refused(
@@ -283,9 +392,82 @@ impl ClientRound {
                 self.threshold
             )));
         }
+        Ok(survivors)
+    }
+
+    /// Stage 3 of an unsigned round: for each neighbour v that shared, the share of b_v if v
+    /// survived (is in U3) and of s_sk_v if it did not: never both for one v. Answers once;
+    /// refuses a survivor list without this client or with fewer than t members, and refuses
+    /// outright in a signed round, which reveals only after the consistency check.
+    pub fn unmask(&mut self, survivors: &[u64]) -> Result<Vec<RevealedShare>, SecAggError> {
+        self.expect(Stage::MaskedInput)?;
+        if self.credentials.is_some() {
+            return Err(SecAggError::Refused(
+                "a signed round reveals shares only after t neighbours signed the survivor set"
+                    .into(),
+            ));
+        }
+        let survivors = self.check_survivors(survivors)?;
+        Ok(self.reveal(&survivors))
+    }
+
+    /// The consistency check of a signed round: signs (round, H(task), H(U1), U3) for the
+    /// survivor list it is given, which it will not sign again nor reveal for any other.
+    pub fn endorse(&mut self, survivors: &[u64]) -> Result<[u8; 64], SecAggError> {
+        self.expect(Stage::MaskedInput)?;
+        let Some(credentials) = self.credentials.clone() else {
+            return Err(SecAggError::Refused(
+                "this client has no identity to sign with".into(),
+            ));
+        };
+        self.survivors = self.check_survivors(survivors)?;
+        self.stage = Stage::Consistency;
+        Ok(credentials.identity.sign(&self.survivors_payload()))
+    }
+
+    fn survivors_payload(&self) -> Vec<u8> {
+        let u3: Vec<u64> = self.survivors.iter().copied().collect();
+        binding::survivors_payload(&self.tag, &self.members, &u3)
+    }
+
+    /// Stage 3 of a signed round: reveals as [`Self::unmask`] does, for the survivor set it
+    /// signed, once `endorsements` hold valid signatures of that set (and of the same U1) by at
+    /// least t of its neighbours in U3. Any invalid signature refuses: the server checks them
+    /// before it forwards them, so one that does not verify was altered on the way.
+    pub fn reveal_endorsed(
+        &mut self,
+        endorsements: &[(u64, [u8; 64])],
+    ) -> Result<Vec<RevealedShare>, SecAggError> {
+        self.expect(Stage::Consistency)?;
+        let payload = self.survivors_payload();
+        let mut signers = BTreeSet::new();
+        for (signer, signature) in endorsements {
+            let identity = (self.neighbours.get(signer))
+                .filter(|_| self.survivors.contains(signer))
+                .and_then(|p| p.identity)
+                .ok_or_else(|| {
+                    SecAggError::Refused(format!(
+                        "a survivor-set signature of client {signer}, not a surviving neighbour"
+                    ))
+                })?;
+            binding::check_survivors(*signer, &identity, &payload, signature)?;
+            signers.insert(*signer);
+        }
+        if signers.len() < self.threshold {
+            return Err(SecAggError::Refused(format!(
+                "{} neighbours signed the survivor set, threshold is {}",
+                signers.len(),
+                self.threshold
+            )));
+        }
+        let survivors = std::mem::take(&mut self.survivors);
+        Ok(self.reveal(&survivors))
+    }
+
+    /// For each neighbour v held: the share of b_v if v is in U3, of s_sk_v if not.
+    fn reveal(&mut self, survivors: &BTreeSet<u64>) -> Vec<RevealedShare> {
         self.stage = Stage::Unmasking;
-        Ok(self
-            .held
+        self.held
             .iter()
             .map(|(&owner, &(key_share, mask_share))| {
                 if survivors.contains(&owner) {
@@ -302,6 +484,6 @@ impl ClientRound {
                     }
                 }
             })
-            .collect())
+            .collect()
     }
 }

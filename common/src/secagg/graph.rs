@@ -1,20 +1,32 @@
 //! The communication graph of a round: who masks with whom and who holds whose shares.
 //!
 //! `Complete` is the original protocol (Bonawitz et al. 2017): every pair of clients masks, so a
-//! client's cost grows with n. `Regular(k)` is SecAgg+ (Bell et al. 2020): a random k-regular
-//! Harary graph H_{k,n} (each client joined to the k/2 nearest on either side of a random
-//! cyclic order), with k = O(log n), so per-client cost is O(k) and the server's O(n k).
+//! client's cost grows with n. `Regular(k)` is SecAgg+ (Bell et al. 2020): a k-regular Harary
+//! graph H_{k,n} (each client joined to the k/2 nearest on either side of a cyclic order), with
+//! k = O(log n), so per-client cost is O(k) and the server's O(n k).
+//!
+//! The server does not draw the cyclic order: it is derived from public data that every client
+//! can recompute and check (docs/protocol.md, "Neighbour graph"). A client's place is
+//! SHA-256("flp.v1 secagg graph" || round || H(task) || label), its label being 0x01, u16 length
+//! and the name its certificate gives it, or 0x00 and its id u64 when keys are unsigned; U1 is
+//! ordered by place. The server cannot choose a certified client's place (the authority names
+//! clients, and the server learns a round's places only once it fixed the task); what it can
+//! still choose is whom to admit, which docs/threat-model.md bounds.
 
-use rand::seq::SliceRandom;
-use rand::{CryptoRng, Rng};
+use super::keys::RoundTag;
+use super::messages::Member;
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Domain string of a client's place in the cyclic order.
+const PLACE_DOMAIN: &[u8] = b"flp.v1 secagg graph";
 
 /// Which graph a round uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphKind {
     /// Every pair of clients are neighbours.
     Complete,
-    /// A random k-regular Harary graph; k is rounded up to even and capped at n - 1.
+    /// A k-regular Harary graph; k is rounded up to even and capped at n - 1.
     Regular(usize),
 }
 
@@ -25,34 +37,47 @@ pub fn auto_degree(n: usize) -> usize {
     (k + k % 2).max(4)
 }
 
-/// Each client's neighbour set for `clients` (distinct ids).
-pub fn build<R: Rng + CryptoRng>(
-    kind: GraphKind,
-    clients: &[u64],
-    rng: &mut R,
-) -> BTreeMap<u64, BTreeSet<u64>> {
-    let n = clients.len();
+/// A member's place in the round's cyclic order.
+fn place(tag: &RoundTag, member: &Member) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(PLACE_DOMAIN);
+    h.update(tag.round.to_be_bytes());
+    h.update(tag.digest.0);
+    match &member.name {
+        Some(name) => {
+            h.update([1u8]);
+            h.update((name.len() as u16).to_be_bytes());
+            h.update(name.as_bytes());
+        }
+        None => {
+            h.update([0u8]);
+            h.update(member.id.to_be_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+/// Each member's neighbour set (members have distinct ids).
+pub fn derive(tag: &RoundTag, kind: GraphKind, members: &[Member]) -> BTreeMap<u64, BTreeSet<u64>> {
+    let n = members.len();
     let k = match kind {
         GraphKind::Complete => n.saturating_sub(1),
         GraphKind::Regular(k) => (k + k % 2).min(n.saturating_sub(1)),
     };
     let mut neighbours: BTreeMap<u64, BTreeSet<u64>> =
-        clients.iter().map(|&c| (c, BTreeSet::new())).collect();
+        members.iter().map(|m| (m.id, BTreeSet::new())).collect();
     if k + 1 >= n {
-        for &a in clients {
-            for &b in clients {
-                if a != b {
-                    neighbours.get_mut(&a).expect("listed").insert(b);
-                }
-            }
+        for a in members {
+            let others = members.iter().filter(|b| b.id != a.id).map(|b| b.id);
+            neighbours.get_mut(&a.id).expect("listed").extend(others);
         }
         return neighbours;
     }
-    let mut order = clients.to_vec();
-    order.shuffle(rng);
-    for (i, &a) in order.iter().enumerate() {
+    let mut order: Vec<([u8; 32], u64)> = members.iter().map(|m| (place(tag, m), m.id)).collect();
+    order.sort_unstable();
+    for (i, &(_, a)) in order.iter().enumerate() {
         for offset in 1..=k / 2 {
-            let b = order[(i + offset) % n];
+            let b = order[(i + offset) % n].1;
             neighbours.get_mut(&a).expect("listed").insert(b);
             neighbours.get_mut(&b).expect("listed").insert(a);
         }
@@ -63,16 +88,25 @@ pub fn build<R: Rng + CryptoRng>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
+    use crate::task::TaskDigest;
+
+    fn tag(round: u64) -> RoundTag {
+        RoundTag {
+            round,
+            digest: TaskDigest([7; 32]),
+        }
+    }
+
+    fn members(ids: impl IntoIterator<Item = u64>) -> Vec<Member> {
+        (ids.into_iter().map(|id| Member { id, name: None })).collect()
+    }
 
     #[test]
     fn regular_graphs_are_regular_symmetric_and_loop_free() {
-        let mut rng = StdRng::seed_from_u64(1);
-        let clients: Vec<u64> = (100..1100).collect();
+        let clients = members(100..1100);
         let k = auto_degree(clients.len());
         assert_eq!(k, 30);
-        let g = build(GraphKind::Regular(k), &clients, &mut rng);
+        let g = derive(&tag(1), GraphKind::Regular(k), &clients);
         for (a, ns) in &g {
             assert_eq!(ns.len(), k);
             assert!(!ns.contains(a));
@@ -82,20 +116,45 @@ mod tests {
 
     #[test]
     fn complete_and_small_graphs_join_everyone() {
-        let mut rng = StdRng::seed_from_u64(2);
-        let clients = [1u64, 2, 3, 4, 5];
+        let clients = members(1..=5);
         for kind in [
             GraphKind::Complete,
             GraphKind::Regular(4),
             GraphKind::Regular(9),
         ] {
-            let g = build(kind, &clients, &mut rng);
+            let g = derive(&tag(2), kind, &clients);
             assert!(g.values().all(|ns| ns.len() == 4));
         }
         assert_eq!(
-            build(GraphKind::Regular(3), &clients, &mut rng)[&1].len(),
+            derive(&tag(2), GraphKind::Regular(3), &clients)[&1].len(),
             4
         );
-        assert!(build(GraphKind::Complete, &[7], &mut rng)[&7].is_empty());
+        assert!(derive(&tag(2), GraphKind::Complete, &members([7]))[&7].is_empty());
+    }
+
+    /// A certified client's neighbours follow its name, not the id the server gave it, and
+    /// another task places the clients anew.
+    #[test]
+    fn names_not_ids_place_certified_clients() {
+        let named = |first: u64| -> Vec<Member> {
+            (0..20)
+                .map(|i| Member {
+                    id: first + i,
+                    name: Some(format!("site-{i}")),
+                })
+                .collect()
+        };
+        let kind = GraphKind::Regular(4);
+        let a = derive(&tag(3), kind, &named(0));
+        let b = derive(&tag(3), kind, &named(100));
+        for i in 0..20 {
+            let shifted: BTreeSet<u64> = b[&(i + 100)].iter().map(|v| v - 100).collect();
+            assert_eq!(a[&i], shifted);
+        }
+        let other_task = RoundTag {
+            digest: TaskDigest([8; 32]),
+            ..tag(3)
+        };
+        assert_ne!(a, derive(&other_task, kind, &named(0)));
     }
 }

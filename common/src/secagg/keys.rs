@@ -2,9 +2,11 @@
 //!
 //! Each client makes two X25519 key pairs per round: (c_pk, c_sk) to encrypt its Shamir shares to
 //! peers and (s_pk, s_sk) for mask agreement. Every symmetric key is HKDF-SHA256 (RFC 5869) of an
-//! X25519 shared secret with a context that binds the protocol, the purpose, the round and both
-//! client ids, so no key is reused across rounds, pairs or purposes.
+//! X25519 shared secret with a context that binds the protocol, the purpose, the round, the digest
+//! of the round's task and model ([`RoundTag`]) and both client ids, so no key is reused across
+//! rounds, pairs or purposes, and clients sent different tasks agree on no key.
 
+use crate::task::TaskDigest;
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
 use hkdf::Hkdf;
@@ -69,9 +71,23 @@ pub fn check_public(client: u64, bytes: &[u8; 32]) -> Result<(), KeyError> {
     Ok(())
 }
 
-fn context(purpose: &[u8], round: u64, a: u64, b: u64) -> Vec<u8> {
+/// What every key, commitment and signature of a round is bound to: the round and the digest of
+/// the task and model its clients received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundTag {
+    /// The round.
+    pub round: u64,
+    /// H(task).
+    pub digest: TaskDigest,
+}
+
+/// purpose || round (u64) || H(task) || a (u64) || b (u64): the HKDF info and AEAD associated
+/// data of a round's keys, big-endian.
+fn context(purpose: &[u8], tag: &RoundTag, a: u64, b: u64) -> Vec<u8> {
     let mut info = purpose.to_vec();
-    for v in [round, a, b] {
+    info.extend_from_slice(&tag.round.to_be_bytes());
+    info.extend_from_slice(&tag.digest.0);
+    for v in [a, b] {
         info.extend_from_slice(&v.to_be_bytes());
     }
     info
@@ -94,24 +110,24 @@ fn derive(
     Ok(okm)
 }
 
-/// s_{u,v}: the pairwise mask seed of clients u and v in `round`, the same from either side:
-/// HKDF(X25519(s_sk_u, s_pk_v), "mask" || round || min(u,v) || max(u,v)).
+/// s_{u,v}: the pairwise mask seed of clients u and v in a round, the same from either side:
+/// HKDF(X25519(s_sk_u, s_pk_v), "mask" || round || H(task) || min(u,v) || max(u,v)).
 pub fn pair_seed(
-    round: u64,
+    tag: &RoundTag,
     me: u64,
     my_secret: &StaticSecret,
     peer: u64,
     peer_public: &PublicKey,
 ) -> Result<[u8; 32], KeyError> {
-    let info = context(b"mask", round, me.min(peer), me.max(peer));
+    let info = context(b"mask", tag, me.min(peer), me.max(peer));
     derive(my_secret, peer_public, peer, &info)
 }
 
-/// The AEAD that carries `from`'s shares to `to` in `round`: ChaCha20-Poly1305 keyed by
-/// HKDF(X25519(c_sk, c_pk_peer), "share" || round || from || to). The direction is in the
-/// context, so each key encrypts exactly one message and a zero nonce is safe.
+/// The AEAD that carries `from`'s shares to `to` in a round: ChaCha20-Poly1305 keyed by
+/// HKDF(X25519(c_sk, c_pk_peer), "share" || round || H(task) || from || to). The direction is in
+/// the context, so each key encrypts exactly one message and a zero nonce is safe.
 pub fn share_cipher(
-    round: u64,
+    tag: &RoundTag,
     from: u64,
     to: u64,
     my_secret: &StaticSecret,
@@ -122,20 +138,20 @@ pub fn share_cipher(
         my_secret,
         peer_public,
         peer,
-        &context(b"share", round, from, to),
+        &context(b"share", tag, from, to),
     )?;
     Ok(ChaCha20Poly1305::new(&key.into()))
 }
 
-/// Associated data of a share ciphertext: round, sender and receiver.
-fn share_aad(round: u64, from: u64, to: u64) -> Vec<u8> {
-    context(b"share-aad", round, from, to)
+/// Associated data of a share ciphertext: round, H(task), sender and receiver.
+fn share_aad(tag: &RoundTag, from: u64, to: u64) -> Vec<u8> {
+    context(b"share-aad", tag, from, to)
 }
 
 /// Encrypts `plaintext` from `from` to `to`.
 pub fn seal(
     cipher: &ChaCha20Poly1305,
-    round: u64,
+    tag: &RoundTag,
     from: u64,
     to: u64,
     plaintext: &[u8],
@@ -145,7 +161,7 @@ pub fn seal(
             &[0u8; 12].into(),
             Payload {
                 msg: plaintext,
-                aad: &share_aad(round, from, to),
+                aad: &share_aad(tag, from, to),
             },
         )
         .expect("in-memory ChaCha20-Poly1305 encryption cannot fail")
@@ -154,7 +170,7 @@ pub fn seal(
 /// Decrypts and authenticates; `None` for a forged, altered or misaddressed ciphertext.
 pub fn open(
     cipher: &ChaCha20Poly1305,
-    round: u64,
+    tag: &RoundTag,
     from: u64,
     to: u64,
     ciphertext: &[u8],
@@ -164,7 +180,7 @@ pub fn open(
             &[0u8; 12].into(),
             Payload {
                 msg: ciphertext,
-                aad: &share_aad(round, from, to),
+                aad: &share_aad(tag, from, to),
             },
         )
         .ok()
@@ -184,7 +200,7 @@ pub enum SecretKind {
 /// share is caught before it can corrupt the unmasked sum. Shares are uniform field elements
 /// (305 bits), so the hash reveals nothing about them.
 pub fn share_commitment(
-    round: u64,
+    tag: &RoundTag,
     kind: SecretKind,
     owner: u64,
     holder: u64,
@@ -197,7 +213,7 @@ pub fn share_commitment(
             SecretKind::MaskKey => b"commit-mask-key",
             SecretKind::SelfMask => b"commit-self-mask",
         },
-        round,
+        tag,
         owner,
         holder,
     ));
@@ -211,26 +227,42 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
+    fn tag(round: u64) -> RoundTag {
+        RoundTag {
+            round,
+            digest: TaskDigest([round as u8; 32]),
+        }
+    }
+
     #[test]
-    fn both_sides_derive_the_same_pair_seed_and_it_binds_round_and_ids() {
+    fn both_sides_derive_the_same_pair_seed_and_it_binds_round_task_and_ids() {
         let mut rng = StdRng::seed_from_u64(1);
         let (a, b, c) = (
             KeyPair::generate(&mut rng),
             KeyPair::generate(&mut rng),
             KeyPair::generate(&mut rng),
         );
-        let ab = pair_seed(3, 1, &a.secret, 2, &b.public).unwrap();
-        assert_eq!(ab, pair_seed(3, 2, &b.secret, 1, &a.public).unwrap());
-        assert_ne!(ab, pair_seed(4, 1, &a.secret, 2, &b.public).unwrap());
-        assert_ne!(ab, pair_seed(3, 1, &a.secret, 5, &b.public).unwrap());
-        assert_ne!(ab, pair_seed(3, 1, &a.secret, 3, &c.public).unwrap());
+        let ab = pair_seed(&tag(3), 1, &a.secret, 2, &b.public).unwrap();
+        assert_eq!(ab, pair_seed(&tag(3), 2, &b.secret, 1, &a.public).unwrap());
+        assert_ne!(ab, pair_seed(&tag(4), 1, &a.secret, 2, &b.public).unwrap());
+        assert_ne!(ab, pair_seed(&tag(3), 1, &a.secret, 5, &b.public).unwrap());
+        assert_ne!(ab, pair_seed(&tag(3), 1, &a.secret, 3, &c.public).unwrap());
+        // Sent a different task, the other side derives another seed: the masks do not cancel.
+        let other_task = RoundTag {
+            digest: TaskDigest([9; 32]),
+            ..tag(3)
+        };
+        assert_ne!(
+            ab,
+            pair_seed(&other_task, 2, &b.secret, 1, &a.public).unwrap()
+        );
     }
 
     #[test]
     fn low_order_public_keys_are_refused() {
         let a = KeyPair::generate(&mut StdRng::seed_from_u64(2));
         assert_eq!(
-            pair_seed(1, 1, &a.secret, 9, &PublicKey::from([0u8; 32])),
+            pair_seed(&tag(1), 1, &a.secret, 9, &PublicKey::from([0u8; 32])),
             Err(KeyError::NonContributory(9))
         );
     }
@@ -293,16 +325,16 @@ mod tests {
             KeyPair::generate(&mut rng),
             KeyPair::generate(&mut rng),
         );
-        let send = share_cipher(7, 1, 2, &u.secret, 2, &v.public).unwrap();
-        let ct = seal(&send, 7, 1, 2, b"share");
-        let recv = share_cipher(7, 1, 2, &v.secret, 1, &u.public).unwrap();
-        assert_eq!(open(&recv, 7, 1, 2, &ct).unwrap(), b"share");
+        let send = share_cipher(&tag(7), 1, 2, &u.secret, 2, &v.public).unwrap();
+        let ct = seal(&send, &tag(7), 1, 2, b"share");
+        let recv = share_cipher(&tag(7), 1, 2, &v.secret, 1, &u.public).unwrap();
+        assert_eq!(open(&recv, &tag(7), 1, 2, &ct).unwrap(), b"share");
         // Wrong round, wrong direction, a third party, or a flipped bit: all refused.
-        assert!(open(&recv, 8, 1, 2, &ct).is_none());
+        assert!(open(&recv, &tag(8), 1, 2, &ct).is_none());
         assert!(
             open(
-                &share_cipher(7, 2, 1, &v.secret, 1, &u.public).unwrap(),
-                7,
+                &share_cipher(&tag(7), 2, 1, &v.secret, 1, &u.public).unwrap(),
+                &tag(7),
                 2,
                 1,
                 &ct
@@ -311,8 +343,8 @@ mod tests {
         );
         assert!(
             open(
-                &share_cipher(7, 1, 2, &w.secret, 1, &u.public).unwrap(),
-                7,
+                &share_cipher(&tag(7), 1, 2, &w.secret, 1, &u.public).unwrap(),
+                &tag(7),
                 1,
                 2,
                 &ct
@@ -321,6 +353,6 @@ mod tests {
         );
         let mut forged = ct.clone();
         forged[0] ^= 1;
-        assert!(open(&recv, 7, 1, 2, &forged).is_none());
+        assert!(open(&recv, &tag(7), 1, 2, &forged).is_none());
     }
 }

@@ -1,5 +1,6 @@
 //! The stage messages of one round, as the protocol sees them (the wire format maps 1:1).
 
+use super::binding::Signed;
 use super::keys::SecretKind;
 use super::shamir::Share;
 
@@ -12,6 +13,18 @@ pub struct AdvertisedKeys {
     pub cipher_public: [u8; 32],
     /// s_pk_u: for agreeing pairwise mask seeds with u.
     pub mask_public: [u8; 32],
+    /// The identity key's signature over the keys, the round and H(task), with the authority's
+    /// certificate of that key: present when the client has credentials.
+    pub signed: Option<Box<Signed>>,
+}
+
+/// A client admitted to a round (a member of U1), as every client is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its id in the round.
+    pub id: u64,
+    /// The name its certificate gives it, when keys are signed.
+    pub name: Option<String>,
 }
 
 /// After stage 0, server → client: its neighbours' keys and the Shamir threshold.
@@ -19,6 +32,8 @@ pub struct AdvertisedKeys {
 pub struct Neighbourhood {
     /// t: shares needed to recover a secret.
     pub threshold: usize,
+    /// U1, in increasing order of id: every client the neighbour graph is derived over.
+    pub members: Vec<Member>,
     /// The advertised keys of every neighbour in U1.
     pub neighbours: Vec<AdvertisedKeys>,
 }
@@ -70,6 +85,8 @@ pub enum StageMessage {
     Check(Vec<u64>),
     /// Stage 2: its masked input y_u.
     Masked(Vec<u64>),
+    /// The consistency check: its signature over (round, H(task), H(U1), U3).
+    Endorse([u8; 64]),
     /// Stage 3: its revealed shares.
     Reveal(Vec<RevealedShare>),
 }
@@ -83,10 +100,14 @@ impl StageMessage {
             StageMessage::Shares(_) => Stage::ShareKeys,
             StageMessage::Check(_) => Stage::CheckShares,
             StageMessage::Masked(_) => Stage::MaskedInput,
+            StageMessage::Endorse(_) => Stage::Consistency,
             StageMessage::Reveal(_) => Stage::Unmasking,
         }
     }
 }
+
+/// Survivor-set signatures, by signer.
+pub type Endorsements = Vec<(u64, [u8; 64])>;
 
 /// A server's stage message to a client, between the client's stages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +118,10 @@ pub enum ServerStage {
     ShareInbox(Vec<SealedShares>),
     /// Stage 2's start: who is excluded and who goes unpaired.
     Proceed(Proceed),
-    /// Stage 3's start: U3, the clients whose masked inputs are in the sum.
+    /// The consistency check's start (signed rounds) or stage 3's start: U3, the clients whose
+    /// masked inputs are in the sum.
     Survivors(Vec<u64>),
+    /// Stage 3's start in a signed round: the signatures of the client's neighbours over the
+    /// survivor set, by signer.
+    Endorsements(Endorsements),
 }

@@ -19,6 +19,7 @@
 //! Everything here is sans-IO: [`ClientRound`] and the server's phases ([`AdvertiseKeys`] onwards) consume and produce the stage
 //! messages; the server and client crates only carry them.
 
+mod binding;
 mod calibration;
 mod client;
 mod graph;
@@ -31,20 +32,24 @@ mod ring;
 mod server;
 mod shamir;
 
+pub use binding::{Credentials, Signed, Verifier, keys_payload, members_digest, survivors_payload};
 pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape};
-pub use client::ClientRound;
-pub use graph::{GraphKind, auto_degree, build as build_graph};
-pub use keys::{KeyError, KeyPair, SecretKind, check_public, pair_seed, share_commitment};
+pub use client::{ClientRound, min_threshold};
+pub use graph::{GraphKind, auto_degree, derive as derive_graph};
+pub use keys::{
+    KeyError, KeyPair, RoundTag, SecretKind, check_public, pair_seed, share_commitment,
+};
 pub use messages::{
-    AdvertisedKeys, Neighbourhood, Proceed, RevealedShare, SealedShares, ServerStage, StageMessage,
+    AdvertisedKeys, Endorsements, Member, Neighbourhood, Proceed, RevealedShare, SealedShares,
+    ServerStage, StageMessage,
 };
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};
 pub use quantize::{QuantizeError, Quantizer};
 pub use ring::Ring;
 pub use server::{
-    AdvertiseKeys, CheckShares, Checked, MaskedInput, Phase, RoundResult, ShareKeys, Stage,
-    Unmasking,
+    AdvertiseKeys, CheckShares, Checked, Consistency, MaskedInput, Phase, RoundResult, RoundSetup,
+    ShareKeys, Stage, Unmasking,
 };
 pub use shamir::{SHARE_BYTES, ShamirError, Share};
 
@@ -125,6 +130,15 @@ pub enum SecAggError {
         from: u64,
         /// What is wrong.
         problem: String,
+    },
+    /// A client whose keys or signature cannot be trusted: unsigned, uncertified, revoked, or
+    /// signed over other keys, another round or another task.
+    #[error("client {client} is not authenticated: {reason}")]
+    Unauthenticated {
+        /// The client.
+        client: u64,
+        /// Why.
+        reason: String,
     },
     /// A server message the client refuses (it would break the protocol's guarantees).
     #[error("refused: {0}")]

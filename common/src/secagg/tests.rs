@@ -1,9 +1,31 @@
 //! Whole-protocol tests: clients and server driven in memory, with dropouts and hostile input.
 
 use super::*;
+use crate::task::TaskDigest;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
+
+/// Round `round` of a task whose digest is all `round`s.
+pub(super) fn tag(round: u64) -> RoundTag {
+    RoundTag {
+        round,
+        digest: TaskDigest([round as u8; 32]),
+    }
+}
+
+/// An unsigned round's setup: t = 0.6 of the neighbours, at least 3 answers per stage.
+pub(super) fn setup(round: u64, ring: Ring, dim: usize, graph: GraphKind) -> RoundSetup {
+    RoundSetup {
+        tag: tag(round),
+        ring,
+        dim,
+        graph,
+        threshold_fraction: 0.6,
+        min_survivors: 3,
+        verifier: None,
+    }
+}
 
 /// When a simulated client stops answering.
 #[derive(Clone, Copy, PartialEq)]
@@ -47,7 +69,7 @@ fn run(
         .collect();
     let mut clients: BTreeMap<u64, ClientRound> = ids
         .iter()
-        .map(|&u| (u, ClientRound::new(1, u, ring, &mut rng)))
+        .map(|&u| (u, ClientRound::new((tag(1), u), ring, None, &mut rng)))
         .collect();
     let plan: BTreeMap<u64, DropAt> = ids.iter().enumerate().map(|(i, &u)| (u, drop(i))).collect();
     let outcome = |result, survivors: &[u64]| {
@@ -58,11 +80,11 @@ fn run(
         Outcome { result, expected }
     };
     let mut go = || -> Result<RoundResult, SecAggError> {
-        let mut keys = AdvertiseKeys::new(1, ring, dim, graph, 0.6, 3, ids.iter().copied());
+        let mut keys = AdvertiseKeys::new(setup(1, ring, dim, graph), ids.iter().copied());
         for (u, c) in &clients {
             keys.receive_keys(*u, c.advertise())?;
         }
-        let (mut shares, hoods) = keys.close(&mut rng)?;
+        let (mut shares, hoods) = keys.close()?;
         for (u, hood) in hoods {
             if plan[&u] == DropAt::BeforeShares {
                 continue;
@@ -217,15 +239,15 @@ fn a_masked_upload_looks_uniform() {
     let ring = Ring::new(32).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let ids = [1u64, 2, 3, 4];
-    let mut keys = AdvertiseKeys::new(1, ring, 64_000, GraphKind::Complete, 0.6, 3, ids);
+    let mut keys = AdvertiseKeys::new(setup(1, ring, 64_000, GraphKind::Complete), ids);
     let mut clients: Vec<ClientRound> = ids
         .iter()
-        .map(|&u| ClientRound::new(1, u, ring, &mut rng))
+        .map(|&u| ClientRound::new((tag(1), u), ring, None, &mut rng))
         .collect();
     for (c, &u) in clients.iter().zip(&ids) {
         keys.receive_keys(u, c.advertise()).unwrap();
     }
-    let (mut shares, hoods) = keys.close(&mut rng).unwrap();
+    let (mut shares, hoods) = keys.close().unwrap();
     for (c, &u) in clients.iter_mut().zip(&ids) {
         let sealed = c.share_keys(hoods[&u].clone(), &mut rng).unwrap();
         shares.receive_shares(u, sealed).unwrap();
@@ -293,15 +315,15 @@ fn staged_shares() -> Staged<ShareKeys> {
     let ring = Ring::new(32).unwrap();
     let mut rng = StdRng::seed_from_u64(21);
     let ids = [1u64, 2, 3, 4, 5];
-    let mut keys = AdvertiseKeys::new(4, ring, 8, GraphKind::Complete, 0.6, 3, ids);
+    let mut keys = AdvertiseKeys::new(setup(4, ring, 8, GraphKind::Complete), ids);
     let mut clients: BTreeMap<u64, ClientRound> = ids
         .iter()
-        .map(|&u| (u, ClientRound::new(4, u, ring, &mut rng)))
+        .map(|&u| (u, ClientRound::new((tag(4), u), ring, None, &mut rng)))
         .collect();
     for (&u, c) in &clients {
         keys.receive_keys(u, c.advertise()).unwrap();
     }
-    let (server, hoods) = keys.close(&mut rng).unwrap();
+    let (server, hoods) = keys.close().unwrap();
     let mut sealed = BTreeMap::new();
     for (&u, c) in clients.iter_mut() {
         sealed.insert(u, c.share_keys(hoods[&u].clone(), &mut rng).unwrap());
@@ -623,12 +645,13 @@ fn clients_refuse_unsafe_server_requests() {
     assert!(matches!(c.unmask(&[2, 3, 4]), Err(SecAggError::Refused(_))));
     assert!(matches!(c.unmask(&[1, 2]), Err(SecAggError::Refused(_))));
     let ring = Ring::new(32).unwrap();
-    let mut fresh = ClientRound::new(1, 1, ring, &mut st.rng);
+    let mut fresh = ClientRound::new((tag(1), 1), ring, None, &mut st.rng);
     let peers: Vec<AdvertisedKeys> = (2..6)
-        .map(|u| ClientRound::new(1, u, ring, &mut st.rng).advertise())
+        .map(|u| ClientRound::new((tag(1), u), ring, None, &mut st.rng).advertise())
         .collect();
     let hood = Neighbourhood {
         threshold: 2,
+        members: (1..6).map(|id| Member { id, name: None }).collect(),
         neighbours: peers,
     };
     assert!(matches!(

@@ -18,6 +18,7 @@ use crate::policy::RoundPlan;
 use crate::strategy::{RoundContext, Strategy};
 use fl_common::privacy::UpdateMoments;
 use fl_common::secagg::Calibration;
+use fl_common::task::TaskDigest;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -73,6 +74,8 @@ pub struct RoundWork<'a> {
     pub global: &'a [f32],
     /// Whether the round's clients were asked to evaluate w_t (federated evaluation).
     pub evaluate: bool,
+    /// H(task) of a secure round: the digest of the task and model its clients were sent.
+    pub task_digest: Option<TaskDigest>,
 }
 
 /// What a collection fixes before the round's tasks go out.
@@ -80,6 +83,8 @@ pub struct RoundWork<'a> {
 pub struct Prepared {
     /// The secure round's code and noise, which its task carries.
     pub calibration: Option<Calibration>,
+    /// The secure round is signed (the malicious-server variant).
+    pub signed: bool,
 }
 
 /// One of the two ways results come in.

@@ -13,8 +13,9 @@ use crate::policy::RoundPlan;
 use crate::rejection::Rejection;
 use crate::strategy::{SumInput, Upload};
 use fl_common::secagg::{
-    AdvertiseKeys, Calibration, GraphKind, Phase, PlainInputs, RoundResult, RoundShape,
-    SecAggError, ServerStage, Stage, StageMessage, auto_degree,
+    AdvertiseKeys, Calibration, Consistency, GraphKind, Phase, PlainInputs, RoundResult,
+    RoundSetup, RoundShape, RoundTag, SecAggError, ServerStage, Stage, StageMessage, Unmasking,
+    Verifier, auto_degree,
 };
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
@@ -63,6 +64,9 @@ pub struct SecureSettings {
     /// Simulation only: the fraction of each round's clients the dropout injector drops, and
     /// the stage at which they drop.
     pub dropout: (f64, DropoutStage),
+    /// Signed rounds (the malicious-server variant): the federation authority's checks of the
+    /// clients' certificates and signatures.
+    pub verifier: Option<Arc<Verifier>>,
 }
 
 impl SecureSettings {
@@ -125,6 +129,7 @@ impl SecureCollection {
         };
         Ok(Prepared {
             calibration: Some(calibration),
+            signed: self.settings.verifier.is_some(),
         })
     }
 
@@ -143,9 +148,15 @@ impl SecureCollection {
             ));
         };
         let round = work.ctx.round;
+        let Some(digest) = work.task_digest else {
+            return Err(ServerError::Internal(
+                "a secure round's task has no digest".into(),
+            ));
+        };
+        let tag = RoundTag { round, digest };
         let sampled = (work.sampled, work.started);
         let stages = self
-            .run_stages(clients, round, sampled, &calibration, rng)
+            .run_stages(clients, tag, sampled, &calibration, rng)
             .await?;
         let mut tally = Tally::new(0);
         tally.bytes_up = stages.bytes_up;
@@ -202,24 +213,25 @@ impl SecureCollection {
     async fn run_stages(
         &self,
         clients: &mut Clients,
-        round: u64,
+        tag: RoundTag,
         (sampled, started): (&BTreeSet<ClientId>, Instant),
         calibration: &Calibration,
         rng: &mut StdRng,
     ) -> Result<Stages, ServerError> {
         let cfg = &self.settings;
-        let keys = AdvertiseKeys::new(
-            round,
-            calibration.quantizer.ring,
-            self.dim,
-            cfg.graph(sampled.len()),
-            cfg.threshold,
-            calibration.min_survivors,
-            sampled.iter().copied(),
-        );
+        let setup = RoundSetup {
+            tag,
+            ring: calibration.quantizer.ring,
+            dim: self.dim,
+            graph: cfg.graph(sampled.len()),
+            threshold_fraction: cfg.threshold,
+            min_survivors: calibration.min_survivors,
+            verifier: cfg.verifier.clone(),
+        };
+        let keys = AdvertiseKeys::new(setup, sampled.iter().copied());
         let mut io = StageIo {
             clients,
-            round,
+            round: tag.round,
             gone: Gone::new(),
             deadline: started + self.round_timeout,
             bytes_up: 0,
@@ -249,9 +261,8 @@ impl SecureCollection {
                 }
             };
         }
-        let round = keys.round();
         let keys = io.wait(keys, self.stage_timeout()).await?;
-        let (shares, hoods) = closed!(keys.close(rng));
+        let (shares, hoods) = closed!(keys.close());
         let messages = (hoods.into_iter()).map(|(u, h)| (u, ServerStage::Neighbours(h)));
         io.deliver(self.injected(Stage::ShareKeys), messages.collect(), rng);
         let shares = io.wait(shares, self.stage_timeout()).await?;
@@ -262,7 +273,7 @@ impl SecureCollection {
         let (masked, checked) = closed!(check.close());
         for v in checked.excluded {
             io.gone.insert(v);
-            io.clients.reject(v, Rejection::Excluded(round));
+            io.clients.reject(v, Rejection::Excluded(io.round));
         }
         let messages = (checked.proceed.into_iter()).map(|(u, p)| (u, ServerStage::Proceed(p)));
         io.deliver(self.injected(Stage::MaskedInput), messages.collect(), rng);
@@ -271,8 +282,28 @@ impl SecureCollection {
         let message = ServerStage::Survivors(survivors.clone());
         let messages = survivors.into_iter().map(|u| (u, message.clone()));
         io.deliver(self.injected(Stage::Unmasking), messages.collect(), rng);
+        let unmasking = match self.settings.verifier {
+            None => unmasking,
+            Some(_) => closed!(Self::consistency(io, unmasking, self.stage_timeout(), rng).await?),
+        };
         let unmasking = io.wait(unmasking, self.stage_timeout()).await?;
         Ok(unmasking.finish())
+    }
+
+    /// A signed round's consistency check: the survivors' signatures over U1 and U3 in, each
+    /// signer's neighbours' signatures out; the unmasking then asks only the signers.
+    async fn consistency(
+        io: &mut StageIo<'_>,
+        unmasking: Unmasking,
+        timeout: Duration,
+        rng: &mut StdRng,
+    ) -> Result<Result<Unmasking, SecAggError>, ServerError> {
+        let consistency = io.wait(Consistency::new(unmasking), timeout).await?;
+        Ok(consistency.close().map(|(unmasking, forwarded)| {
+            let messages = (forwarded.into_iter()).map(|(u, s)| (u, ServerStage::Endorsements(s)));
+            io.deliver(0.0, messages.collect(), rng);
+            unmasking
+        }))
     }
 
     /// How long each stage after the first waits.

@@ -137,6 +137,8 @@ impl RunConfig {
     /// Checks what only a server needs and a simulation fills in itself: IADMM's public I, and
     /// the stable identities DP-FTRL needs.
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
+        // The authority's files are read before anything starts.
+        self.secagg.verifier()?;
         // "Each client at most once per tree" holds only per identity: without enrollment a
         // client that joins again gets a new id and could enter the same tree twice.
         if self.privacy.mode == PrivacyMode::DpFtrl && self.server.enrollment.is_none() {
@@ -161,7 +163,7 @@ impl RunConfig {
 }
 
 /// The configuration's file paths (`section`, `key`, the prefix before the path, if any).
-const PATH_KEYS: [(&str, &str, Option<&str>); 7] = [
+const PATH_KEYS: [(&str, &str, Option<&str>); 9] = [
     ("server", "out", None),
     ("server", "enrollment", None),
     ("server", "tls_cert", None),
@@ -169,6 +171,8 @@ const PATH_KEYS: [(&str, &str, Option<&str>); 7] = [
     ("server", "tls_client_ca", None),
     ("model", "init", None),
     ("data", "source", Some(":")),
+    ("secagg", "authority", None),
+    ("secagg", "revocations", None),
 ];
 
 /// Makes every relative path the file names relative to the file's folder `base` (so a

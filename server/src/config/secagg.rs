@@ -3,7 +3,10 @@
 use super::{ConfigError, DropoutStage};
 use crate::collection::SecureSettings;
 use fl_common::privacy::Neighbours;
+use fl_common::secagg::Verifier;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the noise of a secure-aggregation run comes from.
@@ -35,9 +38,21 @@ impl SecAggSection {
         self.calibrate_for.unwrap_or(self.min_survivors)
     }
 
+    /// The federation authority's checks, when rounds are signed (`secagg.authority`): its
+    /// public key and revocation list read from their files.
+    pub fn verifier(&self) -> Result<Option<Verifier>, ConfigError> {
+        let Some(authority) = &self.authority else {
+            return Ok(None);
+        };
+        let verifier = Verifier::from_files(authority, self.revocations.as_deref());
+        verifier
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid(format!("secagg.authority: {e}")))
+    }
+
     /// The settings the secure collection runs its rounds by.
-    pub fn settings(&self) -> SecureSettings {
-        SecureSettings {
+    pub fn settings(&self) -> Result<SecureSettings, ConfigError> {
+        Ok(SecureSettings {
             bits: self.bits,
             threshold: self.threshold,
             min_survivors: self.min_survivors,
@@ -47,7 +62,8 @@ impl SecAggSection {
             },
             stage_timeout: Duration::from_secs_f64(self.stage_timeout_secs),
             dropout: (self.sim_dropout, self.sim_dropout_stage),
-        }
+            verifier: self.verifier()?.map(Arc::new),
+        })
     }
 }
 
@@ -84,6 +100,12 @@ pub struct SecAggSection {
     pub sim_dropout: f64,
     /// `fl sim` only: the stage at which they drop.
     pub sim_dropout_stage: DropoutStage,
+    /// The federation authority's public key file (`fl authority init` writes it): rounds are
+    /// then signed, the malicious-server variant of docs/threat-model.md. Clients must be
+    /// configured with the same authority; t is raised above 2/3 of a client's neighbours.
+    pub authority: Option<PathBuf>,
+    /// The authority's signed revocation list (`fl authority revoke`), with `authority`.
+    pub revocations: Option<PathBuf>,
 }
 
 impl Default for SecAggSection {
@@ -100,6 +122,8 @@ impl Default for SecAggSection {
             neighbours: Neighbours::ReplaceOne,
             sim_dropout: 0.0,
             sim_dropout_stage: DropoutStage::AfterShares,
+            authority: None,
+            revocations: None,
         }
     }
 }
@@ -137,6 +161,10 @@ impl SecAggSection {
                 }),
                 "secagg.calibrate_for must be in [secagg.min_survivors, 1], with secagg.noise = \
                  \"distributed\"",
+            ),
+            (
+                self.revocations.is_none() || self.authority.is_some(),
+                "secagg.revocations is the authority's list: set it with secagg.authority",
             ),
             (
                 self.neighbours == Neighbours::ReplaceOne || self.noise == SecAggNoise::Distributed,

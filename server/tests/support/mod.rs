@@ -131,6 +131,31 @@ pub async fn raw_session(
     (id, tx, inbound)
 }
 
+/// The round key of a secure task `task`, reading the model chunks that follow it from
+/// `inbound`: the round and H(task) of the task and model received.
+#[allow(dead_code)]
+pub async fn secure_tag(
+    inbound: &mut tonic::Streaming<ServerMessage>,
+    task: &fl_proto::v1::RoundTask,
+) -> fl_common::secagg::RoundTag {
+    let mut assembler =
+        fl_proto::TensorAssembler::new(task.round, task.num_values, task.num_chunks).unwrap();
+    let model = loop {
+        let message = inbound.message().await.unwrap().unwrap();
+        let Some(fl_proto::v1::server_message::Body::ModelChunk(chunk)) = message.body else {
+            panic!("a model chunk was expected, not {message:?}");
+        };
+        if let Some(values) = assembler.push(chunk).unwrap() {
+            break values;
+        }
+    };
+    let parsed = fl_common::task::Task::try_from(task).unwrap();
+    fl_common::secagg::RoundTag {
+        round: task.round,
+        digest: parsed.secure_digest(&model).unwrap(),
+    }
+}
+
 /// Joins as `name` with `token`.
 pub async fn raw_join(endpoint: &str, name: &str, token: &str) -> Result<JoinReply, tonic::Status> {
     let mut grpc = FederationClient::connect(endpoint.to_string())

@@ -137,11 +137,11 @@ impl Phase for CheckShares {
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Check(refused) => self.receive_check(from, refused),
-            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.base.tag.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.base.round
+        self.base.tag.round
     }
 }

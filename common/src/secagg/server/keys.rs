@@ -1,13 +1,11 @@
-//! Phase 0, AdvertiseKeys: collect each sampled client's two public keys (U1), then draw the
-//! neighbour graph over U1 and fix the Shamir threshold t.
+//! Phase 0, AdvertiseKeys: collect each sampled client's two public keys (U1), checked in a
+//! signed round against the client's certificate and signature, then derive the neighbour graph
+//! over U1 and fix the Shamir threshold t.
 
-use super::{Base, Graph, Phase, ShareKeys, Stage, waiting_for, wrong_stage};
-use crate::secagg::SecAggError;
+use super::{Base, Graph, Phase, RoundSetup, ShareKeys, Stage, waiting_for, wrong_stage};
 use crate::secagg::graph::{self, GraphKind};
-use crate::secagg::keys;
-use crate::secagg::messages::{AdvertisedKeys, Neighbourhood, StageMessage};
-use crate::secagg::ring::Ring;
-use rand::{CryptoRng, Rng};
+use crate::secagg::messages::{AdvertisedKeys, Member, Neighbourhood, StageMessage};
+use crate::secagg::{SecAggError, binding, keys, min_threshold};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The round's first phase.
@@ -18,35 +16,33 @@ pub struct AdvertiseKeys {
     threshold_fraction: f64,
     sampled: BTreeSet<u64>,
     keys: BTreeMap<u64, AdvertisedKeys>,
+    /// Signed rounds: the certified name of each client in `keys`.
+    names: BTreeMap<u64, String>,
 }
 
 impl AdvertiseKeys {
     /// A round over the `sampled` clients. Every stage needs at least `min_survivors` (and at
-    /// least 2) answers, and t = max(2, ceil(threshold_fraction * |N(u)|)) shares recover a secret.
-    pub fn new(
-        round: u64,
-        ring: Ring,
-        dim: usize,
-        graph_kind: GraphKind,
-        threshold_fraction: f64,
-        min_survivors: usize,
-        sampled: impl IntoIterator<Item = u64>,
-    ) -> Self {
+    /// least 2) answers, and t = ceil(threshold_fraction * |N(u)|) shares recover a secret,
+    /// raised to the smallest t the clients accept ([`min_threshold`]).
+    pub fn new(setup: RoundSetup, sampled: impl IntoIterator<Item = u64>) -> Self {
         Self {
             base: Base {
-                round,
-                ring,
-                dim,
-                min_survivors: min_survivors.max(2),
+                tag: setup.tag,
+                verifier: setup.verifier,
+                ring: setup.ring,
+                dim: setup.dim,
+                min_survivors: setup.min_survivors.max(2),
             },
-            graph_kind,
-            threshold_fraction,
+            graph_kind: setup.graph,
+            threshold_fraction: setup.threshold_fraction,
             sampled: sampled.into_iter().collect(),
             keys: BTreeMap::new(),
+            names: BTreeMap::new(),
         }
     }
 
-    /// A client's public keys.
+    /// A client's public keys; in a signed round, signed for this round and task by a
+    /// certified, unrevoked identity whose name no other client of the round has.
     pub fn receive_keys(&mut self, from: u64, keys: AdvertisedKeys) -> Result<(), SecAggError> {
         if !self.sampled.contains(&from) || keys.client != from {
             return Err(SecAggError::NotParticipant(from));
@@ -57,29 +53,40 @@ impl AdvertiseKeys {
         // A low-order or non-canonical key would make its neighbours refuse the round.
         keys::check_public(from, &keys.cipher_public)?;
         keys::check_public(from, &keys.mask_public)?;
+        if let Some(verifier) = &self.base.verifier {
+            let name = verifier.check_keys(&self.base.tag, &keys)?.name.clone();
+            if let Some((&other, _)) = self.names.iter().find(|(_, n)| **n == name) {
+                return Err(SecAggError::Unauthenticated {
+                    client: from,
+                    reason: format!("client {other} already holds the name {name:?}"),
+                });
+            }
+            self.names.insert(from, name);
+        }
         self.keys.insert(from, keys);
         Ok(())
     }
 
-    /// Draws the graph over U1; returns the next phase and each client's neighbourhood.
-    pub fn close<R: Rng + CryptoRng>(
-        self,
-        rng: &mut R,
-    ) -> Result<(ShareKeys, BTreeMap<u64, Neighbourhood>), SecAggError> {
+    /// Derives the graph over U1; returns the next phase and each client's neighbourhood.
+    pub fn close(self) -> Result<(ShareKeys, BTreeMap<u64, Neighbourhood>), SecAggError> {
         let base = self.base;
         base.enough(Stage::AdvertiseKeys, self.keys.len())?;
-        let u1: Vec<u64> = self.keys.keys().copied().collect();
-        let neighbours = graph::build(self.graph_kind, &u1, rng);
+        let members: Vec<Member> = (self.keys.keys())
+            .map(|&id| Member {
+                id,
+                name: self.names.get(&id).cloned(),
+            })
+            .collect();
+        let neighbours = graph::derive(&base.tag, self.graph_kind, &members);
         let degree = neighbours.values().map(BTreeSet::len).min().unwrap_or(0);
         if degree < 2 {
             let reason = "secure aggregation needs at least 3 clients".into();
             return Err(base.abort(Stage::AdvertiseKeys, reason));
         }
-        // t > |N|/2 always (the clients refuse less), and t >= 2.
         let t = ((self.threshold_fraction * degree as f64).ceil() as usize)
-            .max(degree / 2 + 1)
-            .max(2);
+            .max(min_threshold(degree, base.verifier.is_some()));
         let graph = Graph {
+            members: binding::members_digest(&base.tag, &members),
             keys: self.keys,
             neighbours,
             threshold: t.min(degree),
@@ -88,6 +95,7 @@ impl AdvertiseKeys {
             .map(|(&u, ns)| {
                 let hood = Neighbourhood {
                     threshold: graph.threshold,
+                    members: members.clone(),
                     neighbours: ns.iter().map(|v| graph.keys[v].clone()).collect(),
                 };
                 (u, hood)
@@ -107,11 +115,11 @@ impl Phase for AdvertiseKeys {
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Keys(keys) => self.receive_keys(from, keys),
-            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.base.tag.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.base.round
+        self.base.tag.round
     }
 }

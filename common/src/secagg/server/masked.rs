@@ -87,11 +87,11 @@ impl Phase for MaskedInput {
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Masked(y) => self.receive_masked(from, &y),
-            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.base.tag.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.base.round
+        self.base.tag.round
     }
 }

@@ -3,27 +3,51 @@
 //! itself into its single successor with the messages that start the next stage. A message of
 //! another stage is refused by [`Phase::receive`]; a closed phase cannot be reached again.
 //!
-//! [`AdvertiseKeys`] → [`ShareKeys`] → [`CheckShares`] → [`MaskedInput`] → [`Unmasking`] →
-//! [`RoundResult`]. Closing a phase with too few answers aborts the round
-//! ([`SecAggError::Aborted`]).
+//! [`AdvertiseKeys`] → [`ShareKeys`] → [`CheckShares`] → [`MaskedInput`] → ([`Consistency`], in
+//! a signed round) → [`Unmasking`] → [`RoundResult`]. Closing a phase with too few answers
+//! aborts the round ([`SecAggError::Aborted`]).
 
 mod check;
+mod consistency;
 mod keys;
 mod masked;
 mod shares;
 mod unmask;
 
 pub use check::{CheckShares, Checked};
+pub use consistency::Consistency;
 pub use keys::AdvertiseKeys;
 pub use masked::MaskedInput;
 pub use shares::ShareKeys;
 pub use unmask::Unmasking;
 
 use super::SecAggError;
-use super::keys::SecretKind;
+use super::binding::Verifier;
+use super::graph::GraphKind;
+use super::keys::{RoundTag, SecretKind};
 use super::messages::{AdvertisedKeys, StageMessage};
 use super::ring::Ring;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// What a server's round is set up with.
+#[derive(Debug, Clone)]
+pub struct RoundSetup {
+    /// The round and H(task), the digest of the task and model its clients were sent.
+    pub tag: RoundTag,
+    /// Z_{2^b}.
+    pub ring: Ring,
+    /// d.
+    pub dim: usize,
+    /// The neighbour graph.
+    pub graph: GraphKind,
+    /// t as a fraction of a client's neighbours (raised to what the clients accept).
+    pub threshold_fraction: f64,
+    /// Fewest answers per stage (raised to 2).
+    pub min_survivors: usize,
+    /// A signed round: the checks of the clients' certificates and signatures.
+    pub verifier: Option<Arc<Verifier>>,
+}
 
 /// The stages of a round, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,6 +60,8 @@ pub enum Stage {
     CheckShares,
     /// Collecting masked inputs (U3).
     MaskedInput,
+    /// Signed rounds: collecting the survivors' signatures over U1 and U3.
+    Consistency,
     /// Collecting revealed shares.
     Unmasking,
     /// The sum is known (or the round aborted).
@@ -49,6 +75,7 @@ impl std::fmt::Display for Stage {
             Stage::ShareKeys => "share-keys",
             Stage::CheckShares => "check-shares",
             Stage::MaskedInput => "masked-input",
+            Stage::Consistency => "consistency",
             Stage::Unmasking => "unmasking",
             Stage::Done => "done",
         })
@@ -90,7 +117,8 @@ fn wrong_stage(round: u64, expected: Stage, message: &StageMessage) -> SecAggErr
 /// What every phase of a round knows from the start.
 #[derive(Debug, Clone)]
 struct Base {
-    round: u64,
+    tag: RoundTag,
+    verifier: Option<Arc<Verifier>>,
     ring: Ring,
     dim: usize,
     /// Fewest answers per stage (at least 2).
@@ -101,7 +129,7 @@ impl Base {
     /// Ends the round during `stage`.
     fn abort(&self, stage: Stage, reason: String) -> SecAggError {
         SecAggError::Aborted {
-            round: self.round,
+            round: self.tag.round,
             stage,
             reason,
         }
@@ -121,6 +149,8 @@ impl Base {
 /// What the keys phase fixed: U1's keys, the neighbour graph and the threshold t.
 #[derive(Debug, Clone)]
 struct Graph {
+    /// H(U1).
+    members: [u8; 32],
     keys: BTreeMap<u64, AdvertisedKeys>,
     neighbours: BTreeMap<u64, BTreeSet<u64>>,
     threshold: usize,

@@ -98,11 +98,11 @@ impl Phase for ShareKeys {
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Shares(sealed) => self.receive_shares(from, sealed),
-            other => Err(wrong_stage(self.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.base.tag.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.base.round
+        self.base.tag.round
     }
 }

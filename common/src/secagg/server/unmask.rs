@@ -15,7 +15,9 @@ use x25519_dalek::PublicKey;
 /// shares revealed so far.
 #[derive(Debug, Clone)]
 pub struct Unmasking {
-    input: MaskedInput,
+    pub(super) input: MaskedInput,
+    /// Who is asked to reveal: U3, or in a signed round the survivors that signed it.
+    pub(super) revealers: BTreeSet<u64>,
     revealed_by: BTreeSet<u64>,
     shares: BTreeMap<(u64, SecretKind), Vec<Share>>,
 }
@@ -23,6 +25,7 @@ pub struct Unmasking {
 impl Unmasking {
     pub(super) fn new(input: MaskedInput) -> Self {
         Self {
+            revealers: input.masked.clone(),
             input,
             revealed_by: BTreeSet::new(),
             shares: BTreeMap::new(),
@@ -52,7 +55,7 @@ impl Unmasking {
         from: u64,
         reveals: Vec<RevealedShare>,
     ) -> Result<(), SecAggError> {
-        if !self.input.masked.contains(&from) {
+        if !self.revealers.contains(&from) {
             return Err(SecAggError::NotParticipant(from));
         }
         if self.revealed_by.contains(&from) {
@@ -114,7 +117,7 @@ impl Unmasking {
             Some(_) => {}
         }
         let commitment = share_commitment(
-            self.input.base.round,
+            &self.input.base.tag,
             r.kind,
             r.owner,
             holder,
@@ -188,7 +191,7 @@ impl Unmasking {
         .filter(|&w| self.input.pairing.paired(v, w));
         let undo = |w: u64| {
             let peer = PublicKey::from(self.input.graph.keys[&w].mask_public);
-            let seed = keys::pair_seed(self.input.base.round, v, &key.secret, w, &peer)?;
+            let seed = keys::pair_seed(&self.input.base.tag, v, &key.secret, w, &peer)?;
             // w added +PRG(s_wv) if w < v, -PRG(s_wv) otherwise: undo it.
             Ok((seed, if w < v { Sign::Minus } else { Sign::Plus }))
         };
@@ -200,17 +203,17 @@ impl Phase for Unmasking {
     const STAGE: Stage = Stage::Unmasking;
 
     fn pending(&self) -> BTreeSet<u64> {
-        waiting_for(&self.input.masked, &self.revealed_by)
+        waiting_for(&self.revealers, &self.revealed_by)
     }
 
     fn receive(&mut self, from: u64, message: StageMessage) -> Result<(), SecAggError> {
         match message {
             StageMessage::Reveal(reveals) => self.receive_reveal(from, reveals),
-            other => Err(wrong_stage(self.input.base.round, Self::STAGE, &other)),
+            other => Err(wrong_stage(self.input.base.tag.round, Self::STAGE, &other)),
         }
     }
 
     fn round(&self) -> u64 {
-        self.input.base.round
+        self.input.base.tag.round
     }
 }
