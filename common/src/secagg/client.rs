@@ -94,6 +94,13 @@ impl ClientRound {
         }
     }
 
+    /// Tests only: the shares this client holds of `owner`'s (s_sk, b), as a client the server
+    /// controls would hand them over.
+    #[cfg(test)]
+    pub(super) fn held_shares(&self, owner: u64) -> Option<(Share, Share)> {
+        self.held.get(&owner).copied()
+    }
+
     /// Whether the round is signed (this client has credentials).
     pub fn signed(&self) -> bool {
         self.credentials.is_some()

@@ -176,3 +176,6 @@ fn check_stage(round: u64, current: Stage, got: Stage) -> Result<(), SecAggError
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod signed_tests;
