@@ -179,3 +179,6 @@ mod tests;
 
 #[cfg(test)]
 mod signed_tests;
+
+#[cfg(test)]
+mod vectors;
