@@ -8,6 +8,7 @@ use crate::ClientPrivacy;
 use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureRound, Step};
 use crate::trainer::Trainer;
+use fl_common::model::Model;
 use fl_common::privacy::LocalLedger;
 use fl_common::secagg::{
     Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
@@ -126,6 +127,8 @@ pub(crate) struct Engine {
     shuffle: StdRng,
     /// The secure-aggregation round this client is in.
     secure: Option<SecureRound>,
+    /// The model of the first task accepted: later tasks must carry the same.
+    model: Option<Model>,
     /// Rounds trained, tasks refused and the last refusal's reason.
     pub(crate) rounds_trained: u64,
     pub(crate) tasks_refused: u64,
@@ -153,6 +156,7 @@ impl Engine {
             },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,
+            model: None,
             rounds_trained: 0,
             tasks_refused: 0,
             last_refusal: None,
@@ -208,6 +212,17 @@ impl Engine {
             ));
         }
         self.trainer.check(&task.model)?;
+        match &self.model {
+            Some(first) if *first != task.model => {
+                return Err(format!(
+                    "the model changed mid-run from {first} to {}: a server cannot change what \
+                     this client uploads",
+                    task.model
+                ));
+            }
+            Some(_) => {}
+            None => self.model = Some(task.model.clone()),
+        }
         (task.config.check())
             .map_err(|e| format!("unusable local config {:?}: {e}", task.config))?;
         let asked = task.local.map_or("none", |m| m.name());
@@ -406,6 +421,24 @@ mod tests {
             Err(Outgoing::Failed { reason, .. }) => reason,
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    /// A server cannot change the model mid-run (to enlarge what a client uploads): the client
+    /// refuses a task whose model differs from the first one it trained, and goes on with the
+    /// first.
+    #[test]
+    fn a_model_changed_mid_run_is_refused() {
+        let mut e = engine(ClientPrivacy::default());
+        e.task(task(gaussian(1.0)), vec![0.0; 8]).unwrap();
+        let mut bigger = task(gaussian(1.0));
+        bigger.round = 2;
+        bigger.model = ModelSpec::mlp(3, &[4], 2).unwrap().into();
+        let d = bigger.model.num_params();
+        let err = refusal(e.task(bigger, vec![0.0; d]));
+        assert!(err.contains("changed mid-run"), "{err}");
+        let mut same = task(gaussian(1.0));
+        same.round = 3;
+        e.task(same, vec![0.0; 8]).unwrap();
     }
 
     #[test]
