@@ -9,7 +9,7 @@ use fl_client::{
 };
 use fl_common::data::{DataSource, Partition};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
-use fl_common::secagg::{Credentials, Verifier};
+use fl_common::secagg::Credentials;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,10 +132,9 @@ impl Args {
         if self.simulate > 1 {
             bail!("--identity is one client's: run one fl-client per identity, not --simulate");
         }
-        let verifier = Verifier::from_files(authority, self.revocations.as_deref())
-            .map_err(anyhow::Error::msg)?;
+        let anchor = (authority.as_path(), self.revocations.as_deref());
         let credentials =
-            Credentials::from_files(identity, certificate, verifier).map_err(anyhow::Error::msg)?;
+            Credentials::from_files(identity, certificate, anchor).map_err(anyhow::Error::msg)?;
         Ok(Some(Arc::new(credentials)))
     }
 

@@ -7,6 +7,7 @@ use crate::errors::to_py;
 use crate::trainer::PyTrainer;
 use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
+use fl_common::secagg::Credentials;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -20,7 +21,9 @@ const SIGNAL_POLL: Duration = Duration::from_millis(200);
 /// A federated-learning client of the server at `server` (`http://HOST:PORT`, or `https://` with
 /// `ca`). `privacy` is the local mechanism this client insists on (`"follow"`: whatever the round
 /// asks; `"ldp-gaussian"` or `"signds"`), and `epsilon`, `delta`, `clip_bound` its own limits,
-/// which only tighten the round's mechanism.
+/// which only tighten the round's mechanism. `authority` (the federation authority's public key
+/// file), `identity` and `certificate` (this client's identity key and its certificate) make it
+/// take part in signed secure-aggregation rounds only; `revocations` is the authority's list.
 #[pyclass(module = "fl_client")]
 pub(crate) struct Client {
     opts: ClientOptions,
@@ -32,7 +35,7 @@ impl Client {
     #[pyo3(signature = (
         server, *, token=None, ca=None, cert=None, key=None, tls_domain=None,
         privacy="follow", epsilon=None, delta=None, clip_bound=None, name=None,
-        connect_timeout=240.0
+        connect_timeout=240.0, authority=None, identity=None, certificate=None, revocations=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, each optional.
     fn new(
@@ -48,7 +51,24 @@ impl Client {
         clip_bound: Option<f64>,
         name: Option<String>,
         connect_timeout: f64,
+        authority: Option<PathBuf>,
+        identity: Option<PathBuf>,
+        certificate: Option<PathBuf>,
+        revocations: Option<PathBuf>,
     ) -> PyResult<Self> {
+        let credentials = match (authority, identity, certificate) {
+            (None, None, None) if revocations.is_none() => None,
+            (Some(authority), Some(identity), Some(certificate)) => {
+                let anchor = (authority.as_path(), revocations.as_deref());
+                let credentials = Credentials::from_files(&identity, &certificate, anchor);
+                Some(Arc::new(credentials.map_err(PyValueError::new_err)?))
+            }
+            _ => {
+                return Err(PyValueError::new_err(
+                    "authority, identity and certificate go together (revocations with them)",
+                ));
+            }
+        };
         let limits = ClientLimits {
             epsilon,
             delta,
@@ -79,6 +99,7 @@ impl Client {
                 name: name.unwrap_or_else(|| "python".into()),
                 connect_timeout: Duration::from_secs_f64(connect_timeout),
                 privacy,
+                credentials,
                 tls,
                 ..ClientOptions::new(server)
             },

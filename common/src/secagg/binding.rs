@@ -202,12 +202,14 @@ impl Credentials {
     }
 
     /// The credentials of the identity key in the file `identity` (as `fl authority identity`
-    /// writes it) with its certificate in the file `certificate`.
+    /// writes it) with its certificate in the file `certificate`, checked against the
+    /// authority whose public key is in the file `authority` and its revocation list, if any.
     pub fn from_files(
         identity: &std::path::Path,
         certificate: &std::path::Path,
-        verifier: Verifier,
+        (authority, revocations): (&std::path::Path, Option<&std::path::Path>),
     ) -> Result<Self, String> {
+        let verifier = Verifier::from_files(authority, revocations)?;
         let secret = read_key_file(identity, "the identity key")?;
         let certificate = IdentityCertificate::read(certificate)?;
         Self::new(Identity::from_secret(&secret), certificate, verifier)
