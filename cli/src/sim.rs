@@ -6,7 +6,8 @@ use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
 use fl_common::data::Partition;
 use fl_common::privacy::Budget;
-use fl_common::secagg::PlainInputs;
+use fl_common::authority::{Authority, Identity};
+use fl_common::secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::RunConfig;
 use fl_server::credentials::EnrollmentList;
@@ -168,6 +169,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     }
     let out = config.server.out.clone();
     let tokens = client_tokens(&mut config, shares.len())?;
+    let credentials = sim_credentials(&mut config, shares.len())?;
     let seed = config.server.seed;
     let join_timeout_secs = config.server.join_timeout_secs;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
@@ -216,6 +218,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
             token: tokens[index].clone(),
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
             connection: Some(connection.clone()),
+            credentials: credentials[index].clone(),
             ..template.clone()
         };
         let local = LocalData {
@@ -279,6 +282,43 @@ fn client_tokens(config: &mut RunConfig, count: usize) -> anyhow::Result<Vec<Str
     config.server.enrollment = Some(own);
     Ok(tokens)
 }
+
+/// Under `secagg.sim_signed`, each of the `count` simulated clients' credentials from an
+/// authority made for this simulation (its public key in `RUN/sim-authority.pub`, which the
+/// server is configured with; the secret is never written); otherwise none.
+fn sim_credentials(
+    config: &mut RunConfig,
+    count: usize,
+) -> anyhow::Result<Vec<Option<Arc<Credentials>>>> {
+    if !config.secagg.sim_signed {
+        return Ok(vec![None; count]);
+    }
+    if config.secagg.authority.is_some() {
+        bail!(
+            "secagg.sim_signed makes the simulation's own authority: leave secagg.authority unset \
+             (fl sim cannot certify its clients under an authority whose key it does not hold)"
+        );
+    }
+    let authority = Authority::generate()?;
+    let public = config.server.out.join(SIM_AUTHORITY);
+    std::fs::create_dir_all(&config.server.out)?;
+    write_atomic(&public, format!("{}\n", hex::encode(authority.public().to_bytes())).as_bytes())
+        .with_context(|| format!("writing {}", public.display()))?;
+    config.secagg.authority = Some(public);
+    config.secagg.sim_signed = false;
+    let verifier = Verifier::new(authority.public(), None)?;
+    (0..count)
+        .map(|i| {
+            let identity = Identity::generate()?;
+            let certificate = authority.certify(&sim_name(i), &identity.public())?;
+            let credentials = Credentials::new(identity, certificate, verifier.clone());
+            Ok(Some(Arc::new(credentials.map_err(anyhow::Error::msg)?)))
+        })
+        .collect()
+}
+
+/// The authority's public key file `fl sim` writes under `secagg.sim_signed`.
+const SIM_AUTHORITY: &str = "sim-authority.pub";
 
 /// The enrollment file `fl sim` writes for its own clients when the mode needs identities.
 const SIM_ENROLLMENT: &str = "sim-enrollment.toml";

@@ -139,6 +139,13 @@ impl RunConfig {
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
         // The authority's files are read before anything starts.
         self.secagg.verifier()?;
+        if self.secagg.sim_signed {
+            return Err(ConfigError::Invalid(
+                "secagg.sim_signed is for fl sim, which makes its own authority: a server signs \
+                 rounds with secagg.authority, the public key of an authority it does not hold"
+                    .into(),
+            ));
+        }
         // "Each client at most once per tree" holds only per identity: without enrollment a
         // client that joins again gets a new id and could enter the same tree twice.
         if self.privacy.mode == PrivacyMode::DpFtrl && self.server.enrollment.is_none() {

@@ -106,6 +106,9 @@ pub struct SecAggSection {
     pub authority: Option<PathBuf>,
     /// The authority's signed revocation list (`fl authority revoke`), with `authority`.
     pub revocations: Option<PathBuf>,
+    /// `fl sim` only: sign the rounds with an authority made for the simulation (its public key
+    /// in `RUN/sim-authority.pub`, its secret never written), each simulated client certified.
+    pub sim_signed: bool,
 }
 
 impl Default for SecAggSection {
@@ -124,6 +127,7 @@ impl Default for SecAggSection {
             sim_dropout_stage: DropoutStage::AfterShares,
             authority: None,
             revocations: None,
+            sim_signed: false,
         }
     }
 }
