@@ -4,9 +4,9 @@
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
+use fl_common::authority::{Authority, Identity};
 use fl_common::data::Partition;
 use fl_common::privacy::Budget;
-use fl_common::authority::{Authority, Identity};
 use fl_common::secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::RunConfig;
@@ -302,8 +302,11 @@ fn sim_credentials(
     let authority = Authority::generate()?;
     let public = config.server.out.join(SIM_AUTHORITY);
     std::fs::create_dir_all(&config.server.out)?;
-    write_atomic(&public, format!("{}\n", hex::encode(authority.public().to_bytes())).as_bytes())
-        .with_context(|| format!("writing {}", public.display()))?;
+    write_atomic(
+        &public,
+        format!("{}\n", hex::encode(authority.public().to_bytes())).as_bytes(),
+    )
+    .with_context(|| format!("writing {}", public.display()))?;
     config.secagg.authority = Some(public);
     config.secagg.sim_signed = false;
     let verifier = Verifier::new(authority.public(), None)?;

@@ -182,7 +182,7 @@ impl Identity {
 }
 
 /// A client's public identity key (32 bytes, an Ed25519 public key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IdentityKey(pub [u8; 32]);
 
 impl IdentityKey {
@@ -201,7 +201,7 @@ impl IdentityKey {
 }
 
 /// The authority's statement that `identity` is the identity key of the client `name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdentityCertificate {
     /// The client's name.
     pub name: String,

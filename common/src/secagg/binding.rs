@@ -16,6 +16,8 @@ use super::messages::{AdvertisedKeys, Member};
 use crate::authority::{AuthorityError, AuthorityKey, Identity, IdentityCertificate};
 use crate::authority::{IdentityKey, RevocationList, read_key_file};
 use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 /// Domain string of a signed key advertisement.
 const KEYS_DOMAIN: &[u8] = b"flp.v1 secagg keys";
@@ -78,10 +80,24 @@ pub fn survivors_payload(tag: &RoundTag, members: &[u8; 32], survivors: &[u64]) 
 /// What the server and every client check of what a client says through the server: a
 /// certificate from the federation authority, for a name the authority has not revoked, and
 /// signatures by the certified key.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Certificates come back every round (the keys they certify do not change), so the ones that
+/// verified are remembered whole (name, key and signature: a known signature on another name or
+/// key is verified afresh and fails): a certificate is verified once per process, its revocation
+/// checked every time. Only certificates that verified are kept, so the memory is bounded by the
+/// number of certified clients seen.
+#[derive(Debug, Clone)]
 pub struct Verifier {
     authority: AuthorityKey,
     revoked: Option<RevocationList>,
+    verified: Arc<Mutex<HashSet<IdentityCertificate>>>,
+}
+
+/// Two verifiers are equal when they check against the same authority and revocations.
+impl PartialEq for Verifier {
+    fn eq(&self, other: &Self) -> bool {
+        (self.authority, &self.revoked) == (other.authority, &other.revoked)
+    }
 }
 
 impl Verifier {
@@ -94,7 +110,11 @@ impl Verifier {
         if let Some(list) = &revoked {
             authority.verify_revocations(list)?;
         }
-        Ok(Self { authority, revoked })
+        Ok(Self {
+            authority,
+            revoked,
+            verified: Arc::default(),
+        })
     }
 
     /// The verifier of the authority whose public key is in the file `authority` (as `fl
@@ -112,7 +132,13 @@ impl Verifier {
 
     /// A certificate the authority signed, for a name it has not revoked.
     pub fn check_certificate(&self, certificate: &IdentityCertificate) -> Result<(), String> {
-        (self.authority.verify(certificate)).map_err(|e| e.to_string())?;
+        let known = (self.verified.lock()).is_ok_and(|set| set.contains(certificate));
+        if !known {
+            (self.authority.verify(certificate)).map_err(|e| e.to_string())?;
+            if let Ok(mut set) = self.verified.lock() {
+                set.insert(certificate.clone());
+            }
+        }
         match &self.revoked {
             Some(list) if list.revokes(&certificate.name) => Err(format!(
                 "the authority revoked {:?} (revocation list {})",

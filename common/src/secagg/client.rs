@@ -439,8 +439,9 @@ impl ClientRound {
 
     /// Stage 3 of a signed round: reveals as [`Self::unmask`] does, for the survivor set it
     /// signed, once `endorsements` hold valid signatures of that set (and of the same U1) by at
-    /// least t of its neighbours in U3. Any invalid signature refuses: the server checks them
-    /// before it forwards them, so one that does not verify was altered on the way.
+    /// least t of its neighbours in U3. They are checked in order until t are valid; one that
+    /// does not verify refuses the round (the server checks them before it forwards them, so one
+    /// that does not verify was altered on the way).
     pub fn reveal_endorsed(
         &mut self,
         endorsements: &[(u64, [u8; 64])],
@@ -449,6 +450,9 @@ impl ClientRound {
         let payload = self.survivors_payload();
         let mut signers = BTreeSet::new();
         for (signer, signature) in endorsements {
+            if signers.len() == self.threshold {
+                break;
+            }
             let identity = (self.neighbours.get(signer))
                 .filter(|_| self.survivors.contains(signer))
                 .and_then(|p| p.identity)

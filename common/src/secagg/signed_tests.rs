@@ -431,3 +431,34 @@ fn inconsistent_dropout_claims_get_no_reveal_in_a_signed_round() {
         }
     }
 }
+
+/// A certificate that verified once is remembered whole: its signature on another name or key
+/// is refused, before and after the genuine one was seen.
+#[test]
+fn a_remembered_certificate_lends_its_signature_to_no_other() {
+    let fed = Federation::new();
+    let identity = crate::authority::Identity::generate().unwrap();
+    let genuine = fed.authority.certify("site-1", &identity.public()).unwrap();
+    let renamed = crate::authority::IdentityCertificate {
+        name: "site-2".into(),
+        ..genuine.clone()
+    };
+    let rekeyed = crate::authority::IdentityCertificate {
+        identity: crate::authority::Identity::generate().unwrap().public(),
+        ..genuine.clone()
+    };
+    for _ in 0..2 {
+        fed.verifier.check_certificate(&genuine).unwrap();
+        assert!(fed.verifier.check_certificate(&renamed).is_err());
+        assert!(fed.verifier.check_certificate(&rekeyed).is_err());
+    }
+    // Revocation is checked every time, remembered or not.
+    let list = fed
+        .authority
+        .revocations(1, ["site-1".to_string()].into())
+        .unwrap();
+    let strict = Verifier::new(fed.authority.public(), Some(list)).unwrap();
+    for _ in 0..2 {
+        strict.check_certificate(&genuine).unwrap_err();
+    }
+}
