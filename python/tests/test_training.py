@@ -87,6 +87,15 @@ def test_options_are_checked_before_connecting():
         fl_client.Client("http://127.0.0.1:1", privacy="ldp-magic")
     with pytest.raises(ValueError, match="need ca"):
         fl_client.Client("http://127.0.0.1:1", cert="c.pem", key="k.pem")
+    with pytest.raises(ValueError, match="go together"):
+        fl_client.Client("http://127.0.0.1:1", authority="authority.pub")
+    with pytest.raises(ValueError, match="reading"):
+        fl_client.Client(
+            "http://127.0.0.1:1",
+            authority="missing.pub",
+            identity="identity.key",
+            certificate="certificate.toml",
+        )
 
 
 def test_a_refused_token_is_a_server_error(start_server):
