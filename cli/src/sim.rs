@@ -285,15 +285,18 @@ fn client_tokens(config: &mut RunConfig, count: usize) -> anyhow::Result<Vec<Str
 
 /// Under `secagg.sim_signed`, each of the `count` simulated clients' credentials from an
 /// authority made for this simulation (its public key in `RUN/sim-authority.pub`, which the
-/// server is configured with; the secret is never written); otherwise none.
+/// server is configured with; the secret is never written); otherwise none. A resumed
+/// simulation, whose configuration names that file, gets a new authority in its place.
 fn sim_credentials(
     config: &mut RunConfig,
     count: usize,
 ) -> anyhow::Result<Vec<Option<Arc<Credentials>>>> {
-    if !config.secagg.sim_signed {
+    let mine = (config.secagg.authority.as_ref())
+        .is_some_and(|a| a.file_name() == Some(SIM_AUTHORITY.as_ref()));
+    if !config.secagg.sim_signed && !mine {
         return Ok(vec![None; count]);
     }
-    if config.secagg.authority.is_some() {
+    if config.secagg.authority.is_some() && !mine {
         bail!(
             "secagg.sim_signed makes the simulation's own authority: leave secagg.authority unset \
              (fl sim cannot certify its clients under an authority whose key it does not hold)"
