@@ -1,17 +1,20 @@
 //! Secure aggregation: the server learns only the sum of the round's quantised updates.
 //!
 //! The protocol is Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine
-//! Learning" (CCS 2017), in its semi-honest form (no signatures or consistency round), with the
-//! sparse neighbour graph of SecAgg+ (Bell et al., CCS 2020). Per round:
+//! Learning" (CCS 2017), with the sparse neighbour graph of SecAgg+ (Bell et al., CCS 2020); with
+//! [`Credentials`] its malicious-server variant (signed keys and a consistency check, Sec. 6;
+//! `binding.rs`). Every key is bound to the round and H(task) ([`RoundTag`]). Per round:
 //!
-//! 0. AdvertiseKeys: client u sends (c_pk_u, s_pk_u); the server sends each u its neighbours' keys
-//!    and the Shamir threshold t. U1 = who advertised.
+//! 0. AdvertiseKeys: client u sends (c_pk_u, s_pk_u), signed in a signed round; the server sends
+//!    each u U1, its neighbours' keys and the Shamir threshold t; u checks that its neighbours are
+//!    those of the graph derived from U1. U1 = who advertised.
 //! 1. ShareKeys: u draws the self-mask seed b_u, Shamir-shares s_sk_u and b_u among its neighbours
 //!    (t of them recover either) and sends each share AEAD-encrypted to its holder, plus a hash
 //!    commitment per share that the server keeps. U2 = who shared.
 //! 2. MaskedInput: u sends y_u = x_u + PRG(b_u) + sum_{v in N(u) ∩ U2} ±PRG(s_{u,v}) mod 2^b
 //!    (+ when u < v, − when u > v, so p_uv = −p_vu). U3 = who sent y.
-//! 3. Unmasking: the server sends U3; each survivor reveals, for every neighbour v that shared,
+//! 3. Unmasking: the server sends U3 (in a signed round, each survivor signs it and waits for t of
+//!    its neighbours' signatures on the same set); each survivor reveals, for every neighbour v that shared,
 //!    its share of b_v if v is in U3 and of s_sk_v otherwise (never both). The server checks each
 //!    share against its commitment, recovers the secrets and removes every mask: the exact sum of
 //!    the survivors' x_u.
