@@ -199,7 +199,7 @@ impl ClientRound {
 
     /// Stage 1: Shamir-shares s_sk_u and b_u among the neighbours (threshold t) and seals each
     /// holder's pair of shares to it. Refuses a neighbourhood in which t shares could be gathered
-    /// from a minority ([`Self::check_threshold`]): the server could then ask different clients
+    /// from a minority (t below [`min_threshold`]): the server could then ask different clients
     /// for both secrets of one client; a neighbour set not derived from U1; and, in a signed
     /// round, any neighbour whose keys are not signed for this round and task.
     pub fn share_keys<R: Rng + CryptoRng>(
