@@ -306,28 +306,33 @@ impl RevocationList {
     }
 }
 
-/// A file's text, naming the file when it cannot be read.
-fn read_text(path: &std::path::Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+/// The file at `path` read by `parse`; either failure names the file.
+fn read_parsed<T>(
+    path: &std::path::Path,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A 32-byte key from its hex file (`fl authority init` and `identity` write them), naming
 /// `what` and the file when it is not one.
 pub fn read_key_file(path: &std::path::Path, what: &str) -> Result<[u8; 32], String> {
-    key_from_hex(&read_text(path)?, what).map_err(|e| format!("{}: {e}", path.display()))
+    read_parsed(path, |text| key_from_hex(text, what))
 }
 
 impl IdentityCertificate {
     /// A certificate's file (not yet verified).
     pub fn read(path: &std::path::Path) -> Result<Self, String> {
-        Self::from_toml(&read_text(path)?).map_err(|e| format!("{}: {e}", path.display()))
+        read_parsed(path, Self::from_toml)
     }
 }
 
 impl RevocationList {
     /// A revocation list's file (not yet verified).
     pub fn read(path: &std::path::Path) -> Result<Self, String> {
-        Self::from_toml(&read_text(path)?).map_err(|e| format!("{}: {e}", path.display()))
+        read_parsed(path, Self::from_toml)
     }
 }
 
