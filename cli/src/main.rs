@@ -97,7 +97,7 @@ async fn run() -> anyhow::Result<ExitCode> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 // The operator endpoints' addresses (the live page's URL) and warnings.
-                .unwrap_or_else(|_| "warn,fl_server::operator=info".into()),
+                .unwrap_or_else(|_| "warn,fl_server::operator::endpoint=info".into()),
         )
         .with_writer(std::io::stderr)
         // Colours only on a terminal: logs collected by docker or a file stay plain text.

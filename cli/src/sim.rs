@@ -45,7 +45,7 @@ pub struct SimArgs {
     /// Serve the live run page at this address (without one: 127.0.0.1:8080); its URL is
     /// logged.
     #[arg(long, value_name = "ADDR", num_args = 0..=1,
-          default_missing_value = fl_server::live_page::DEFAULT_ADDR)]
+          default_missing_value = fl_server::DEFAULT_PAGE_ADDR)]
     page_listen: Option<String>,
     /// Resume the interrupted run in this folder from its checkpoint, with its configuration
     /// (only --page-listen may be given beside it).

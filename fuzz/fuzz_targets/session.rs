@@ -1,13 +1,13 @@
 //! A client's Session stream as the server frames it: the input is split into length-prefixed
 //! frames (one length byte each), each decoded as a `ClientMessage` and handed to
-//! `fl_server::framer::Framer`. Nothing may panic, and the framer may only ever produce an
+//! `fl_server::Framer`. Nothing may panic, and the framer may only ever produce an
 //! update of the model's length or a masked input of one or two words per parameter.
 
 #![no_main]
 
 use fl_proto::v1::ClientMessage;
-use fl_server::events::Event;
-use fl_server::framer::Framer;
+use fl_server::Event;
+use fl_server::Framer;
 use fl_common::secagg::StageMessage;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;

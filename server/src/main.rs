@@ -73,7 +73,7 @@ struct Args {
     /// Serve the live run page at this address (without one: 127.0.0.1:8080; beyond loopback
     /// it needs --operator-token).
     #[arg(long, value_name = "ADDR", num_args = 0..=1,
-          default_missing_value = fl_server::live_page::DEFAULT_ADDR)]
+          default_missing_value = fl_server::DEFAULT_PAGE_ADDR)]
     page_listen: Option<String>,
     /// Token the live run page and the metrics endpoint require (HTTP Basic password or Bearer
     /// token). Prefer the FL_OPERATOR_TOKEN environment variable.

@@ -1,4 +1,4 @@
-//! Property test of the server's stream framing ([`fl_server::framer::Framer`]): whatever
+//! Property test of the server's stream framing ([`fl_server::Framer`]): whatever
 //! sequence of messages a client sends, decoded from arbitrary bytes or built from arbitrary
 //! fields, the framer never panics and only ever hands the round loop an update of the model's
 //! length or a masked input of one or two words per parameter. The fuzz target
@@ -8,8 +8,8 @@ use fl_common::secagg::StageMessage;
 use fl_proto::v1::{
     ClientMessage, MaskedInputHeader, TensorChunk, UpdateHeader, client_message::Body,
 };
-use fl_server::events::Event;
-use fl_server::framer::Framer;
+use fl_server::Event;
+use fl_server::Framer;
 use proptest::prelude::*;
 use prost::Message;
 

@@ -1,8 +1,9 @@
-//! Architecture invariants checked on the source (after rust-analyzer's tidy tests): the privacy
-//! mode and algorithm are read in `build` (and parsed in `config`) only; the round logic imports
-//! nothing of the wire format or the transport (checked by its `crate::` paths and the crates it
-//! names, not by the words of its comments); the modules of `server/src` import each other
-//! without a cycle; no function is longer than a screen.
+//! Architecture invariants checked on the source (after rust-analyzer's tidy tests): each layer
+//! (folder) of `server/src` imports only the layers below it and nothing of `lib.rs`; the privacy
+//! mode and algorithm are read in `run/build.rs` (and parsed in `config`) only; the round logic
+//! imports nothing of the wire format or the transport; the modules of `server/src` import each
+//! other without a cycle; no function is longer than a screen. Imports are read from the code's
+//! `crate::` paths and the crates it names, not from the words of its comments.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -67,7 +68,7 @@ fn only_build_and_config_read_the_privacy_mode_and_algorithm() {
     let mut offenders = Vec::new();
     for (path, code) in &sources {
         let text = path.to_string_lossy().replace('\\', "/");
-        if is(path, "server/src/build.rs") || text.contains("server/src/config/") {
+        if is(path, "server/src/run/build.rs") || text.contains("server/src/config/") {
             continue;
         }
         // The module that defines an enum may match on it (its Display, its own methods).
@@ -98,7 +99,7 @@ fn only_build_and_config_read_the_privacy_sections() {
     let mut offenders = Vec::new();
     for (path, code) in sources() {
         let text = path.to_string_lossy().replace('\\', "/");
-        if is(&path, "server/src/build.rs") || text.contains("server/src/config/") {
+        if is(&path, "server/src/run/build.rs") || text.contains("server/src/config/") {
             continue;
         }
         for (n, line) in code.lines().enumerate() {
@@ -117,36 +118,25 @@ fn only_build_and_config_read_the_privacy_sections() {
     );
 }
 
-/// The modules of `server/src` that hold the round logic: they know nothing of the wire format
-/// or the transport.
-const ROUND_LOGIC: [&str; 11] = [
-    "build",
-    "checkpoint",
-    "collection",
-    "coordinator",
-    "events",
-    "ids",
-    "ledger",
-    "local_accounts",
-    "policy",
-    "rejection",
-    "strategy",
+/// The layers of `server/src`, lowest first: a file in one may import (by `crate::` paths) only
+/// its own layer and those before it; `lib.rs` and `main.rs` sit above them all.
+const LAYERS: [&str; 8] = [
+    "identity", "config", "error", "records", "round", "edge", "operator", "run",
 ];
 
-/// The edge: the only modules of `server/src` that know `flp.v1`, `tonic` or the streams.
-/// `clients` is the round logic's one port to it.
-const EDGE: [&str; 10] = [
-    "accept",
-    "framer",
-    "join_gate",
-    "outbox",
-    "registry",
-    "service",
-    "session",
-    "shared",
-    "transport",
-    "wire",
+/// The round logic: the files that know nothing of the wire format or the transport, and reach
+/// the edge (if at all) through its port to the clients and the vocabulary below it.
+const ROUND_LOGIC: [&str; 6] = [
+    "server/src/records/",
+    "server/src/round/",
+    "server/src/run/build.rs",
+    "server/src/run/collection/",
+    "server/src/run/coordinator.rs",
+    "server/src/run/model_setup.rs",
 ];
+
+/// What of the edge the round logic may name: the round's port to the clients.
+const EDGE_PORT: &str = "edge::clients";
 
 /// The client's modules that know nothing of the wire: the engine, the round's computation, the
 /// secure round and the trainer.
@@ -165,14 +155,19 @@ fn names_the_wire(code: &str) -> bool {
         .any(|w| code.contains(w))
 }
 
+/// `path` below `server/src/`, with `/` separators.
+fn server_relative(path: &Path) -> Option<String> {
+    let text = path.to_string_lossy().replace('\\', "/");
+    text.split("server/src/").nth(1).map(str::to_string)
+}
+
 /// Checked by what the code imports and calls, not by the names it mentions in prose.
 #[test]
 fn the_round_logic_imports_nothing_of_the_wire_or_the_transport() {
     let mut offenders = Vec::new();
     for (path, code) in sources() {
         let text = path.to_string_lossy().replace('\\', "/");
-        let module = module_of(&path).unwrap_or_default();
-        let server_logic = text.contains("server/src/") && ROUND_LOGIC.contains(&module.as_str());
+        let server_logic = ROUND_LOGIC.iter().any(|l| text.contains(l));
         let client_core = CLIENT_CORE.iter().any(|c| text.ends_with(c));
         if !(server_logic || client_core) {
             continue;
@@ -180,8 +175,11 @@ fn the_round_logic_imports_nothing_of_the_wire_or_the_transport() {
         if names_the_wire(&code) {
             offenders.push(format!("{text}: uses fl_proto, prost or tonic"));
         }
-        for used in crate_uses(&code).intersection(&EDGE.map(String::from).into()) {
-            offenders.push(format!("{text}: uses crate::{used}"));
+        for used in crate_paths(&code) {
+            let used = used.join("::");
+            if server_logic && used.starts_with("edge") && !used.starts_with(EDGE_PORT) {
+                offenders.push(format!("{text}: uses crate::{used}"));
+            }
         }
     }
     assert!(
@@ -191,6 +189,95 @@ fn the_round_logic_imports_nothing_of_the_wire_or_the_transport() {
     );
 }
 
+/// The layer of a file of `server/src`: its folder, or its own name for a file at the top.
+fn layer_of(relative: &str) -> &str {
+    let first = relative.split('/').next().unwrap_or_default();
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// Every `crate::` path of `files` that climbs: to a layer above the file's own, or to an item
+/// of `lib.rs` (anything after `crate::` that is not a layer).
+fn upward_imports(files: &[(String, String)]) -> Vec<String> {
+    let rank = |layer: &str| LAYERS.iter().position(|l| *l == layer);
+    let mut offenders = Vec::new();
+    for (relative, code) in files {
+        let layer = layer_of(relative);
+        let Some(own) = rank(layer) else {
+            continue; // lib.rs and main.rs may import every layer
+        };
+        for used in crate_paths(code) {
+            let target = used.first().map(String::as_str).unwrap_or_default();
+            match rank(target) {
+                Some(r) if r <= own => {}
+                Some(_) => offenders.push(format!(
+                    "server/src/{relative} ({layer}) imports crate::{}, a layer above it",
+                    used.join("::")
+                )),
+                None => offenders.push(format!(
+                    "server/src/{relative} ({layer}) imports crate::{}, from lib.rs",
+                    used.join("::")
+                )),
+            }
+        }
+    }
+    offenders
+}
+
+/// The layering of `server/src` (its `mod.rs` files and `lib.rs`'s documentation say what each
+/// owns): `cargo test -p fl-server --test tidy each_layer_imports_only_the_layers_below_it`.
+#[test]
+fn each_layer_imports_only_the_layers_below_it() {
+    let mut files = Vec::new();
+    let mut layers = BTreeSet::new();
+    for (path, code) in sources() {
+        if let Some(relative) = server_relative(&path) {
+            layers.insert(layer_of(&relative).to_string());
+            files.push((relative, code));
+        }
+    }
+    let expected: BTreeSet<String> = LAYERS
+        .iter()
+        .chain(&["lib", "main"])
+        .map(|l| l.to_string())
+        .collect();
+    assert_eq!(
+        layers, expected,
+        "server/src holds exactly the layers of LAYERS (and lib.rs, main.rs)"
+    );
+    let offenders = upward_imports(&files);
+    assert!(
+        offenders.is_empty(),
+        "imports that climb a layer:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn an_upward_import_is_found() {
+    let files = [
+        (
+            "records/ledger.rs".to_string(),
+            "use crate::config::ClipMode;".to_string(),
+        ),
+        (
+            "round/events.rs".to_string(),
+            "use crate::edge::outbox::Outbox;".to_string(),
+        ),
+        (
+            "edge/wire.rs".to_string(),
+            "let e = crate::ServerError::Interrupted;".to_string(),
+        ),
+        (
+            "run/start.rs".to_string(),
+            "use crate::{edge::shared, round};".to_string(),
+        ),
+    ];
+    let found = upward_imports(&files);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("round/events.rs") && found[0].contains("crate::edge::outbox"));
+    assert!(found[1].contains("from lib.rs"));
+}
+
 #[test]
 fn no_function_is_longer_than_80_lines() {
     let mut long = Vec::new();
@@ -198,16 +285,7 @@ fn no_function_is_longer_than_80_lines() {
         let lines: Vec<&str> = code.lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let trimmed = line.trim_start();
-            let signature = [
-                "fn ",
-                "pub fn ",
-                "pub(crate) fn ",
-                "async fn ",
-                "pub async fn ",
-            ]
-            .iter()
-            .any(|s| trimmed.starts_with(s));
-            if !signature {
+            if !is_fn_signature(trimmed) {
                 continue;
             }
             // A function ends at the first line that is its indentation and a closing brace.
@@ -223,13 +301,21 @@ fn no_function_is_longer_than_80_lines() {
     assert!(long.is_empty(), "functions over 80 lines: {long:?}");
 }
 
-/// The top-level module of `server/src` that `path` belongs to: `collection` for
-/// `server/src/collection/plain.rs`, `coordinator` for `server/src/coordinator.rs`.
-fn module_of(path: &Path) -> Option<String> {
-    let text = path.to_string_lossy().replace('\\', "/");
-    let rest = text.split("server/src/").nth(1)?;
-    let first = rest.split('/').next()?;
-    Some(first.trim_end_matches(".rs").to_string())
+/// Whether a trimmed line opens a function: `fn`, after any visibility, `const`, `async` or
+/// `unsafe`.
+fn is_fn_signature(trimmed: &str) -> bool {
+    let mut rest = trimmed;
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    rest.starts_with("fn ")
 }
 
 /// The code of `text` without comments (line comments and doc comments).
@@ -243,64 +329,105 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
-/// The top-level modules of its own crate that `code` uses: the first segment after every
-/// `crate::`, and each item of a `use crate::{a, b::c}` group.
-fn crate_uses(code: &str) -> BTreeSet<String> {
+/// Every path of its own crate that `code` names, as its segments: each `crate::a::b::f`, and
+/// each leaf of a `use crate::{a::B, b::{c, d}}` tree.
+fn crate_paths(code: &str) -> BTreeSet<Vec<String>> {
     let code = without_comments(code);
-    let mut used = BTreeSet::new();
+    let mut paths = BTreeSet::new();
     for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
-        match rest.strip_prefix('{') {
-            Some(group) => {
-                let mut depth = 0;
-                let end = group
-                    .char_indices()
-                    .find(|&(_, c)| {
-                        depth += i32::from(c == '{') - i32::from(c == '}');
-                        depth < 0
-                    })
-                    .map_or(group.len(), |(e, _)| e);
-                let mut depth = 0;
-                let mut start = 0;
-                for (j, c) in group[..end].char_indices() {
-                    depth += i32::from(c == '{') - i32::from(c == '}');
-                    if c == ',' && depth == 0 {
-                        used.insert(first_segment(&group[start..j]));
-                        start = j + 1;
-                    }
-                }
-                used.insert(first_segment(&group[start..end]));
+        let before = code[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // `$crate::` or a longer identifier
+        }
+        expand(Vec::new(), &code[i + "crate::".len()..], &mut paths);
+    }
+    paths
+}
+
+/// Adds to `out` the paths of the use tree at the start of `text`, under `prefix`.
+fn expand(prefix: Vec<String>, text: &str, out: &mut BTreeSet<Vec<String>>) {
+    let text = text.trim_start();
+    if let Some(group) = text.strip_prefix('{') {
+        let mut depth = 0;
+        let mut start = 0;
+        for (j, c) in group.char_indices() {
+            depth += i32::from(c == '{') - i32::from(c == '}');
+            if depth < 0 || (c == ',' && depth == 0) {
+                expand(prefix.clone(), &group[start..j], out);
+                start = j + 1;
             }
-            None => {
-                used.insert(first_segment(rest));
+            if depth < 0 {
+                return;
             }
         }
+        return;
     }
-    used.retain(|m| !m.is_empty() && m.chars().next().is_some_and(char::is_lowercase));
-    used
+    let mut segments = prefix;
+    let mut rest = text;
+    loop {
+        let ident: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if ident.is_empty() {
+            break;
+        }
+        rest = &rest[ident.len()..];
+        if ident != "self" {
+            segments.push(ident);
+        }
+        match rest.strip_prefix("::") {
+            Some(after) if after.starts_with('{') => return expand(segments, after, out),
+            Some(after) => rest = after,
+            None => break,
+        }
+    }
+    if !segments.is_empty() {
+        out.insert(segments);
+    }
 }
 
-/// The leading identifier of a path.
-fn first_segment(path: &str) -> String {
-    path.trim()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect()
+/// The module of `server/src` a file belongs to, as a node of the import graph: `error` for
+/// `error.rs`, `round::strategy` for `round/strategy/layer.rs`, `edge::session` for
+/// `edge/session.rs`.
+fn module_of(relative: &str) -> String {
+    let parts: Vec<&str> = relative.split('/').collect();
+    let take = parts.len().min(2);
+    let names: Vec<&str> = parts[..take]
+        .iter()
+        .map(|p| p.strip_suffix(".rs").unwrap_or(p))
+        .filter(|p| *p != "mod")
+        .collect();
+    names.join("::")
 }
 
-/// Which top-level modules of `server/src` each uses (a module's own files are one node).
+/// Which modules of `server/src` each uses (a module's own files are one node).
 fn server_imports() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut uses = Vec::new();
     for (path, code) in sources() {
-        let Some(module) = module_of(&path) else {
+        let Some(relative) = server_relative(&path) else {
             continue;
         };
+        let module = module_of(&relative);
         if module == "lib" || module == "main" {
             continue;
         }
-        let uses = crate_uses(&code);
-        let entry = graph.entry(module.clone()).or_default();
-        entry.extend(uses.into_iter().filter(|u| *u != module));
+        graph.entry(module.clone()).or_default();
+        uses.push((module, crate_paths(&code)));
+    }
+    for (module, paths) in uses {
+        for path in paths {
+            let two = path.iter().take(2).cloned().collect::<Vec<_>>().join("::");
+            let node = if graph.contains_key(&two) {
+                two
+            } else {
+                path[0].clone()
+            };
+            if node != module {
+                graph.get_mut(&module).unwrap().insert(node);
+            }
+        }
     }
     graph
 }
@@ -391,6 +518,8 @@ fn the_cycle_finder_finds_a_cycle() {
     let found = cycles(&graph);
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].len(), 3);
-    let uses = crate_uses("use crate::{a::B, b, c::{D, E}};\nlet x = crate::d::f(); // crate::e");
-    assert_eq!(Vec::from_iter(uses), ["a", "b", "c", "d"]);
+    let paths =
+        crate_paths("use crate::{a::B, b, c::{D, e::F}};\nlet x = crate::d::f(); // crate::e");
+    let paths: Vec<String> = paths.into_iter().map(|p| p.join("::")).collect();
+    assert_eq!(paths, ["a::B", "b", "c::D", "c::e::F", "d::f"]);
 }

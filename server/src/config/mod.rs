@@ -16,20 +16,17 @@ mod secagg;
 mod server;
 mod train;
 
-pub use crate::collection::DropoutStage;
-pub use crate::ledger::ClipMode;
-pub use crate::strategy::NormAction;
 pub use admm::AdmmSection;
 pub use data::DataSection;
 pub use eval::EvalSection;
 pub use local::{LocalSection, SignDsSection};
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
-pub use privacy::{BudgetKind, PrivacyMode, PrivacySection};
-pub use robust::{Aggregator, RobustSection};
-pub use secagg::{SecAggGraph, SecAggNoise, SecAggSection};
+pub use privacy::{BudgetKind, ClipMode, PrivacyMode, PrivacySection};
+pub use robust::{Aggregator, NormAction, RobustSection};
+pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
 pub use server::{ServerSection, is_loopback};
-pub use train::{Algorithm, ServerOptimizerKind, TrainSection};
+pub use train::{Algorithm, ServerOptimizerConfig, ServerOptimizerKind, ServerStep, TrainSection};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

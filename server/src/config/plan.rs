@@ -1,17 +1,16 @@
 //! The privacy plan: `[privacy]`, `[train]`, `[local]`, `[signds]`, `[admm]`, `[secagg]` and
 //! `[robust]` parsed into one tagged value in which every mode holds exactly the settings it
 //! uses, so that an invalid combination cannot be written down (parse, don't validate).
-//! `crate::build` turns the plan into the run's pipeline and round policy; nothing else reads
+//! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
 //! the mode.
 
 use super::{
-    AdmmSection, Aggregator, Algorithm, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
-    SecAggSection, ServerOptimizerKind, SignDsSection,
+    AdmmSection, Aggregator, Algorithm, ClipMode, ConfigError, NormAction, PrivacyMode, RunConfig,
+    SecAggNoise, SecAggSection, ServerOptimizerKind, SignDsSection,
 };
-use crate::ledger::{ClipMode, LedgerTerms};
-use crate::strategy::{ClipRule, NormAction, QuantileClip};
 use fl_common::privacy::{
-    AccountantKind, GaussianRound, LocalMechanism, PrivacyEvent, Sampling, TreeRound, max_rounds,
+    AccountantKind, Budget, GaussianRound, LocalMechanism, PrivacyEvent, Sampling, TreeRound,
+    max_rounds,
 };
 use fl_common::schedule::Schedule;
 use fl_common::signds::SignDs;
@@ -563,6 +562,55 @@ impl PrivacyPlan {
             _ => None,
         }
     }
+}
+
+/// What a run's ledger records beside each round's event, and the budget it enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LedgerTerms {
+    /// The budget.
+    pub budget: Budget,
+    /// The accountant that reads the ledger.
+    pub accountant: AccountantKind,
+    /// How S is chosen.
+    pub clip_mode: ClipMode,
+    /// Whether S itself leaks (the non-private median).
+    pub clip_bound_leaks: bool,
+    /// Whether participants are drawn from a seeded generator.
+    pub sampling_seeded: bool,
+}
+
+/// Adaptive clipping state (Andrew et al. 2021, Alg. 1 with the geometric update).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuantileClip {
+    /// Current bound S_t.
+    pub bound: f64,
+    /// gamma: the quantile of update norms S should track.
+    pub target: f64,
+    /// eta_C: step of the geometric update S <- S exp(-eta_C (b - gamma)).
+    pub learning_rate: f64,
+    /// sigma_b: standard deviation of the noise on the count of unclipped updates.
+    pub count_noise: f64,
+}
+
+impl QuantileClip {
+    /// The multiplier z_sum for the sum so that the sum and the noised count together cost one
+    /// Gaussian round of multiplier z (Andrew et al. 2021, Thm 1; the count has sensitivity 1/2
+    /// after centring): z = (z_sum^-2 + (2 sigma_b)^-2)^(-1/2), so
+    /// z_sum = (z^-2 - (2 sigma_b)^-2)^(-1/2). Requires z < 2 sigma_b (checked at start-up).
+    pub fn sum_multiplier(&self, z: f64) -> f64 {
+        (z.powi(-2) - (2.0 * self.count_noise).powi(-2)).powf(-0.5)
+    }
+}
+
+/// How S is chosen each round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClipRule {
+    /// A constant S.
+    Fixed(f64),
+    /// S = median of the round's update norms (Geyer et al.): not private.
+    Median,
+    /// S adapted towards a quantile of the norms, privately.
+    Quantile(QuantileClip),
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! `[privacy]`: client-level differential privacy.
 
-use crate::ledger::ClipMode;
 use fl_common::privacy::{AccountantKind, Budget, Sampling};
 use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
@@ -115,5 +114,27 @@ impl PrivacySection {
     /// sigma_b for a round of `m` clients.
     pub fn count_noise(&self, m: f64) -> f64 {
         self.clip_count_noise.unwrap_or(m / 20.0)
+    }
+}
+
+/// How the clip bound S is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClipMode {
+    /// S = `clip_bound` every round.
+    Fixed,
+    /// S = median of the round's update norms (Geyer et al.); NOT private, marked as leaking.
+    Median,
+    /// S adapted towards `target_quantile` of the norms with a noised count (Andrew et al. 2021).
+    Quantile,
+}
+
+impl std::fmt::Display for ClipMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClipMode::Fixed => "fixed",
+            ClipMode::Median => "median",
+            ClipMode::Quantile => "quantile",
+        })
     }
 }

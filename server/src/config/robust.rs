@@ -1,6 +1,6 @@
 //! `[robust]`: defences against hostile clients.
 
-use super::{ConfigError, NormAction, PrivacyMode};
+use super::{ConfigError, PrivacyMode};
 use serde::{Deserialize, Serialize};
 
 /// How non-private FedAvg combines the round's updates.
@@ -79,4 +79,14 @@ impl RobustSection {
         }
         Ok(())
     }
+}
+
+/// What the server does with an update whose L2 norm exceeds `robust.max_update_norm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormAction {
+    /// Refuse it (the client gets INVALID_ARGUMENT and is dropped from the round).
+    Refuse,
+    /// Scale it down to the bound: u * min(1, bound / ||u||).
+    Clip,
 }

@@ -1,9 +1,8 @@
 //! `[secagg]`: secure aggregation.
 
-use super::{ConfigError, DropoutStage};
-use crate::collection::SecureSettings;
+use super::ConfigError;
 use fl_common::privacy::Neighbours;
-use fl_common::secagg::Verifier;
+use fl_common::secagg::{GraphKind, Stage, Verifier, auto_degree};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -179,6 +178,62 @@ impl SecAggSection {
         match checks.into_iter().find(|(ok, _)| !ok) {
             Some((_, message)) => Err(ConfigError::Invalid(message.into())),
             None => Ok(()),
+        }
+    }
+}
+
+/// When the simulation's dropout injector drops clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropoutStage {
+    /// After advertising keys, before sharing them.
+    BeforeShares,
+    /// After sharing keys, before the masked input (their masks must be recovered).
+    AfterShares,
+    /// After the masked input, before unmasking.
+    AfterMasked,
+}
+
+impl DropoutStage {
+    /// The stage whose message the injector's clients do not receive.
+    pub fn withheld(self) -> Stage {
+        match self {
+            DropoutStage::BeforeShares => Stage::ShareKeys,
+            DropoutStage::AfterShares => Stage::CheckShares,
+            DropoutStage::AfterMasked => Stage::Unmasking,
+        }
+    }
+}
+
+/// The settings of a run's secure rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecureSettings {
+    /// b: the ring's bit width.
+    pub bits: u32,
+    /// The Shamir threshold as a fraction of a client's neighbours.
+    pub threshold: f64,
+    /// Fewest survivors of each stage, as a fraction of m_t.
+    pub min_survivors: f64,
+    /// `None`: the complete graph (Bonawitz et al. 2017); `Some(k)`: a random k-regular graph
+    /// (SecAgg+, Bell et al. 2020), O(log n) for k = 0.
+    pub degree: Option<usize>,
+    /// How long each stage after the first waits.
+    pub stage_timeout: Duration,
+    /// Simulation only: the fraction of each round's clients the dropout injector drops, and
+    /// the stage at which they drop.
+    pub dropout: (f64, DropoutStage),
+    /// Signed rounds (the malicious-server variant): the federation authority's checks of the
+    /// clients' certificates and signatures.
+    pub verifier: Option<Arc<Verifier>>,
+}
+
+impl SecureSettings {
+    /// The neighbour graph of a round of `sampled` clients.
+    pub(crate) fn graph(&self, sampled: usize) -> GraphKind {
+        match self.degree {
+            None => GraphKind::Complete,
+            Some(0) => GraphKind::Regular(auto_degree(sampled)),
+            Some(k) => GraphKind::Regular(k),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `[server]`: networking, rounds and outputs.
 
 use super::ConfigError;
-use crate::credentials::Token;
+use crate::identity::credentials::Token;
 use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ pub struct ServerSection {
     /// written out as its digest); none admits any client. Excludes `enrollment`.
     pub token: Option<Token>,
     /// Enrollment file naming each client with its own token or certificate, which can revoke
-    /// clients while the server runs (see [`crate::credentials`]).
+    /// clients while the server runs (see [`crate::identity::credentials`]).
     pub enrollment: Option<PathBuf>,
     /// Seconds a sampled client that lost its stream has to come back with the same identity and
     /// receive its task again before the round counts it as dropped (plain rounds; 0: dropped at
@@ -55,7 +55,7 @@ pub struct ServerSection {
     pub max_idle_clients: usize,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
-    /// Address of the live run page (`GET /`, see [`crate::live_page`]); none serves no page.
+    /// Address of the live run page (`GET /`, see [`crate::operator::live_page`]); none serves no page.
     /// An address beyond loopback needs `operator_token`.
     pub page_listen: Option<String>,
     /// The operator's token (in clear, or as `sha256:HEX`; always written out as its digest):
@@ -108,11 +108,11 @@ impl Default for ServerSection {
 }
 
 impl ServerSection {
-    /// Checks the server's ranges and consistency.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// The ranges of the counts and durations, each with the message that names its key.
+    fn range_checks(&self) -> Vec<(bool, String)> {
         let s = self;
         let m = &s.clients_per_round;
-        let checks = [
+        vec![
             (
                 s.clients >= 1,
                 "server.clients (K) must be at least 1".to_string(),
@@ -159,6 +159,13 @@ impl ServerSection {
                 s.max_idle_clients >= 1,
                 "server.max_idle_clients must be at least 1".into(),
             ),
+        ]
+    }
+
+    /// The keys that must agree with one another.
+    fn consistency_checks(&self) -> Vec<(bool, String)> {
+        let s = self;
+        vec![
             (
                 s.token.is_none() || s.enrollment.is_none(),
                 "server.token and server.enrollment exclude each other: enrolled clients each \
@@ -184,7 +191,17 @@ impl ServerSection {
                 "server.tls_cert and server.tls_key go together, and tls_client_ca needs them"
                     .into(),
             ),
-        ];
+        ]
+    }
+
+    /// Checks the server's ranges and consistency.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let s = self;
+        let m = &s.clients_per_round;
+        let checks = self
+            .range_checks()
+            .into_iter()
+            .chain(self.consistency_checks());
         if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
             return Err(ConfigError::Invalid(message));
         }

@@ -73,6 +73,8 @@ fn a_page_beyond_loopback_needs_the_operator_token() {
     c.server.page_listen = Some("0.0.0.0:8080".into());
     let refused = c.validate().unwrap_err().to_string();
     assert!(refused.contains("server.operator_token"), "{refused}");
-    c.server.operator_token = Some(crate::credentials::Token::new("an operator's secret"));
+    c.server.operator_token = Some(crate::identity::credentials::Token::new(
+        "an operator's secret",
+    ));
     c.validate().unwrap();
 }

@@ -1,6 +1,5 @@
 //! `[train]`: local training each round.
 
-use crate::strategy::{ServerOptimizerConfig, ServerStep};
 use fl_common::model::LocalConfig;
 use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
@@ -135,10 +134,52 @@ impl TrainSection {
     }
 }
 
+/// Which step the server takes with the pseudo-gradient Delta_t.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ServerStep {
+    /// FedAvg with a server learning rate: x_{t+1} = x_t + eta_t Delta_t (no state).
+    Sgd,
+    /// FedAvgM: m_t = beta m_{t-1} + Delta_t; x_{t+1} = x_t + eta m_t.
+    Momentum {
+        /// beta.
+        momentum: f64,
+    },
+    /// FedAdagrad: v_t = v_{t-1} + Delta_t^2.
+    Adagrad,
+    /// FedAdam: v_t = beta_2 v_{t-1} + (1 - beta_2) Delta_t^2.
+    Adam,
+    /// FedYogi: v_t = v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2).
+    Yogi,
+}
+
+impl ServerStep {
+    /// Whether the step keeps a second moment v_t.
+    pub(crate) fn is_adaptive(self) -> bool {
+        !matches!(self, ServerStep::Sgd | ServerStep::Momentum { .. })
+    }
+}
+
+/// The optimizer's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerOptimizerConfig {
+    /// The step.
+    pub step: ServerStep,
+    /// eta_t: the server learning rate of round t.
+    pub learning_rate: Schedule,
+    /// T: the rounds a linear schedule spans.
+    pub rounds: u64,
+    /// beta_1 of the adaptive steps' first moment.
+    pub beta1: f64,
+    /// beta_2 of FedAdam's and FedYogi's second moment.
+    pub beta2: f64,
+    /// tau: the adaptivity (also v_{-1} = tau^2, as Reddi et al. initialise it).
+    pub tau: f64,
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::config::ServerStep;
     use crate::config::{Algorithm, RunConfig, ServerOptimizerKind};
-    use crate::strategy::ServerStep;
 
     fn refused(c: &RunConfig) -> String {
         c.validate().unwrap_err().to_string()

@@ -1,0 +1,218 @@
+//! The round side of the client connections, the coordinator's one port to the edge: the
+//! coordinator and the collections read the handlers' [`Event`]s here, send the round's task
+//! (kept for clients that come back) and the stage messages in `fl-common`'s types, and refuse or
+//! dismiss clients in the round's terms ([`Rejection`]).
+
+use crate::edge::outbox::send_all;
+use crate::edge::shared::Shared;
+use crate::edge::wire;
+use crate::error::ServerError;
+use crate::identity::ids::{ClientId, Identities};
+use crate::round::events::{Arrival, Event};
+use crate::round::rejection::Rejection;
+use fl_common::secagg::ServerStage;
+use fl_common::task::Task;
+use fl_proto::Frame;
+use fl_proto::v1::RoundTask;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// What waiting for the next event gave.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// An event from a handler.
+    Event(Event),
+    /// The deadline passed first.
+    Deadline,
+    /// The operator asked the server to stop.
+    Stopped,
+}
+
+/// The events from the handlers and the way back to the clients.
+pub(crate) struct Clients {
+    shared: Arc<Shared>,
+    events: mpsc::Receiver<Arrival>,
+    stop: watch::Receiver<bool>,
+    /// The round's task, for clients sampled into it and those that come back.
+    tasks: Option<RoundTasks>,
+    /// Clients refused since [`Clients::take_refused`] was last called.
+    refused: AtomicUsize,
+}
+
+/// The task of a round and which stream of each client got it.
+struct RoundTasks {
+    /// The task without its tensor sizes.
+    template: RoundTask,
+    /// The task and model chunks for a client that gets the global model.
+    common: Vec<Frame>,
+    /// The stream generation each sampled client was sent the task on.
+    sent_on: BTreeMap<ClientId, u64>,
+}
+
+impl Clients {
+    /// Reads `events` and watches `stop`.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        events: mpsc::Receiver<Arrival>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            shared,
+            events,
+            stop,
+            tasks: None,
+            refused: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether the operator asked the server to stop.
+    pub(crate) fn stop_requested(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// The clients with a live stream, after revoking those the enrollment list no longer
+    /// admits (a client revoked since the last check is neither sampled nor sent the model).
+    pub(crate) fn connected(&self) -> Vec<ClientId> {
+        self.shared.enforce_enrollment();
+        self.shared.registry().connected()
+    }
+
+    /// Whether `client` is still admitted (not revoked).
+    pub(crate) fn is_admitted(&self, client: ClientId) -> bool {
+        self.shared.registry().is_admitted(client)
+    }
+
+    /// What a checkpoint keeps of the registry.
+    pub(crate) fn identities(&self) -> Identities {
+        self.shared.registry().identities()
+    }
+
+    /// The next event, unless `deadline` passes or the operator stops the server first.
+    pub(crate) async fn next_before(&mut self, deadline: Instant) -> Result<Next, ServerError> {
+        tokio::select! {
+            e = tokio::time::timeout_at(deadline.into(), self.events.recv()) => match e {
+                Err(_) => Ok(Next::Deadline),
+                Ok(None) => Err(ServerError::Internal("event channel closed".into())),
+                // The upload's place is freed: the caller folds it before it asks again.
+                Ok(Some(arrival)) => Ok(Next::Event(arrival.event)),
+            },
+            _ = self.stop.changed() => Ok(Next::Stopped),
+        }
+    }
+
+    /// Waits until K = `expected` clients have live streams, for at most `patience`.
+    pub(crate) async fn wait_for(
+        &mut self,
+        expected: usize,
+        patience: Duration,
+    ) -> Result<(), ServerError> {
+        let deadline = Instant::now() + patience;
+        tracing::info!(expected, "waiting for clients");
+        loop {
+            let connected = self.shared.registry().connected().len();
+            if connected >= expected {
+                tracing::info!(connected, "all expected clients connected");
+                return Ok(());
+            }
+            match self.next_before(deadline).await? {
+                Next::Deadline => {
+                    return Err(ServerError::NotEnoughClients {
+                        connected,
+                        expected,
+                    });
+                }
+                Next::Stopped => return Err(ServerError::Interrupted),
+                // Only connections matter before the first round; stray uploads are refused
+                // when rounds start checking them, so drop them here.
+                Next::Event(Event::Update { client, .. } | Event::Sign { client, .. }) => {
+                    self.reject(client, Rejection::NoRound)
+                }
+                Next::Event(_) => {}
+            }
+        }
+    }
+
+    /// Starts a round: `task` over the global model `global` is what its clients are sent.
+    pub(crate) fn start_round(&mut self, task: &Task, global: &[f32]) {
+        let template = wire::task_template(task);
+        self.tasks = Some(RoundTasks {
+            common: wire::task_messages(&template, global),
+            template,
+            sent_on: BTreeMap::new(),
+        });
+    }
+
+    /// Sends client `id` the round's task on its live stream, unless that stream already got it,
+    /// with the global model or the tensor `own` gives it instead (IADMM's anchor and point);
+    /// returns the bytes sent.
+    pub(crate) fn send_task(
+        &mut self,
+        id: ClientId,
+        own: impl FnOnce() -> Option<Vec<f32>>,
+    ) -> u64 {
+        let (Some(tasks), Some((generation, outbox))) =
+            (self.tasks.as_mut(), self.shared.registry().stream(id))
+        else {
+            return 0;
+        };
+        if tasks.sent_on.insert(id, generation) == Some(generation) {
+            return 0;
+        }
+        let batch = match own() {
+            Some(tensor) => wire::task_messages(&tasks.template, &tensor),
+            None => tasks.common.clone(),
+        };
+        let sent = batch.iter().map(|m| m.message_len() as u64).sum();
+        send_all(outbox, batch);
+        sent
+    }
+
+    /// Sends `client` a stage message of round `round`; returns the bytes sent (0 without a
+    /// stream).
+    pub(crate) fn send_stage(&self, client: ClientId, round: u64, stage: &ServerStage) -> u64 {
+        self.send(client, vec![wire::stage(round, stage)])
+    }
+
+    /// Sends `messages` on `client`'s live stream; returns the bytes sent (0 without a stream).
+    fn send(&self, client: ClientId, messages: Vec<Frame>) -> u64 {
+        match self.shared.registry().outbox(client) {
+            Some(outbox) => {
+                let size = messages.iter().map(|m| m.message_len() as u64).sum();
+                send_all(outbox, messages);
+                size
+            }
+            None => 0,
+        }
+    }
+
+    /// Ends a misbehaving client's stream with the status of `rejection`; the round goes on
+    /// without it.
+    pub(crate) fn reject(&self, client: ClientId, rejection: Rejection) {
+        tracing::warn!(client, error = %rejection, "update refused; client dropped");
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(outbox) = self.shared.registry().disconnect(client) {
+            tokio::spawn(async move {
+                let _ = outbox.send(Err(Box::new(rejection.into()))).await;
+            });
+        }
+    }
+
+    /// How many clients were refused since the last call (a round's count, taken at its end).
+    pub(crate) fn take_refused(&self) -> usize {
+        self.refused.swap(0, Ordering::Relaxed)
+    }
+
+    /// Tells every connected client that training is over and releases their streams.
+    pub(crate) fn shutdown_all(&self, round: u64) {
+        let mut registry = self.shared.registry();
+        for id in registry.connected() {
+            if let Some(outbox) = registry.outbox(id) {
+                send_all(outbox, vec![wire::shutdown(round, "training finished")]);
+            }
+        }
+        registry.disconnect_all();
+    }
+}

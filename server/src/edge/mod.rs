@@ -1,0 +1,19 @@
+//! The edge: the only layer that knows `flp.v1`, `tonic` and the streams. It serves `Join`,
+//! `AssignPartition` and `Session` ([`service`], [`session`], [`framer`], [`wire`],
+//! [`outbox`]), keeps who is connected ([`registry`], [`shared`], [`join_gate`]), runs the gRPC
+//! server ([`transport`], [`accept`]), and offers the round its one port to the clients
+//! ([`clients`]), in `fl-common` and [`crate::round`] types.
+//!
+//! May import `identity`, `config`, `error`, `records` and `round`.
+
+pub(crate) mod accept;
+pub(crate) mod clients;
+pub(crate) mod framer;
+pub(crate) mod join_gate;
+pub(crate) mod outbox;
+pub(crate) mod registry;
+pub(crate) mod service;
+pub(crate) mod session;
+pub(crate) mod shared;
+pub(crate) mod transport;
+pub(crate) mod wire;

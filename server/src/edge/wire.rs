@@ -1,0 +1,43 @@
+//! What the server sends, encoded: a round's task with its tensor, the secure-aggregation stage
+//! messages and Shutdown, from `fl-common`'s types (`fl_proto::convert` maps each). It keeps no
+//! state; `crate::edge::clients` queues what it encodes.
+
+use fl_common::secagg::ServerStage;
+use fl_common::task::Task;
+use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, server_message};
+use fl_proto::{Frame, chunk_count, encode_chunks};
+
+/// A round's task as the wire carries it, without its tensor's size.
+pub(crate) fn task_template(task: &Task) -> RoundTask {
+    RoundTask::from(task)
+}
+
+/// The messages of a task carrying `tensor`: the RoundTask, then the tensor's chunks.
+pub(crate) fn task_messages(template: &RoundTask, tensor: &[f32]) -> Vec<Frame> {
+    let round = template.round;
+    let task = RoundTask {
+        num_values: tensor.len() as u64,
+        num_chunks: chunk_count(tensor.len()),
+        ..template.clone()
+    };
+    std::iter::once(server_message::Body::Task(task))
+        .chain(encode_chunks(round, tensor).map(server_message::Body::ModelChunk))
+        .map(message)
+        .collect()
+}
+
+/// A secure-aggregation stage message of round `round`.
+pub(crate) fn stage(round: u64, stage: &ServerStage) -> Frame {
+    message(fl_proto::server_stage_body(round, stage))
+}
+
+/// The end of training.
+pub(crate) fn shutdown(round: u64, reason: &str) -> Frame {
+    let reason = reason.to_string();
+    message(server_message::Body::Shutdown(Shutdown { round, reason }))
+}
+
+/// The message of `body`, encoded.
+fn message(body: server_message::Body) -> Frame {
+    Frame::encode(&ServerMessage { body: Some(body) })
+}

@@ -1,0 +1,239 @@
+//! Prometheus metrics of the server (the `prometheus-client` crate, OpenMetrics text), served at
+//! `GET /metrics` on `server.metrics_listen` when it is set: rounds, clients connected, privacy
+//! spent, round duration, accuracy and traffic. Nothing about an individual client is exported.
+
+use crate::edge::shared::Shared;
+use crate::records::output::RoundMetrics;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// The server's metrics.
+#[derive(Debug)]
+pub(crate) struct Telemetry {
+    registry: Registry,
+    rounds: Counter,
+    rounds_applied: Counter,
+    client_updates: Counter,
+    clients_dropped: Counter,
+    bytes_received: Counter,
+    bytes_sent: Counter,
+    current_round: Gauge,
+    clients_connected: Gauge,
+    epsilon: Gauge<f64, AtomicU64>,
+    delta: Gauge<f64, AtomicU64>,
+    local_epsilon: Gauge<f64, AtomicU64>,
+    accuracy: Gauge<f64, AtomicU64>,
+    round_seconds: Histogram,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        let mut t = Self {
+            registry: Registry::with_prefix("fl"),
+            rounds: Counter::default(),
+            rounds_applied: Counter::default(),
+            client_updates: Counter::default(),
+            clients_dropped: Counter::default(),
+            bytes_received: Counter::default(),
+            bytes_sent: Counter::default(),
+            current_round: Gauge::default(),
+            clients_connected: Gauge::default(),
+            epsilon: Gauge::default(),
+            delta: Gauge::default(),
+            local_epsilon: Gauge::default(),
+            accuracy: Gauge::default(),
+            // 0.1 s to about 7 minutes.
+            round_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 13)),
+        };
+        let r = &mut t.registry;
+        r.register("rounds", "Rounds finished", t.rounds.clone());
+        r.register(
+            "rounds_applied",
+            "Rounds whose aggregate updated the model",
+            t.rounds_applied.clone(),
+        );
+        r.register(
+            "client_updates",
+            "Client results absorbed into aggregates",
+            t.client_updates.clone(),
+        );
+        r.register(
+            "clients_dropped",
+            "Sampled clients that gave no usable result",
+            t.clients_dropped.clone(),
+        );
+        r.register(
+            "received_bytes",
+            "Encoded bytes received from clients in rounds",
+            t.bytes_received.clone(),
+        );
+        r.register(
+            "sent_bytes",
+            "Encoded bytes sent to clients in rounds",
+            t.bytes_sent.clone(),
+        );
+        r.register("round", "The last round finished", t.current_round.clone());
+        r.register(
+            "clients_connected",
+            "Clients with a live session",
+            t.clients_connected.clone(),
+        );
+        r.register(
+            "epsilon_spent",
+            "Central epsilon spent so far (at the budget's delta)",
+            t.epsilon.clone(),
+        );
+        r.register("delta_spent", "Central delta so far", t.delta.clone());
+        r.register(
+            "local_epsilon_max",
+            "Largest composed local epsilon of any client",
+            t.local_epsilon.clone(),
+        );
+        r.register(
+            "test_accuracy",
+            "Test accuracy of the global model",
+            t.accuracy.clone(),
+        );
+        r.register(
+            "round_duration_seconds",
+            "Wall-clock duration of a round, evaluation included",
+            t.round_seconds.clone(),
+        );
+        t
+    }
+}
+
+impl Telemetry {
+    /// Records a finished round.
+    pub(crate) fn observe(&self, m: &RoundMetrics) {
+        self.rounds.inc();
+        if m.applied {
+            self.rounds_applied.inc();
+        }
+        self.client_updates.inc_by(m.completed as u64);
+        self.clients_dropped.inc_by(m.dropped as u64);
+        self.bytes_received.inc_by(m.bytes_up);
+        self.bytes_sent.inc_by(m.bytes_down);
+        self.current_round.set(m.round as i64);
+        if let Some(accuracy) = m.test_accuracy {
+            self.accuracy.set(accuracy);
+        }
+        self.round_seconds.observe(m.seconds);
+        if let Some(e) = m.epsilon {
+            self.epsilon.set(e);
+        }
+        if let Some(d) = m.delta {
+            self.delta.set(d);
+        }
+        if let Some(e) = m.local_epsilon {
+            self.local_epsilon.set(e);
+        }
+    }
+
+    /// The OpenMetrics text of every metric, with the live client count.
+    pub(crate) fn render(&self, clients_connected: usize) -> String {
+        self.clients_connected.set(clients_connected as i64);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// The router of `GET /metrics` (served by [`crate::operator::endpoint`]).
+pub(crate) fn router(telemetry: Arc<Telemetry>, shared: Arc<Shared>) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || async move {
+            let connected = shared.registry().connected().len();
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                telemetry.render(connected),
+            )
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_show_in_the_exposition() {
+        let t = Telemetry::default();
+        let m = RoundMetrics {
+            round: 3,
+            connected: 12,
+            sampled: 10,
+            completed: 9,
+            dropped: 1,
+            refused: 1,
+            applied: true,
+            skipped: None,
+            clip_bound: None,
+            noise_std: None,
+            epsilon: Some(1.25),
+            local_epsilon: None,
+            rho: None,
+            delta: Some(1e-5),
+            test_accuracy: Some(0.5),
+            test_loss: Some(1.0),
+            train_loss: None,
+            v_c: None,
+            u_s: None,
+            bytes_up: 100,
+            bytes_down: 200,
+            seconds: 0.3,
+            secagg: None,
+            federated_eval: None,
+        };
+        t.observe(&m);
+        t.observe(&m);
+        let text = t.render(7);
+        for line in [
+            "fl_rounds_total 2",
+            "fl_client_updates_total 18",
+            "fl_round 3",
+            "fl_clients_connected 7",
+            "fl_epsilon_spent 1.25",
+            "fl_round_duration_seconds_count 2",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    /// Every metric `deploy/grafana-dashboard.json` queries is one the server exposes.
+    #[test]
+    fn the_grafana_dashboard_queries_exposed_metrics() {
+        let dashboard = include_str!("../../../deploy/grafana-dashboard.json");
+        let text = Telemetry::default().render(0);
+        let mut names: Vec<&str> = dashboard
+            .match_indices("fl_")
+            .map(|(at, _)| {
+                let rest = &dashboard[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 10, "{names:?}");
+        for name in names {
+            let exposed = text.lines().any(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+            });
+            assert!(exposed, "the dashboard queries {name}, not in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Round policies: what a round's privacy needs decided before its tasks go out. A
+//! [`RoundPolicy`] alone answers whom to sample, the round's context (the expected count the
+//! aggregate is divided by, the noise multiplier z_t) and the round's privacy event, which the
+//! coordinator spends in the ledger. `crate::run::build` picks one per run from the privacy plan; one
+//! file per kind: [`Plain`] (no central accounting), [`SampledGaussian`] (central noise on a
+//! sampled round), [`DistributedNoise`] (the clients' discrete Gaussian under secure
+//! aggregation), [`TreeAggregation`] (DP-FTRL: no sampling, each client once per tree).
+
+mod distributed_noise;
+mod plain;
+mod sampled_gaussian;
+mod tree_aggregation;
+
+pub(crate) use distributed_noise::DistributedNoise;
+pub(crate) use plain::Plain;
+pub(crate) use sampled_gaussian::SampledGaussian;
+pub(crate) use tree_aggregation::TreeAggregation;
+
+use crate::error::ServerError;
+use crate::identity::ids::ClientId;
+use crate::round::strategy::RoundContext;
+use fl_common::privacy::{PrivacyEvent, Sampling};
+use fl_common::schedule::Schedule;
+use fl_common::secagg::Calibration;
+use rand::Rng;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+
+/// A round as its policy fixed it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RoundPlan {
+    /// m_t: the clients the round asks for.
+    pub planned: usize,
+    /// Z_t: the clients drawn.
+    pub sampled: BTreeSet<ClientId>,
+    /// What every strategy call of the round is told.
+    pub ctx: RoundContext,
+    /// The round's privacy event, for the ledger (`None`: nothing to account centrally).
+    pub event: Option<PrivacyEvent>,
+    /// A secure round's code and noise, when the policy fixes them with its noise.
+    pub calibration: Option<Calibration>,
+}
+
+/// What decides a round's privacy; see the module documentation.
+pub(crate) trait RoundPolicy: Send {
+    /// Plans round `round` over the `connected` clients, drawing from `rng` (a CSPRNG).
+    fn plan(
+        &mut self,
+        round: u64,
+        connected: &[ClientId],
+        rng: &mut StdRng,
+    ) -> Result<RoundPlan, ServerError>;
+
+    /// How participants are drawn, as the run's summary states it.
+    fn sampling(&self) -> Sampling;
+
+    /// The correction of the round's up-front charge once `survivors` clients' inputs are in its
+    /// secure sum under `calibration` (`None`: the charge stands).
+    fn settle(&self, _calibration: &Calibration, _survivors: usize) -> Option<PrivacyEvent> {
+        None
+    }
+}
+
+/// The clients of a run and how many each round asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Cohort {
+    /// K.
+    pub clients: usize,
+    /// m_t, a number or a schedule.
+    pub per_round: Schedule,
+    /// T.
+    pub rounds: u64,
+}
+
+impl Cohort {
+    /// m_t, rounded to a whole number of clients.
+    pub(crate) fn at(&self, round: u64) -> usize {
+        self.per_round.at(round, self.rounds).round() as usize
+    }
+}
+
+/// m of the `available` clients, uniformly without replacement (all of them when fewer are
+/// available), from the CSPRNG.
+fn fixed_size(available: &[ClientId], m: usize, rng: &mut StdRng) -> BTreeSet<ClientId> {
+    if m > available.len() {
+        tracing::warn!(
+            available = available.len(),
+            m,
+            "fewer clients available than m"
+        );
+    }
+    let m = m.min(available.len());
+    rand::seq::index::sample(rng, available.len(), m)
+        .into_iter()
+        .map(|i| available[i])
+        .collect()
+}
+
+/// Each connected client independently with probability q, from the CSPRNG.
+fn poisson(connected: &[ClientId], q: f64, rng: &mut StdRng) -> BTreeSet<ClientId> {
+    (connected.iter().copied())
+        .filter(|_| rng.random_bool(q))
+        .collect()
+}
+
+/// The context of a round without central noise over the `sampled` clients.
+fn unnoised(round: u64, sampled: &BTreeSet<ClientId>) -> RoundContext {
+    RoundContext {
+        round,
+        expected_clients: sampled.len().max(1) as f64,
+        noise_multiplier: None,
+        tree_step: None,
+    }
+}

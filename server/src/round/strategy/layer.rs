@@ -1,0 +1,235 @@
+//! The one forwarding mechanism of the decorators: a [`Layer`] says what it does around its inner
+//! strategy, and [`Decorated`] is the strategy of the two. `Decorated` forwards every call the
+//! layer does not take over, and always merges the inner strategy's checkpoint state with the
+//! layer's own, so no decorator can drop its inner strategy's state, tensors or accounts (the
+//! shape of tower's `Layer` and `Service`).
+
+use super::{
+    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
+};
+use crate::identity::ids::ClientId;
+use crate::records::local_accounts::LocalAccounts;
+
+/// What a decorator does around an inner strategy of type `S`; every hook is given the inner
+/// strategy and by default hands the call on to it.
+pub(crate) trait Layer<S: Strategy>: Send {
+    /// What the sampled clients are told: by default the inner strategy's instructions.
+    fn configure_round(&mut self, inner: &mut S, ctx: &RoundContext) -> RoundInstructions {
+        inner.configure_round(ctx)
+    }
+
+    /// Takes one upload: by default the inner strategy takes it.
+    fn absorb(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        upload: Upload,
+    ) -> Result<(), StrategyError> {
+        inner.absorb(ctx, upload)
+    }
+
+    /// Ends the round: by default the inner strategy ends it.
+    fn finish_round(&mut self, inner: &mut S, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+        inner.finish_round(ctx, global)
+    }
+
+    /// Told whether the coordinator released the round's model: by default the inner strategy
+    /// is told.
+    fn released(&mut self, inner: &mut S, applied: bool) {
+        inner.released(applied);
+    }
+
+    /// The layer's own checkpoint state: scalars under keys of its own (merged into the inner
+    /// strategy's object), tensors under names of its own, its clients' local ledgers.
+    fn state(&self) -> StrategyState {
+        StrategyState::default()
+    }
+
+    /// Restores the layer's own part of `state` (the inner strategy restores its part from the
+    /// same state).
+    fn restore(&mut self, _state: &StrategyState) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The local ledgers the layer keeps, if any.
+    fn local_accounts(&self) -> Option<&LocalAccounts> {
+        None
+    }
+
+    /// The averaged model the layer keeps, if any.
+    fn average(&self) -> Option<&[f32]> {
+        None
+    }
+
+    /// This layer around `inner`.
+    fn around(self, inner: S) -> Decorated<Self, S>
+    where
+        Self: Sized,
+    {
+        Decorated { layer: self, inner }
+    }
+}
+
+/// A [`Layer`] around its inner strategy: the strategy of the two.
+#[derive(Debug)]
+pub(crate) struct Decorated<L, S> {
+    /// The decorator's own part.
+    pub layer: L,
+    /// The strategy it decorates.
+    pub inner: S,
+}
+
+impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
+    fn configure_round(&mut self, ctx: &RoundContext) -> RoundInstructions {
+        self.layer.configure_round(&mut self.inner, ctx)
+    }
+
+    fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        self.layer.absorb(&mut self.inner, ctx, upload)
+    }
+
+    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
+        self.inner.client_tensor(client, global)
+    }
+
+    fn state(&self) -> StrategyState {
+        merged(self.inner.state(), self.layer.state())
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+        self.layer.restore(&state)?;
+        self.inner.restore(state)
+    }
+
+    fn local_accounts(&self) -> Option<&LocalAccounts> {
+        self.layer.local_accounts().or(self.inner.local_accounts())
+    }
+
+    fn average(&self) -> Option<&[f32]> {
+        self.layer.average().or(self.inner.average())
+    }
+
+    fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
+        self.layer.finish_round(&mut self.inner, ctx, global)
+    }
+
+    fn released(&mut self, applied: bool) {
+        self.layer.released(&mut self.inner, applied);
+    }
+}
+
+/// The inner strategy's state with the layer's added: scalars as one object (a layer's keys are
+/// its own), tensors and local ledgers side by side.
+fn merged(mut inner: StrategyState, own: StrategyState) -> StrategyState {
+    inner.scalars = match (inner.scalars, own.scalars) {
+        (serde_json::Value::Null, own) => own,
+        (inner, serde_json::Value::Null) => inner,
+        (serde_json::Value::Object(mut inner), serde_json::Value::Object(own)) => {
+            inner.extend(own);
+            serde_json::Value::Object(inner)
+        }
+        (inner, own) => serde_json::json!({ "inner": inner, "layer": own }),
+    };
+    inner.tensors.extend(own.tensors);
+    inner.local_ledgers.extend(own.local_ledgers);
+    inner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::plan::{ClipRule, QuantileClip};
+    use crate::round::strategy::testing::{ctx, update};
+    use crate::round::strategy::{CentralDp, RoundSum, SumStrategy};
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    /// A summing strategy with state of its own: how many updates it has absorbed over the run,
+    /// and a tensor of their running sum (the shape of server momentum).
+    #[derive(Default)]
+    struct Stateful {
+        absorbed: u64,
+        sum: Vec<f32>,
+        total: Vec<f32>,
+    }
+
+    impl Strategy for Stateful {
+        fn absorb(&mut self, _: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+            let u = upload.dense()?;
+            self.sum.resize(u.values.len(), 0.0);
+            self.total.resize(u.values.len(), 0.0);
+            for ((s, t), v) in self
+                .sum
+                .iter_mut()
+                .zip(&mut self.total)
+                .zip(u.values.iter())
+            {
+                *s += v;
+                *t += v;
+            }
+            self.absorbed += 1;
+            Ok(())
+        }
+
+        fn state(&self) -> StrategyState {
+            StrategyState {
+                scalars: serde_json::json!({ "absorbed": self.absorbed }),
+                tensors: vec![("total".into(), self.total.clone())],
+                ..StrategyState::default()
+            }
+        }
+
+        fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+            self.absorbed = state.scalars["absorbed"].as_u64().ok_or("no count")?;
+            let (_, total) = (state.tensors.into_iter())
+                .find(|(name, _)| name == "total")
+                .ok_or("no total")?;
+            self.total = total;
+            Ok(())
+        }
+
+        fn finish_round(&mut self, _: &RoundContext, _: &[f32]) -> RoundOutcome {
+            RoundOutcome::default()
+        }
+    }
+
+    impl SumStrategy for Stateful {
+        fn take_sum(&mut self) -> Option<RoundSum> {
+            Some(RoundSum {
+                values: std::mem::take(&mut self.sum),
+                sensitivity: None,
+            })
+        }
+    }
+
+    fn central(inner: Stateful) -> Decorated<CentralDp, Stateful> {
+        let rule = ClipRule::Quantile(QuantileClip {
+            bound: 1.0,
+            target: 0.5,
+            learning_rate: 0.2,
+            count_noise: 5.0,
+        });
+        CentralDp::new(2, rule, StdRng::seed_from_u64(1)).around(inner)
+    }
+
+    /// A stateful strategy under central DP keeps its state across a resume, beside the
+    /// decorator's own adaptive clip bound.
+    #[test]
+    fn a_stateful_inner_strategy_under_central_dp_survives_a_resume() {
+        let mut s = central(Stateful::default());
+        for round in 1..=2 {
+            let c = ctx(round, 2.0, Some(1.0));
+            s.absorb(&c, update(1, 1, vec![0.1, 0.2]).into()).unwrap();
+            s.absorb(&c, update(2, 1, vec![3.0, 4.0]).into()).unwrap();
+            s.finish_round(&c, &[0.0, 0.0]);
+        }
+        let state = s.state();
+        let mut resumed = central(Stateful::default());
+        resumed.restore(state.clone()).unwrap();
+        assert_eq!(resumed.inner.absorbed, 4);
+        assert_eq!(resumed.inner.total, s.inner.total);
+        assert_eq!(resumed.state(), state);
+        let bound = state.scalars["clip_bound"].as_f64().unwrap();
+        assert!(bound != 1.0, "the clip bound adapted: {bound}");
+    }
+}

@@ -1,0 +1,110 @@
+//! Local differential privacy around an inner strategy: every upload must carry the release of
+//! the round's client-side mechanism (Gaussian or Laplace local DP, SignDS), which this decorator
+//! checks against the mechanism before the inner strategy sees the upload, and records in its
+//! client's local ledger once absorbed. The server cannot see the clients' noise: the ledgers hold
+//! what the clients declare they applied, which each client also logs for itself.
+
+use super::{
+    Layer, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState, Upload,
+};
+use crate::records::local_accounts::LocalAccounts;
+
+/// Local DP, a [`Layer`] around any strategy; see the module documentation.
+pub(crate) struct LocalDp {
+    accounts: LocalAccounts,
+}
+
+impl LocalDp {
+    /// The checks and ledgers of the mechanism of `accounts`.
+    pub(crate) fn new(accounts: LocalAccounts) -> Self {
+        Self { accounts }
+    }
+}
+
+impl<S: Strategy> Layer<S> for LocalDp {
+    fn configure_round(&mut self, inner: &mut S, ctx: &RoundContext) -> RoundInstructions {
+        RoundInstructions {
+            local: Some(self.accounts.mechanism()),
+            ..inner.configure_round(ctx)
+        }
+    }
+
+    fn absorb(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        mut upload: Upload,
+    ) -> Result<(), StrategyError> {
+        let Some((client, declared)) = upload.take_release() else {
+            return inner.absorb(ctx, upload);
+        };
+        let release = self
+            .accounts
+            .admit(declared.as_ref())
+            .map_err(StrategyError::Release)?;
+        inner.absorb(ctx, upload)?;
+        self.accounts.record(client, &release);
+        Ok(())
+    }
+
+    fn state(&self) -> StrategyState {
+        StrategyState {
+            local_ledgers: self.accounts.ledgers().clone(),
+            ..StrategyState::default()
+        }
+    }
+
+    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
+        self.accounts.restore(state.local_ledgers.clone());
+        Ok(())
+    }
+
+    fn local_accounts(&self) -> Option<&LocalAccounts> {
+        Some(&self.accounts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::strategy::FedAvg;
+    use crate::round::strategy::testing::{ctx, update};
+    use fl_common::privacy::{LocalMechanism, Release};
+
+    fn released(client: u64, release: Option<Release>) -> Upload {
+        let mut u = update(client, 1, vec![1.0, 2.0]);
+        u.release = release;
+        u.into()
+    }
+
+    #[test]
+    fn only_the_rounds_mechanism_is_absorbed_and_each_release_is_recorded() {
+        let mechanism = LocalMechanism::Laplace {
+            epsilon: 0.5,
+            clip: 1.0,
+            steps: 1,
+        };
+        let mut s = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
+        let c = ctx(1, 2.0, None);
+        assert_eq!(s.configure_round(&c).local, Some(mechanism));
+        assert!(s.absorb(&c, released(1, None)).is_err());
+        let gaussian = Release::gaussian(0.5, 1e-5, 1.0).unwrap();
+        assert!(s.absorb(&c, released(1, Some(gaussian))).is_err());
+        let laplace = Release::laplace(0.5, 2.0);
+        s.absorb(&c, released(1, Some(laplace))).unwrap();
+        s.absorb(&c, released(1, Some(laplace))).unwrap();
+        assert_eq!(s.local_accounts().unwrap().per_client()[0].releases, 2);
+        assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![1.0, 2.0]));
+        let mut restored = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
+        restored.restore(s.state()).unwrap();
+        assert_eq!(restored.local_accounts().unwrap().max_epsilon(), 1.0);
+    }
+
+    #[test]
+    fn without_the_decorator_a_release_is_refused() {
+        let mut s = FedAvg::new(2);
+        let laplace = Release::laplace(0.5, 2.0);
+        let err = s.absorb(&ctx(1, 1.0, None), released(1, Some(laplace)));
+        assert!(matches!(err, Err(StrategyError::UnexpectedRelease)));
+    }
+}

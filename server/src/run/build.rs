@@ -1,0 +1,336 @@
+//! The one place that turns the privacy plan into the run: it returns the run's [`Pipeline`],
+//! i.e. the round policy, the strategy stack, the collection, the privacy ledger and the release
+//! rule. ARCHITECTURE.md lists every mode as its stack. The coordinator, the policies and the
+//! collections never branch on the mode.
+
+use crate::config::plan::{
+    Aggregation, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms, LocalAccounting,
+    LocalPlan, LocalRule, SecureNoise, SecurePlan,
+};
+use crate::config::{Aggregator, PrivacyPlan, RunConfig};
+use crate::error::ServerError;
+use crate::records::ledger::Ledger;
+use crate::records::local_accounts::LocalAccounts;
+use crate::round::policy::{
+    Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
+};
+use crate::round::strategy::{
+    CentralDp, Divisor, FedAvg, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
+    ResidualBalancing, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+};
+use crate::run::collection::{Collection, PlainCollection, SecureCollection};
+use fl_common::privacy::LocalMechanism;
+use fl_common::secagg::{PlainInputs, RoundShape};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a round's aggregate may replace the global model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseRule {
+    /// Whatever the number of results (central DP: the noised sum over the expected count is
+    /// released however many answered; an exact count deciding the release would not be
+    /// accounted, and under Poisson sampling the count itself is private).
+    Always,
+    /// Only when at least this many results were absorbed.
+    MinResults(usize),
+}
+
+impl ReleaseRule {
+    /// Whether a round with `results` absorbed results may release its aggregate.
+    pub(crate) fn allows(self, results: usize) -> bool {
+        match self {
+            ReleaseRule::Always => true,
+            ReleaseRule::MinResults(min) => results >= min,
+        }
+    }
+}
+
+/// Everything of a run that depends on its privacy plan.
+pub(crate) struct Pipeline {
+    /// Whom each round samples, its context and its privacy event.
+    pub policy: Box<dyn RoundPolicy>,
+    /// The strategy stack.
+    pub strategy: Box<dyn Strategy>,
+    /// How results come in.
+    pub collection: Collection,
+    /// The central privacy ledger, when the run keeps one.
+    pub ledger: Option<Ledger>,
+    /// When an aggregate is released.
+    pub release: ReleaseRule,
+}
+
+/// Builds the pipeline of `config` over `dim` parameters; `open_ledger` creates (or reopens) the
+/// ledger of a run that keeps one, `oracle` (simulation only) checks secure sums.
+pub(crate) fn pipeline(
+    config: &RunConfig,
+    dim: usize,
+    oracle: Option<Arc<PlainInputs>>,
+    open_ledger: impl FnOnce(LedgerTerms) -> std::io::Result<Ledger>,
+) -> Result<Pipeline, ServerError> {
+    let plan = config.plan()?;
+    let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
+    let builder = Builder { config, dim };
+    let (policy, strategy, collection, release) = match plan {
+        PrivacyPlan::None(aggregation) => {
+            let strategy = plain_fedavg(aggregation, dim);
+            (
+                builder.plain(),
+                strategy,
+                builder.collect_plain(),
+                builder.min(),
+            )
+        }
+        PrivacyPlan::Central(noise) => {
+            let strategy = builder.central_dp(noise.clip, FedAvg::new(dim));
+            let policy = builder.sampled_gaussian(noise);
+            (
+                policy,
+                strategy,
+                builder.collect_plain(),
+                ReleaseRule::Always,
+            )
+        }
+        PrivacyPlan::Ftrl(ftrl) => {
+            let strategy = builder.central_dp(ClipRule::Fixed(ftrl.clip_bound), FedAvg::new(dim));
+            (
+                builder.tree_aggregation(&ftrl),
+                strategy,
+                builder.collect_plain(),
+                ReleaseRule::Always,
+            )
+        }
+        PrivacyPlan::Local(local) => {
+            let strategy = builder.local(local)?;
+            (
+                builder.plain(),
+                strategy,
+                builder.collect_plain(),
+                builder.min(),
+            )
+        }
+        PrivacyPlan::Iadmm(iadmm) => {
+            let strategy = builder.iadmm(iadmm)?;
+            let collection = builder.collect_uploads(false);
+            (builder.plain(), strategy, collection, builder.min())
+        }
+        PrivacyPlan::Secure(secure) => {
+            let (policy, strategy, collection) = builder.secure(secure, oracle)?;
+            (policy, strategy, collection, builder.min())
+        }
+    };
+    // The optimizer acts on what the stack released: post-processing of any mechanism's output.
+    let strategy = match config.train.server_optimizer(config.server.rounds) {
+        Some(opt) => Box::new(ServerOptimizer::new(opt).around(strategy)),
+        None => strategy,
+    };
+    // The average of the released iterates: post-processing too.
+    let strategy = match config.train.average_decay {
+        decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
+        _ => strategy,
+    };
+    Ok(Pipeline {
+        policy,
+        strategy,
+        collection,
+        ledger,
+        release,
+    })
+}
+
+/// The run's settings beside its plan.
+struct Builder<'a> {
+    config: &'a RunConfig,
+    dim: usize,
+}
+
+impl Builder<'_> {
+    /// K, m_t and T.
+    fn cohort(&self) -> Cohort {
+        let s = &self.config.server;
+        Cohort {
+            clients: s.clients,
+            per_round: s.clients_per_round.clone(),
+            rounds: s.rounds,
+        }
+    }
+
+    /// Rounds without central accounting.
+    fn plain(&self) -> Box<dyn RoundPolicy> {
+        Box::new(Plain {
+            cohort: self.cohort(),
+        })
+    }
+
+    /// Rounds of central noise.
+    fn sampled_gaussian(&self, noise: CentralNoise) -> Box<dyn RoundPolicy> {
+        Box::new(SampledGaussian {
+            cohort: self.cohort(),
+            sampling: noise.sampling,
+            noise_multiplier: noise.noise_multiplier,
+        })
+    }
+
+    /// DP-FTRL's rounds: trees of the plan's length.
+    fn tree_aggregation(&self, ftrl: &FtrlPlan) -> Box<dyn RoundPolicy> {
+        let (z, n) = (ftrl.noise_multiplier, ftrl.tree_rounds);
+        Box::new(TreeAggregation::new(self.cohort(), z, n))
+    }
+
+    /// Release at `server.min_clients` results.
+    fn min(&self) -> ReleaseRule {
+        ReleaseRule::MinResults(self.config.server.min_clients)
+    }
+
+    /// Individual uploads (FedAvg's: their moments are tallied for V_c and U_s).
+    fn collect_plain(&self) -> Collection {
+        self.collect_uploads(true)
+    }
+
+    /// Individual uploads, their moments tallied or not.
+    fn collect_uploads(&self, update_moments: bool) -> Collection {
+        let s = &self.config.server;
+        Collection::Plain(PlainCollection {
+            round_timeout: Duration::from_secs_f64(s.round_timeout_secs),
+            reconnect_grace: Duration::from_secs_f64(s.reconnect_grace_secs),
+            update_moments,
+        })
+    }
+
+    /// Central DP around `inner`, with the plan's clip rule; its noise always comes from a
+    /// generator seeded by the OS, even in seeded runs (independent per round, or a tree's when
+    /// the round policy says the round's tree step).
+    fn central_dp<S: SumStrategy + 'static>(&self, clip: ClipRule, inner: S) -> Box<dyn Strategy> {
+        if matches!(clip, ClipRule::Median) {
+            tracing::warn!(
+                "clip = median: S is the median of the clients' update norms, which is NOT \
+                 private; the reported epsilon does not cover it"
+            );
+        }
+        let layer = CentralDp::new(self.dim, clip, StdRng::from_os_rng());
+        Box::new(layer.around(inner))
+    }
+
+    /// The mechanism of a client-side mode, for this model.
+    fn mechanism(&self, local: &LocalAccounting) -> Result<LocalAccounts, ServerError> {
+        let mechanism = local.mechanism.resolve(self.dim)?;
+        Ok(LocalAccounts::new(mechanism, local.delta))
+    }
+
+    /// A client-side mode: every upload is a release the stack checks and accounts.
+    fn local(&self, local: LocalPlan) -> Result<Box<dyn Strategy>, ServerError> {
+        let accounts = self.mechanism(&local.accounting)?;
+        let rule = match local.rule {
+            LocalRule::FedAvg(aggregation) => plain_fedavg(aggregation, self.dim),
+            LocalRule::SignDs { learning_rate } => {
+                signds(&accounts.mechanism(), self.dim, learning_rate)?
+            }
+        };
+        Ok(Box::new(LocalDp::new(accounts).around(rule)))
+    }
+
+    /// Inexact ADMM, under the Laplace mechanism if the clients apply it.
+    fn iadmm(&self, plan: IadmmPlan) -> Result<Box<dyn Strategy>, ServerError> {
+        let a = &plan.admm;
+        let balancing = a.balance.then_some(ResidualBalancing {
+            mu: a.balance_mu,
+            tau: a.balance_tau,
+        });
+        let total = a.total_examples.unwrap_or(0);
+        let rule = Iadmm::new(self.dim, a.rho, balancing, total);
+        Ok(match &plan.laplace {
+            Some(local) => Box::new(LocalDp::new(self.mechanism(local)?).around(rule)),
+            None => Box::new(rule),
+        })
+    }
+
+    /// Secure aggregation: its policy, strategy and collection ([`SecureParts`]).
+    fn secure(
+        &self,
+        plan: SecurePlan,
+        oracle: Option<Arc<PlainInputs>>,
+    ) -> Result<SecureParts, ServerError> {
+        let s = &plan.settings;
+        let collection = Collection::Secure(SecureCollection {
+            settings: s.settings()?,
+            round_timeout: Duration::from_secs_f64(self.config.server.round_timeout_secs),
+            clip: plan.clip,
+            dim: self.dim,
+            oracle,
+        });
+        let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
+            SecureNoise::None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),
+            SecureNoise::Central(noise) => {
+                let strategy = self.central_dp(noise.clip, SecureSum::new(Divisor::Survivors));
+                (self.sampled_gaussian(noise), strategy)
+            }
+            SecureNoise::Distributed {
+                noise_multiplier, ..
+            } => {
+                let policy = Box::new(DistributedNoise {
+                    cohort: self.cohort(),
+                    noise_multiplier,
+                    shape: RoundShape {
+                        ring_bits: s.bits,
+                        clip: plan.clip,
+                        dim: self.dim,
+                        planned: 0,
+                        sampled: 0,
+                        min_survivor_fraction: s.min_survivors,
+                        calibrate_for: s.calibrate_for(),
+                        distributed_noise: None,
+                        neighbours: s.neighbours,
+                    },
+                });
+                (
+                    policy as Box<dyn RoundPolicy>,
+                    Box::new(SecureSum::new(Divisor::Expected)),
+                )
+            }
+        };
+        Ok((policy, strategy, collection))
+    }
+}
+
+/// A secure-aggregation run's policy, strategy and collection.
+type SecureParts = (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection);
+
+/// SignDS's aggregation of (s, J) uploads.
+fn signds(
+    mechanism: &LocalMechanism,
+    dim: usize,
+    learning_rate: f64,
+) -> Result<Box<dyn Strategy>, ServerError> {
+    let &LocalMechanism::SignDs { k, h, epsilon } = mechanism else {
+        return Err(ServerError::Internal(
+            "a signds run without its SignDS mechanism".into(),
+        ));
+    };
+    tracing::info!(
+        d = dim,
+        k,
+        h,
+        epsilon,
+        "SignDS: each upload is a sign and h indices"
+    );
+    Ok(Box::new(SignDsAvg::new(dim, h, learning_rate as f32)))
+}
+
+/// FedAvg over updates the server sees (non-private, or local releases) as the plan asks: the
+/// weighted or the trimmed mean, behind the update-norm bound if there is one.
+fn plain_fedavg(aggregation: Aggregation, dim: usize) -> Box<dyn Strategy> {
+    fn bounded<S: Strategy + 'static>(inner: S, aggregation: Aggregation) -> Box<dyn Strategy> {
+        match aggregation.norm_bound {
+            Some((bound, action)) => Box::new(NormBound::new(bound, action).around(inner)),
+            None => Box::new(inner),
+        }
+    }
+    match aggregation.rule {
+        Aggregator::Mean => bounded(FedAvg::new(dim), aggregation),
+        Aggregator::TrimmedMean => bounded(
+            TrimmedMean::new(dim, aggregation.trim_fraction),
+            aggregation,
+        ),
+    }
+}

@@ -1,0 +1,125 @@
+//! How a round's results come in: the [`PlainCollection`] of individual uploads (dense and
+//! SignDS) for the curator and the local modes, or the [`SecureCollection`] of a
+//! secure-aggregation round, which hands the strategy only the survivors' sum. `crate::run::build`
+//! picks one per run; the coordinator only calls [`Collection::prepare`] and
+//! [`Collection::collect`].
+
+mod plain;
+mod secure;
+
+pub(crate) use plain::PlainCollection;
+pub(crate) use secure::SecureCollection;
+
+use crate::edge::clients::Clients;
+use crate::error::ServerError;
+use crate::identity::ids::ClientId;
+use crate::records::output::{FederatedEval, SecAggRoundMetrics, SecAggSummary};
+use crate::round::policy::RoundPlan;
+use crate::round::strategy::{RoundContext, Strategy};
+use fl_common::privacy::UpdateMoments;
+use fl_common::secagg::Calibration;
+use fl_common::task::TaskDigest;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// Counters of one round's collection.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    /// Results the strategy absorbed.
+    pub completed: usize,
+    /// Plain updates that reported a training loss, and the sum of those losses.
+    pub losses: usize,
+    /// Sum of the reported training losses.
+    pub train_loss_sum: f64,
+    /// Bytes received.
+    pub bytes_up: u64,
+    /// Moments of the raw updates, for the paper's V_c and U_s.
+    pub moments: UpdateMoments,
+    /// The secure-aggregation figures of the round.
+    pub secagg: Option<SecAggRoundMetrics>,
+    /// Bytes sent beyond the tasks (tasks sent again, secure-aggregation stage messages).
+    pub stage_bytes_down: u64,
+    /// The clients' figures on their own examples (federated evaluation), of absorbed results.
+    pub federated_eval: Option<FederatedEval>,
+}
+
+impl Tally {
+    /// An empty tally over updates of `num_params` values.
+    fn new(num_params: usize) -> Self {
+        Self {
+            completed: 0,
+            losses: 0,
+            train_loss_sum: 0.0,
+            bytes_up: 0,
+            moments: UpdateMoments::new(num_params),
+            secagg: None,
+            stage_bytes_down: 0,
+            federated_eval: None,
+        }
+    }
+}
+
+/// What a collection works on during a round.
+pub(crate) struct RoundWork<'a> {
+    /// The round's context, as every strategy call gets it.
+    pub ctx: RoundContext,
+    /// Z_t: the sampled clients.
+    pub sampled: &'a BTreeSet<ClientId>,
+    /// When the round started (its deadline counts from here).
+    pub started: Instant,
+    /// The strategy stack that absorbs the results.
+    pub strategy: &'a mut dyn Strategy,
+    /// w_t.
+    pub global: &'a [f32],
+    /// Whether the round's clients were asked to evaluate w_t (federated evaluation).
+    pub evaluate: bool,
+    /// H(task) of a secure round: the digest of the task and model its clients were sent.
+    pub task_digest: Option<TaskDigest>,
+}
+
+/// What a collection fixes before the round's tasks go out.
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    /// The secure round's code and noise, which its task carries.
+    pub calibration: Option<Calibration>,
+    /// The secure round is signed (the malicious-server variant).
+    pub signed: bool,
+}
+
+/// One of the two ways results come in.
+pub(crate) enum Collection {
+    /// Individual uploads.
+    Plain(PlainCollection),
+    /// The stages of secure aggregation, then the sum.
+    Secure(SecureCollection),
+}
+
+impl Collection {
+    /// Fixes what the round its policy planned needs before its tasks go out.
+    pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
+        match self {
+            Collection::Plain(_) => Ok(Prepared::default()),
+            Collection::Secure(s) => s.prepare(plan),
+        }
+    }
+
+    /// Collects the round's results into `work.strategy`.
+    pub(crate) async fn collect(
+        &mut self,
+        clients: &mut Clients,
+        work: RoundWork<'_>,
+        prepared: Prepared,
+        rng: &mut StdRng,
+    ) -> Result<Tally, ServerError> {
+        match self {
+            Collection::Plain(p) => p.collect(clients, work).await,
+            Collection::Secure(s) => s.collect(clients, work, prepared, rng).await,
+        }
+    }
+
+    /// An empty run summary of secure rounds, for a secure collection.
+    pub(crate) fn secure_summary(&self) -> Option<SecAggSummary> {
+        matches!(self, Collection::Secure(_)).then(SecAggSummary::default)
+    }
+}
