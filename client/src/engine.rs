@@ -6,7 +6,7 @@
 
 use crate::ClientPrivacy;
 use crate::round::{Computed, Work, compute, needs_built_in};
-use crate::secure::{SecureRound, Step};
+use crate::secure::{SecureContext, SecureRound, Step};
 use crate::trainer::Trainer;
 use fl_common::model::Model;
 use fl_common::privacy::LocalLedger;
@@ -71,16 +71,6 @@ enum Ready {
 pub(crate) struct Stepped {
     state: SecureRound,
     step: Result<Step, String>,
-}
-
-/// What a client brings to a secure round besides its update: its identity, and (simulation
-/// only) where its plain input is recorded.
-#[derive(Clone, Default)]
-pub(crate) struct SecureContext {
-    /// The identity it signs with.
-    pub(crate) credentials: Option<Arc<Credentials>>,
-    /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
-    pub(crate) oracle: Option<Arc<PlainInputs>>,
 }
 
 /// The slot's half of a computed round (no engine state): under secure aggregation, quantise,

@@ -1,12 +1,14 @@
 //! A client's side of a secure-aggregation round, without I/O: quantise and noise the update,
 //! then answer each of the server's stage messages with `fl_common::secagg::ClientRound`.
 
-use crate::engine::SecureContext;
 use fl_common::privacy::add_discrete_gaussian_noise;
-use fl_common::secagg::{ClientRound, Ring, RoundTag, ServerStage, StageMessage};
+use fl_common::secagg::{
+    ClientRound, Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage,
+};
 use fl_common::task::SecureTask;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use std::sync::Arc;
 
 /// A secure-aggregation round in progress: the protocol state and the quantised input x_u.
 pub(crate) struct SecureRound {
@@ -107,4 +109,14 @@ impl SecureRound {
             }
         })
     }
+}
+
+/// What a client brings to a secure round besides its update: its identity, and (simulation
+/// only) where its plain input is recorded.
+#[derive(Clone, Default)]
+pub(crate) struct SecureContext {
+    /// The identity it signs with.
+    pub(crate) credentials: Option<Arc<Credentials>>,
+    /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
+    pub(crate) oracle: Option<Arc<PlainInputs>>,
 }

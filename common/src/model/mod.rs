@@ -15,6 +15,7 @@ mod external;
 mod gradcheck;
 mod matmul;
 mod network;
+mod pass;
 mod training;
 
 pub(crate) use aggregate::add_weighted;

@@ -6,85 +6,10 @@
 //! recomputed from the file (the shape of Opacus' accountant history).
 
 use super::ddg::{DdgRound, DdgSettlement};
-use super::rdp::{default_orders, poisson_curve, without_replacement_curve};
+use super::rdp::default_orders;
+use super::sampled_gaussian::{AccountingError, GaussianRound};
 use super::tree::TreeRound;
 use serde::{Deserialize, Serialize};
-
-/// How a round's participants are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Sampling {
-    /// Each client independently with probability q (add/remove-one neighbours; exact RDP).
-    Poisson,
-    /// Exactly m = qK of the K clients, without replacement (replace-one neighbours; bounded by
-    /// WBK19 Thm 27 at sigma/2, several times costlier than Poisson).
-    Fixed,
-}
-
-impl std::fmt::Display for Sampling {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Sampling::Poisson => "poisson",
-            Sampling::Fixed => "fixed",
-        })
-    }
-}
-
-/// One round of the sampled Gaussian mechanism, as the accountant sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct GaussianRound {
-    /// q: sampling rate (m/K for fixed-size sampling).
-    pub q: f64,
-    /// z: noise standard deviation divided by the clip bound S (the noise multiplier of the
-    /// add/remove-one sensitivity S).
-    pub noise_multiplier: f64,
-    /// How participants were drawn.
-    pub sampling: Sampling,
-}
-
-/// Why accounting inputs are refused.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum AccountingError {
-    /// q outside (0, 1].
-    #[error("sampling rate q = {0} must be in (0, 1]")]
-    BadRate(f64),
-    /// sigma not a positive number.
-    #[error("noise multiplier sigma = {0} must be a positive number")]
-    BadSigma(f64),
-    /// delta outside (0, 1).
-    #[error("delta = {0} must be in (0, 1)")]
-    BadDelta(f64),
-    /// epsilon not a positive number.
-    #[error("epsilon = {0} must be a positive number")]
-    BadEpsilon(f64),
-}
-
-impl GaussianRound {
-    /// Validates q in (0, 1] and sigma > 0.
-    pub fn new(q: f64, noise_multiplier: f64, sampling: Sampling) -> Result<Self, AccountingError> {
-        if !(q > 0.0 && q <= 1.0) {
-            return Err(AccountingError::BadRate(q));
-        }
-        if !(noise_multiplier > 0.0 && noise_multiplier.is_finite()) {
-            return Err(AccountingError::BadSigma(noise_multiplier));
-        }
-        Ok(Self {
-            q,
-            noise_multiplier,
-            sampling,
-        })
-    }
-
-    /// RDP of this round at each of `orders`.
-    pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
-        let (q, z) = (self.q, self.noise_multiplier);
-        match self.sampling {
-            Sampling::Poisson => poisson_curve(q, z, orders),
-            // Replace-one moves the clipped sum by up to 2S: multiplier z/2 on sensitivity 2S.
-            Sampling::Fixed => without_replacement_curve(q, z / 2.0, orders),
-        }
-    }
-}
 
 /// One round of any mechanism the accountant knows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -151,56 +76,6 @@ pub fn check_epsilon(epsilon: f64) -> Result<(), AccountingError> {
         Ok(())
     } else {
         Err(AccountingError::BadEpsilon(epsilon))
-    }
-}
-
-/// Which accountant reads a ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AccountantKind {
-    /// Rényi DP ([`RdpAccountant`]): every event the system releases.
-    Rdp,
-    /// Privacy-loss distributions ([`super::PldAccountant`]): tighter, for Poisson-subsampled
-    /// Gaussian rounds and tree aggregation.
-    Pld,
-}
-
-impl AccountantKind {
-    /// An empty accountant of this kind.
-    pub fn accountant(self) -> Box<dyn Accountant> {
-        match self {
-            AccountantKind::Rdp => Box::new(RdpAccountant::default()),
-            AccountantKind::Pld => Box::new(super::PldAccountant::default()),
-        }
-    }
-
-    /// Whether this kind accounts `event` (PLD: Poisson-subsampled Gaussian rounds only).
-    pub fn supports(self, event: &PrivacyEvent) -> bool {
-        match self {
-            AccountantKind::Rdp => true,
-            AccountantKind::Pld => super::PldAccountant::supports(event),
-        }
-    }
-}
-
-impl std::fmt::Display for AccountantKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AccountantKind::Rdp => "rdp",
-            AccountantKind::Pld => "pld",
-        })
-    }
-}
-
-impl std::str::FromStr for AccountantKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "rdp" => Ok(AccountantKind::Rdp),
-            "pld" => Ok(AccountantKind::Pld),
-            _ => Err(format!("unknown accountant `{s}` (rdp or pld)")),
-        }
     }
 }
 
@@ -340,6 +215,7 @@ pub fn delta_from_rdp(orders: &[f64], rdp: &[f64], epsilon: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::privacy::sampled_gaussian::Sampling;
 
     /// Tiny q and 10^5 rounds stay finite and ordered (log-space arithmetic throughout).
     #[test]

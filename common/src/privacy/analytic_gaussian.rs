@@ -6,7 +6,8 @@
 //! sigma = Delta sqrt(2 ln(1.25/delta)) / eps (Dwork and Roth 2014, Thm A.1) holds only for
 //! eps < 1 and is looser.
 
-use super::accountant::{AccountingError, check_delta, check_epsilon};
+use super::accountant::{check_delta, check_epsilon};
+use super::sampled_gaussian::AccountingError;
 
 /// Phi, the standard normal CDF, from erfc (libm's, accurate in the tails).
 fn phi(x: f64) -> f64 {

@@ -2,6 +2,7 @@
 //! the sampled Gaussian mechanism, budgets and planning.
 
 mod accountant;
+mod accountant_kind;
 mod analytic_gaussian;
 mod clip;
 mod ddg;
@@ -13,12 +14,14 @@ mod pld;
 mod protect;
 mod rdp;
 mod release;
+mod sampled_gaussian;
 mod tree;
 
 pub use accountant::{
-    Accountant, AccountantKind, AccountingError, GaussianRound, PrivacyEvent, RdpAccountant,
-    Sampling, check_delta, check_epsilon, delta_from_rdp, epsilon_from_rdp,
+    Accountant, PrivacyEvent, RdpAccountant, check_delta, check_epsilon, delta_from_rdp,
+    epsilon_from_rdp,
 };
+pub use accountant_kind::AccountantKind;
 pub use analytic_gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta, gaussian_epsilon,
 };
@@ -39,4 +42,5 @@ pub use rdp::{
 pub use release::{
     ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,
 };
+pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes};

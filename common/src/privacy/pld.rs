@@ -17,7 +17,8 @@
 //!
 //! Neighbours are add/remove one client: both directions are composed and the larger delta taken.
 
-use super::accountant::{Accountant, GaussianRound, PrivacyEvent, Sampling};
+use super::accountant::{Accountant, PrivacyEvent};
+use super::sampled_gaussian::{GaussianRound, Sampling};
 use realfft::RealFftPlanner;
 use realfft::num_complex::Complex;
 use std::sync::{LazyLock, Mutex, PoisonError};

@@ -14,9 +14,10 @@
 //! Prop. 3); RDP adds up (Prop. 1) and converts as the central accountant does. Pure releases alone
 //! compose to the sum of their epsilons (Dwork and Roth 2014, Thm 3.16).
 
-use super::accountant::{AccountingError, epsilon_from_rdp};
+use super::accountant::epsilon_from_rdp;
 use super::analytic_gaussian::{analytic_gaussian_sigma, gaussian_delta, gaussian_epsilon};
 use super::rdp::default_orders;
+use super::sampled_gaussian::AccountingError;
 
 /// Relative slack when comparing a client's claim with the round's limits (floating-point
 /// round-trips only; far below any meaningful privacy difference).

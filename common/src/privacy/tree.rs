@@ -22,9 +22,9 @@
 //! The online tree is written here: it is a few lines over [`super::add_gaussian_noise`], and no
 //! maintained crate offers it.
 
-use super::accountant::{GaussianRound, Sampling};
 use super::ddg::Neighbours;
 use super::gaussian::add_gaussian_noise;
+use super::sampled_gaussian::{GaussianRound, Sampling};
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
 

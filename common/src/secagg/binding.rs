@@ -12,7 +12,7 @@
 
 use super::SecAggError;
 use super::keys::RoundTag;
-use super::messages::{AdvertisedKeys, Member};
+use super::messages::{AdvertisedKeys, Member, Signed};
 use crate::authority::{AuthorityError, AuthorityKey, Identity, IdentityCertificate};
 use crate::authority::{IdentityKey, RevocationList, read_key_file};
 use sha2::{Digest, Sha256};
@@ -25,15 +25,6 @@ const KEYS_DOMAIN: &[u8] = b"flp.v1 secagg keys";
 const SURVIVORS_DOMAIN: &[u8] = b"flp.v1 secagg survivors";
 /// Domain string of the digest of the admitted clients.
 const MEMBERS_DOMAIN: &[u8] = b"flp.v1 secagg members";
-
-/// The signature on a key advertisement and the certificate of the key that made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signed {
-    /// The authority's certificate of the client's identity key.
-    pub certificate: IdentityCertificate,
-    /// The identity key's signature over the keys payload.
-    pub signature: [u8; 64],
-}
 
 /// The bytes a key advertisement's signature covers.
 pub fn keys_payload(tag: &RoundTag, keys: &AdvertisedKeys) -> Vec<u8> {

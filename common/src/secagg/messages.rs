@@ -1,8 +1,8 @@
 //! The stage messages of one round, as the protocol sees them (the wire format maps 1:1).
 
-use super::binding::Signed;
 use super::keys::SecretKind;
 use super::shamir::Share;
+use crate::authority::IdentityCertificate;
 
 /// Stage 0, client → server: u's two public keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,4 +124,13 @@ pub enum ServerStage {
     /// Stage 3's start in a signed round: the signatures of the client's neighbours over the
     /// survivor set, by signer.
     Endorsements(Endorsements),
+}
+
+/// The signature on a key advertisement and the certificate of the key that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// The authority's certificate of the client's identity key.
+    pub certificate: IdentityCertificate,
+    /// The identity key's signature over the keys payload.
+    pub signature: [u8; 64],
 }

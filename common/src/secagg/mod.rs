@@ -35,7 +35,7 @@ mod ring;
 mod server;
 mod shamir;
 
-pub use binding::{Credentials, Signed, Verifier, keys_payload, members_digest, survivors_payload};
+pub use binding::{Credentials, Verifier, keys_payload, members_digest, survivors_payload};
 pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape};
 pub use client::{ClientRound, min_threshold};
 pub use graph::{GraphKind, auto_degree, derive as derive_graph};
@@ -44,7 +44,7 @@ pub use keys::{
 };
 pub use messages::{
     AdvertisedKeys, Endorsements, Member, Neighbourhood, Proceed, RevealedShare, SealedShares,
-    ServerStage, StageMessage,
+    ServerStage, Signed, StageMessage,
 };
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};

@@ -31,7 +31,7 @@ mod layers;
 
 pub use layers::{LayerSpec, MAX_ACTIVATIONS, MAX_LAYERS, Placed, Shape, place};
 
-use super::network::{Target, output_delta, prefix, set_len};
+use super::pass::{Target, output_delta, prefix, set_len};
 use super::{mat_mul, times_transposed_weights};
 use ndarray::{ArrayView2, ArrayViewMut2};
 use std::ops::Range;

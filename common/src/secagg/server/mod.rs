@@ -195,6 +195,19 @@ impl Sharing {
     }
 }
 
+/// What the masked-input phase collects and the unmasking phase works from.
+#[derive(Debug, Clone)]
+struct Collected {
+    base: Base,
+    graph: Graph,
+    sharing: Sharing,
+    pairing: Pairing,
+    /// U3 so far.
+    masked: BTreeSet<u64>,
+    /// sum_{u in U3} y_u mod 2^b.
+    sum: Vec<u64>,
+}
+
 /// `pool` without `answered`.
 fn waiting_for(pool: &BTreeSet<u64>, answered: &BTreeSet<u64>) -> BTreeSet<u64> {
     pool.difference(answered).copied().collect()

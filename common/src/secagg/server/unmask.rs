@@ -2,7 +2,7 @@
 //! survived and of s_sk_v otherwise (never both), each checked against its commitment; then the
 //! server recovers the secrets and removes every mask.
 
-use super::{MaskedInput, Phase, RoundResult, Stage, waiting_for, wrong_stage};
+use super::{Collected, Phase, RoundResult, Stage, waiting_for, wrong_stage};
 use crate::secagg::SecAggError;
 use crate::secagg::keys::{self, KeyPair, SecretKind, share_commitment};
 use crate::secagg::messages::{RevealedShare, StageMessage};
@@ -15,7 +15,7 @@ use x25519_dalek::PublicKey;
 /// shares revealed so far.
 #[derive(Debug, Clone)]
 pub struct Unmasking {
-    pub(super) input: MaskedInput,
+    pub(super) input: Collected,
     /// Who is asked to reveal: U3, or in a signed round the survivors that signed it.
     pub(super) revealers: BTreeSet<u64>,
     revealed_by: BTreeSet<u64>,
@@ -23,7 +23,7 @@ pub struct Unmasking {
 }
 
 impl Unmasking {
-    pub(super) fn new(input: MaskedInput) -> Self {
+    pub(super) fn new(input: Collected) -> Self {
         Self {
             revealers: input.masked.clone(),
             input,

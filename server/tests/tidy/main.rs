@@ -5,6 +5,10 @@
 //! other without a cycle; no function is longer than a screen. Imports are read from the code's
 //! `crate::` paths and the crates it names, not from the words of its comments.
 
+mod imports;
+mod tree;
+
+use imports::{crate_paths, cycles, without_comments};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -318,75 +322,6 @@ fn is_fn_signature(trimmed: &str) -> bool {
     rest.starts_with("fn ")
 }
 
-/// The code of `text` without comments (line comments and doc comments).
-fn without_comments(text: &str) -> String {
-    text.lines()
-        .map(|line| match line.find("//") {
-            Some(i) => &line[..i],
-            None => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Every path of its own crate that `code` names, as its segments: each `crate::a::b::f`, and
-/// each leaf of a `use crate::{a::B, b::{c, d}}` tree.
-fn crate_paths(code: &str) -> BTreeSet<Vec<String>> {
-    let code = without_comments(code);
-    let mut paths = BTreeSet::new();
-    for (i, _) in code.match_indices("crate::") {
-        let before = code[..i].chars().next_back();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // `$crate::` or a longer identifier
-        }
-        expand(Vec::new(), &code[i + "crate::".len()..], &mut paths);
-    }
-    paths
-}
-
-/// Adds to `out` the paths of the use tree at the start of `text`, under `prefix`.
-fn expand(prefix: Vec<String>, text: &str, out: &mut BTreeSet<Vec<String>>) {
-    let text = text.trim_start();
-    if let Some(group) = text.strip_prefix('{') {
-        let mut depth = 0;
-        let mut start = 0;
-        for (j, c) in group.char_indices() {
-            depth += i32::from(c == '{') - i32::from(c == '}');
-            if depth < 0 || (c == ',' && depth == 0) {
-                expand(prefix.clone(), &group[start..j], out);
-                start = j + 1;
-            }
-            if depth < 0 {
-                return;
-            }
-        }
-        return;
-    }
-    let mut segments = prefix;
-    let mut rest = text;
-    loop {
-        let ident: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if ident.is_empty() {
-            break;
-        }
-        rest = &rest[ident.len()..];
-        if ident != "self" {
-            segments.push(ident);
-        }
-        match rest.strip_prefix("::") {
-            Some(after) if after.starts_with('{') => return expand(segments, after, out),
-            Some(after) => rest = after,
-            None => break,
-        }
-    }
-    if !segments.is_empty() {
-        out.insert(segments);
-    }
-}
-
 /// The module of `server/src` a file belongs to, as a node of the import graph: `error` for
 /// `error.rs`, `round::strategy` for `round/strategy/layer.rs`, `edge::session` for
 /// `edge/session.rs`.
@@ -430,60 +365,6 @@ fn server_imports() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     graph
-}
-
-/// The import cycles of `graph`: its strongly connected components of more than one module
-/// (Tarjan's algorithm).
-fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
-    struct Tarjan<'g> {
-        graph: &'g BTreeMap<String, BTreeSet<String>>,
-        index: BTreeMap<&'g str, usize>,
-        low: BTreeMap<&'g str, usize>,
-        stack: Vec<&'g str>,
-        found: Vec<Vec<String>>,
-    }
-    impl<'g> Tarjan<'g> {
-        fn visit(&mut self, v: &'g str) {
-            let n = self.index.len();
-            self.index.insert(v, n);
-            self.low.insert(v, n);
-            self.stack.push(v);
-            for w in self.graph.get(v).into_iter().flatten() {
-                let w = w.as_str();
-                if !self.graph.contains_key(w) {
-                    continue;
-                }
-                if !self.index.contains_key(w) {
-                    self.visit(w);
-                    let low = self.low[v].min(self.low[w]);
-                    self.low.insert(v, low);
-                } else if self.stack.contains(&w) {
-                    let low = self.low[v].min(self.index[w]);
-                    self.low.insert(v, low);
-                }
-            }
-            if self.low[v] == self.index[v] {
-                let at = self.stack.iter().rposition(|&x| x == v).unwrap();
-                let component: Vec<String> = self.stack.drain(at..).map(str::to_string).collect();
-                if component.len() > 1 {
-                    self.found.push(component);
-                }
-            }
-        }
-    }
-    let mut t = Tarjan {
-        graph,
-        index: BTreeMap::new(),
-        low: BTreeMap::new(),
-        stack: Vec::new(),
-        found: Vec::new(),
-    };
-    for v in graph.keys() {
-        if !t.index.contains_key(v.as_str()) {
-            t.visit(v);
-        }
-    }
-    t.found
 }
 
 /// `cargo test -p fl-server --test tidy -- --nocapture server_modules_import_no_cycle` prints
