@@ -74,7 +74,7 @@ pub async fn serve(
 }
 
 /// Resumes the interrupted run whose folder is `dir` from its `checkpoint` (see
-/// [`checkpoint`](crate::checkpoint)): the model, counters and strategy state come from the checkpoint, the ledger
+/// [`checkpoint`]): the model, counters and strategy state come from the checkpoint, the ledger
 /// and `metrics.jsonl` are appended to, and training goes on from the round after the last one
 /// any of them recorded, with the checkpoint's configuration.
 pub async fn resume(

@@ -9,6 +9,7 @@ mod ddg;
 mod discrete_gaussian;
 mod gaussian;
 mod local;
+mod local_ledger;
 mod planning;
 mod pld;
 mod protect;
@@ -33,14 +34,13 @@ pub use discrete_gaussian::{
 };
 pub use gaussian::add_gaussian_noise;
 pub use local::{add_laplace_noise, clip_l1, l1_norm, sgd_l1_sensitivity};
+pub use local_ledger::LocalLedger;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
 pub use protect::{Protected, Released};
 pub use rdp::{
     default_orders, poisson_curve, rdp_poisson, rdp_without_replacement, without_replacement_curve,
 };
-pub use release::{
-    ClientLimits, LocalLedger, LocalMechanism, LocalPrivacyError, Release, ReleaseKind,
-};
+pub use release::{ClientLimits, LocalMechanism, LocalPrivacyError, Release, ReleaseKind};
 pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes};

@@ -178,6 +178,8 @@ fn check_stage(round: u64, current: Stage, got: Stage) -> Result<(), SecAggError
 }
 
 #[cfg(test)]
+mod staged_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

@@ -57,9 +57,9 @@ impl LocalSection {
 pub struct SignDsSection {
     /// k as a fraction of d: the top-k set's size.
     pub top_k: f64,
-    /// h: dimensions released; 0 takes the largest h with E[nu]/h >= `ratio`.
+    /// h: dimensions released; 0 takes the largest h with E\[nu\]/h >= `ratio`.
     pub output_dimensions: usize,
-    /// The E[nu]/h ratio that picks h when `output_dimensions` is 0.
+    /// The E\[nu\]/h ratio that picks h when `output_dimensions` is 0.
     pub ratio: f64,
     /// eta_g: the server's step along the mean sparse sign update.
     pub global_learning_rate: f64,

@@ -20,7 +20,7 @@ pub enum ModelKind {
     /// LeNet-5 ([`cnn::LENET5`]).
     Lenet5,
     /// A model the server does not know, trained by the clients' own code: the tensors of
-    /// `init` ([`crate::run::model_setup`]).
+    /// `init` (`run/model_setup.rs`).
     External,
 }
 

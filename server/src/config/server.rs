@@ -55,7 +55,7 @@ pub struct ServerSection {
     pub max_idle_clients: usize,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
-    /// Address of the live run page (`GET /`, see [`crate::operator::live_page`]); none serves no page.
+    /// Address of the live run page (`GET /`, see the live page section of the README); none serves no page.
     /// An address beyond loopback needs `operator_token`.
     pub page_listen: Option<String>,
     /// The operator's token (in clear, or as `sha256:HEX`; always written out as its digest):

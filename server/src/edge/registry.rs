@@ -10,8 +10,8 @@
 //! clients are counted, so that Join can refuse beyond a bound, and forgotten after a grace period
 //! ([`Registry::forget_idle`]), so that joins that never become sessions cost nothing for long.
 
-use crate::identity::credentials::constant_time_eq;
 use crate::identity::ids::{ClientId, Identities};
+use crate::identity::secret::constant_time_eq;
 use rand::RngCore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;

@@ -88,7 +88,7 @@ fn rpc_span<B>(request: &http::Request<B>) -> tracing::Span {
     tracing::info_span!("rpc", method = %request.uri().path())
 }
 
-/// The federation's service as clients in this process call it (`fl sim`): [`Routes`] with a
+/// The federation's service as clients in this process call it (`fl sim`): `Routes` with a
 /// span per RPC, refusing calls as `UNAVAILABLE` once the run is over, as a closed socket would.
 #[derive(Clone)]
 pub struct InProcessService {

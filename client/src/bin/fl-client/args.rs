@@ -1,0 +1,175 @@
+//! `fl-client`'s flags (clap): where the server is, which data and share this process trains
+//! on, the protection it insists on, TLS, and the identity it signs secure rounds with; and the
+//! checks that turn them into a client's options.
+
+use anyhow::bail;
+use clap::Parser;
+use fl_client::{ClientOptions, ClientPrivacy, ClientTls};
+use fl_common::data::DataSource;
+use fl_common::privacy::{ClientLimits, ReleaseKind};
+use fl_common::secagg::Credentials;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Federated-learning client.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub(crate) struct Args {
+    /// Server URL.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub(crate) server: String,
+    /// Enrollment token. Prefer the FL_TOKEN environment variable, which does not show in
+    /// process listings.
+    #[arg(long, env = "FL_TOKEN", hide_env_values = true, default_value = "")]
+    pub(crate) token: String,
+    /// Local data: mnist:DIR (its training split) or csv:FILE.
+    #[arg(long)]
+    pub(crate) data: DataSource,
+    /// This client's share of the data in a simulation: SCHEME:K:INDEX, with SCHEME one of iid,
+    /// shards, dirichlet:ALPHA (e.g. shards:100:7), or SCHEME:K:auto to get the index from the
+    /// server (replicas started alike, e.g. with docker compose --scale). Without it the client
+    /// uses all of --data.
+    #[arg(long)]
+    pub(crate) partition: Option<String>,
+    /// Seed of the partition; every client of a simulation must use the same one.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) partition_seed: u64,
+    /// Run N clients in this process, with partition indices INDEX, INDEX+1, ..., INDEX+N-1.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) simulate: usize,
+    /// Name for the server's logs (default: client-INDEX).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Seed for local shuffling (reproducible experiments only).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Seconds to keep retrying the first connection and Join. The default covers a default
+    /// server's join limiter in its worst case: (20,000 idle clients - a burst of 2,000) / 100
+    /// joins a second = 180 s for clients sharing one address.
+    #[arg(long, default_value_t = 240.0)]
+    pub(crate) connect_timeout: f64,
+    /// The local protection this client insists on: it refuses rounds that ask for another.
+    /// `follow` applies whatever the round asks.
+    #[arg(long, value_enum, default_value_t = Protection::Follow)]
+    pub(crate) privacy: Protection,
+    /// Largest per-round epsilon this client accepts (it applies the smaller of this and the
+    /// round's).
+    #[arg(long)]
+    pub(crate) epsilon: Option<f64>,
+    /// Largest per-round delta this client accepts (ldp-gaussian).
+    #[arg(long)]
+    pub(crate) delta: Option<f64>,
+    /// This client's own clip bound C (L2 for ldp-gaussian, per-example L1 for ldp-laplace).
+    #[arg(long)]
+    pub(crate) clip_bound: Option<f64>,
+    /// PEM certificate of the CA that signed the server's certificate: turns TLS on (use an
+    /// https:// --server).
+    #[arg(long)]
+    pub(crate) ca: Option<PathBuf>,
+    /// PEM certificate of this client, for servers that require client certificates.
+    #[arg(long, requires_all = ["key", "ca"])]
+    pub(crate) cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
+    /// The name the server's certificate must carry, when not --server's host.
+    #[arg(long, requires = "ca")]
+    pub(crate) tls_domain: Option<String>,
+    /// The federation authority's public key file (`fl authority init`): this client then
+    /// takes part only in signed secure-aggregation rounds, checking every peer's certificate
+    /// and signature (docs/threat-model.md).
+    #[arg(long, requires_all = ["identity", "certificate"])]
+    pub(crate) authority: Option<PathBuf>,
+    /// This client's identity key file (`fl authority identity`), with --authority.
+    #[arg(long, requires = "authority")]
+    pub(crate) identity: Option<PathBuf>,
+    /// The authority's certificate of --identity (`fl authority sign`), with --authority.
+    #[arg(long, requires = "authority")]
+    pub(crate) certificate: Option<PathBuf>,
+    /// The authority's signed revocation list (`fl authority revoke`): peers it names are
+    /// refused.
+    #[arg(long, requires = "authority")]
+    pub(crate) revocations: Option<PathBuf>,
+}
+
+/// `--privacy` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Protection {
+    /// Whatever the round asks.
+    Follow,
+    /// Gaussian local DP only.
+    LdpGaussian,
+    /// Laplace output perturbation only.
+    LdpLaplace,
+    /// SignDS only.
+    Signds,
+}
+
+impl Args {
+    /// TLS settings from the certificate files, if TLS is asked for.
+    pub(crate) fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        let Some(ca) = &self.ca else {
+            return Ok(None);
+        };
+        let identity = (self.cert.as_deref()).zip(self.key.as_deref());
+        Ok(Some(ClientTls::from_files(
+            ca,
+            identity,
+            self.tls_domain.clone(),
+        )?))
+    }
+
+    /// The identity this client signs secure rounds with, checked against the authority.
+    pub(crate) fn credentials(&self) -> anyhow::Result<Option<Arc<Credentials>>> {
+        let (Some(authority), Some(identity), Some(certificate)) =
+            (&self.authority, &self.identity, &self.certificate)
+        else {
+            return Ok(None);
+        };
+        if self.simulate > 1 {
+            bail!("--identity is one client's: run one fl-client per identity, not --simulate");
+        }
+        let anchor = (authority.as_path(), self.revocations.as_deref());
+        let credentials =
+            Credentials::from_files(identity, certificate, anchor).map_err(anyhow::Error::msg)?;
+        Ok(Some(Arc::new(credentials)))
+    }
+
+    /// The client's own requirements, checked.
+    pub(crate) fn privacy(&self) -> anyhow::Result<ClientPrivacy> {
+        let limits = ClientLimits {
+            epsilon: self.epsilon,
+            delta: self.delta,
+            clip: self.clip_bound,
+        };
+        limits.check()?;
+        let require = match self.privacy {
+            Protection::Follow => None,
+            Protection::LdpGaussian => Some(ReleaseKind::Gaussian),
+            Protection::LdpLaplace => Some(ReleaseKind::Laplace),
+            Protection::Signds => Some(ReleaseKind::SignDs),
+        };
+        Ok(ClientPrivacy { require, limits })
+    }
+}
+
+/// The options of one client of this process.
+pub(crate) fn options(
+    args: &Args,
+    name: String,
+    index: Option<u64>,
+    (privacy, credentials): (ClientPrivacy, Option<Arc<Credentials>>),
+    tls: Option<ClientTls>,
+) -> ClientOptions {
+    ClientOptions {
+        token: args.token.clone(),
+        name,
+        seed: args.seed.zip(index).map(|(s, i)| s.wrapping_add(i)),
+        connect_timeout: Duration::from_secs_f64(args.connect_timeout),
+        privacy,
+        credentials,
+        tls,
+        ..ClientOptions::new(&args.server)
+    }
+}

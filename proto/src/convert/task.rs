@@ -1,0 +1,211 @@
+//! A round's task on the wire, with its local mechanism, its secure-aggregation settings and
+//! the release a client declares with its upload.
+
+use crate::v1;
+use fl_common::model::{LocalConfig, Model};
+use fl_common::privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
+use fl_common::secagg::{Quantizer, Ring};
+use fl_common::task::{AdmmStep, SecureTask, Task};
+
+use super::WireError;
+
+impl From<LocalMechanism> for v1::LocalPrivacy {
+    fn from(m: LocalMechanism) -> Self {
+        use v1::local_privacy::Mechanism;
+        let mechanism = match m {
+            LocalMechanism::Gaussian {
+                epsilon,
+                delta,
+                clip,
+            } => Mechanism::Gaussian(v1::GaussianLdp {
+                epsilon,
+                delta,
+                clip_bound: clip,
+            }),
+            LocalMechanism::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => Mechanism::Laplace(v1::LaplaceLdp {
+                epsilon,
+                clip_bound: clip,
+                steps,
+            }),
+            LocalMechanism::SignDs { epsilon, k, h } => Mechanism::Signds(v1::SignDsLdp {
+                epsilon,
+                k: k as u64,
+                h: h as u64,
+            }),
+        };
+        v1::LocalPrivacy {
+            mechanism: Some(mechanism),
+        }
+    }
+}
+
+impl TryFrom<&v1::LocalPrivacy> for LocalMechanism {
+    type Error = WireError;
+    fn try_from(p: &v1::LocalPrivacy) -> Result<Self, WireError> {
+        use v1::local_privacy::Mechanism;
+        let size =
+            |v: u64| usize::try_from(v).map_err(|_| WireError(format!("size {v} too large")));
+        Ok(match &p.mechanism {
+            Some(Mechanism::Gaussian(g)) => LocalMechanism::Gaussian {
+                epsilon: g.epsilon,
+                delta: g.delta,
+                clip: g.clip_bound,
+            },
+            Some(Mechanism::Laplace(l)) => LocalMechanism::Laplace {
+                epsilon: l.epsilon,
+                clip: l.clip_bound,
+                steps: l.steps,
+            },
+            Some(Mechanism::Signds(s)) => LocalMechanism::SignDs {
+                epsilon: s.epsilon,
+                k: size(s.k)?,
+                h: size(s.h)?,
+            },
+            None => return Err(WireError("LocalPrivacy without a mechanism".into())),
+        })
+    }
+}
+
+impl From<&Release> for v1::LocalRelease {
+    fn from(r: &Release) -> Self {
+        v1::LocalRelease {
+            mechanism: match r.kind {
+                ReleaseKind::Gaussian => v1::LocalMechanism::Gaussian,
+                ReleaseKind::Laplace => v1::LocalMechanism::Laplace,
+                ReleaseKind::SignDs => v1::LocalMechanism::Signds,
+            } as i32,
+            epsilon: r.epsilon,
+            delta: r.delta,
+            noise: r.noise,
+            sensitivity: r.sensitivity,
+        }
+    }
+}
+
+impl TryFrom<&v1::LocalRelease> for Release {
+    type Error = WireError;
+    fn try_from(r: &v1::LocalRelease) -> Result<Self, WireError> {
+        let kind = match v1::LocalMechanism::try_from(r.mechanism) {
+            Ok(v1::LocalMechanism::Gaussian) => ReleaseKind::Gaussian,
+            Ok(v1::LocalMechanism::Laplace) => ReleaseKind::Laplace,
+            Ok(v1::LocalMechanism::Signds) => ReleaseKind::SignDs,
+            _ => {
+                return Err(WireError(format!(
+                    "unknown local mechanism {}",
+                    r.mechanism
+                )));
+            }
+        };
+        Ok(Release {
+            kind,
+            epsilon: r.epsilon,
+            delta: r.delta,
+            noise: r.noise,
+            sensitivity: r.sensitivity,
+        })
+    }
+}
+
+/// A task the client can act on, or why it cannot: the model and settings read, the secure
+/// round's code checked (positive finite S, gamma >= 1/S, noise within the sampler's range), an
+/// IADMM step's rho and I checked.
+impl TryFrom<&v1::RoundTask> for Task {
+    type Error = WireError;
+    fn try_from(t: &v1::RoundTask) -> Result<Self, WireError> {
+        let bad = |m: String| WireError(m);
+        let model = Model::try_from(
+            t.model
+                .as_ref()
+                .ok_or(bad("task without a model spec".into()))?,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let config = LocalConfig::from(t.config.ok_or(bad("task without a local config".into()))?);
+        let local = (t.local_privacy.as_ref())
+            .map(LocalMechanism::try_from)
+            .transpose()?;
+        let secure = t.secagg.map(secure_task).transpose()?;
+        let admm = match t.admm {
+            None => None,
+            Some(a) if a.rho > 0.0 && a.rho.is_finite() && a.total_examples > 0 => Some(AdmmStep {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
+            Some(a) => {
+                return Err(bad(format!(
+                    "unusable IADMM step rho = {}, I = {}",
+                    a.rho, a.total_examples
+                )));
+            }
+        };
+        Ok(Task {
+            round: t.round,
+            model,
+            config,
+            local,
+            secure,
+            admm,
+            evaluate: t.evaluate,
+        })
+    }
+}
+
+/// The secure round of a task: its code and noise, checked.
+fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
+    let ring = Ring::new(task.ring_bits).map_err(WireError)?;
+    if !(task.clip_bound > 0.0
+        && task.clip_bound.is_finite()
+        && task.scale >= 1.0 / task.clip_bound
+        && task.scale.is_finite())
+    {
+        return Err(WireError(format!(
+            "unusable quantisation S = {}, gamma = {}",
+            task.clip_bound, task.scale
+        )));
+    }
+    if task.noise_variance > MAX_VARIANCE {
+        return Err(WireError(format!(
+            "noise variance {} is beyond the sampler's range",
+            task.noise_variance
+        )));
+    }
+    Ok(SecureTask {
+        quantizer: Quantizer {
+            ring,
+            clip: task.clip_bound,
+            scale: task.scale,
+        },
+        noise_variance: task.noise_variance,
+        signed: task.signed,
+    })
+}
+
+/// A task's wire message, without its tensor's size (`num_values` and `num_chunks` are the
+/// sender's to fill in).
+impl From<&Task> for v1::RoundTask {
+    fn from(task: &Task) -> Self {
+        v1::RoundTask {
+            round: task.round,
+            model: Some((&task.model).into()),
+            config: Some(task.config.into()),
+            num_values: 0,
+            num_chunks: 0,
+            secagg: task.secure.map(|s| v1::SecAggTask {
+                ring_bits: s.quantizer.ring.bits(),
+                clip_bound: s.quantizer.clip,
+                scale: s.quantizer.scale,
+                noise_variance: s.noise_variance,
+                signed: s.signed,
+            }),
+            local_privacy: task.local.map(v1::LocalPrivacy::from),
+            admm: task.admm.map(|a| v1::AdmmTask {
+                rho: a.rho,
+                total_examples: a.total_examples,
+            }),
+            evaluate: task.evaluate,
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The privacy plan: `[privacy]`, `[train]`, `[local]`, `[signds]`, `[admm]`, `[secagg]` and
+//! `[robust]` parsed into one tagged value in which every mode holds exactly the settings it
+//! uses, so that an invalid combination cannot be written down (parse, don't validate).
+//! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
+//! the mode.
+
+use super::{
+    AdmmSection, Aggregator, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection,
+};
+use fl_common::privacy::{AccountantKind, Budget, LocalMechanism, Sampling};
+use fl_common::schedule::Schedule;
+use fl_common::signds::SignDs;
+
+mod parse;
+#[cfg(test)]
+mod tests;
+
+/// What a run protects and how.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrivacyPlan {
+    /// No privacy: the trusted server sees each update.
+    None(Aggregation),
+    /// Client-level central DP: the trusted curator clips, noises and accounts (Geyer et al.).
+    Central(CentralNoise),
+    /// A client-side mechanism protects every upload: the server is the adversary.
+    Local(LocalPlan),
+    /// Inexact ADMM (APPFL), without protection or under Laplace local DP.
+    Iadmm(IadmmPlan),
+    /// Secure aggregation: the server sees only the sum of clipped, quantised updates.
+    Secure(SecurePlan),
+    /// DP-FTRL: the trusted curator clips and adds tree-aggregation noise (Kairouz et al. 2021).
+    Ftrl(FtrlPlan),
+}
+
+/// How the server combines the updates it sees.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Aggregation {
+    /// The mean or the trimmed mean.
+    pub rule: Aggregator,
+    /// beta, for the trimmed mean.
+    pub trim_fraction: f64,
+    /// The operator's bound on update norms, and what it does (non-private FedAvg only).
+    pub norm_bound: Option<(f64, NormAction)>,
+}
+
+/// Central Gaussian noise on the clipped sum, and its accounting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CentralNoise {
+    /// How participants are drawn.
+    pub sampling: Sampling,
+    /// z_t.
+    pub noise_multiplier: Schedule,
+    /// How S is chosen.
+    pub clip: ClipRule,
+    /// What the ledger records and enforces.
+    pub ledger: LedgerTerms,
+}
+
+/// DP-FTRL's tree noise on the clipped sum, and its accounting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FtrlPlan {
+    /// z: each tree node's multiplier (one for the run).
+    pub noise_multiplier: f64,
+    /// S, fixed.
+    pub clip_bound: f64,
+    /// Rounds per tree.
+    pub tree_rounds: u64,
+    /// What the ledger records and enforces.
+    pub ledger: LedgerTerms,
+}
+
+/// A client-side mechanism as configured; its sizes (SignDS's k and h) depend on the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MechanismSpec {
+    /// Gaussian local DP on the clipped update.
+    Gaussian {
+        /// epsilon per upload.
+        epsilon: f64,
+        /// delta per upload.
+        delta: f64,
+        /// C, in L2.
+        clip: f64,
+    },
+    /// Laplace noise on the output of L1-clipped local SGD (or of an IADMM step).
+    Laplace {
+        /// epsilon per upload.
+        epsilon: f64,
+        /// C, in L1 per example.
+        clip: f64,
+        /// S: local SGD steps.
+        steps: u64,
+    },
+    /// SignDS: a sign and h dimensions.
+    SignDs {
+        /// epsilon per upload.
+        epsilon: f64,
+        /// k as a fraction of d, h or the ratio that picks it.
+        sizes: SignDsSection,
+    },
+}
+
+impl MechanismSpec {
+    /// The mechanism for a model of `dim` parameters.
+    pub fn resolve(&self, dim: usize) -> Result<LocalMechanism, ConfigError> {
+        let mechanism = match *self {
+            MechanismSpec::Gaussian {
+                epsilon,
+                delta,
+                clip,
+            } => LocalMechanism::Gaussian {
+                epsilon,
+                delta,
+                clip,
+            },
+            MechanismSpec::Laplace {
+                epsilon,
+                clip,
+                steps,
+            } => LocalMechanism::Laplace {
+                epsilon,
+                clip,
+                steps,
+            },
+            MechanismSpec::SignDs { epsilon, sizes } => {
+                let k = ((sizes.top_k * dim as f64).round() as usize).max(1);
+                let signds = match sizes.output_dimensions {
+                    0 => SignDs::with_ratio(dim, k, epsilon, sizes.ratio),
+                    h => SignDs::new(dim, k, h, epsilon),
+                }
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                LocalMechanism::SignDs {
+                    epsilon,
+                    k: signds.k,
+                    h: signds.h,
+                }
+            }
+        };
+        mechanism
+            .check(dim)
+            .map_err(|e| ConfigError::Invalid(format!("[local]: {e}")))?;
+        Ok(mechanism)
+    }
+}
+
+/// A client-side mechanism and the delta its per-client accounts are stated at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalAccounting {
+    /// The mechanism.
+    pub mechanism: MechanismSpec,
+    /// delta of the clients' composed losses.
+    pub delta: f64,
+}
+
+/// How the server aggregates the releases of a client-side mechanism.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LocalRule {
+    /// FedAvg over the released dense updates.
+    FedAvg(Aggregation),
+    /// SignDS's step of `learning_rate` along the mean sparse sign update.
+    SignDs {
+        /// eta_g.
+        learning_rate: f64,
+    },
+}
+
+/// A client-side mode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalPlan {
+    /// The mechanism and its accounts.
+    pub accounting: LocalAccounting,
+    /// The server's rule.
+    pub rule: LocalRule,
+}
+
+/// Inexact ADMM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IadmmPlan {
+    /// rho and residual balancing.
+    pub admm: AdmmSection,
+    /// Laplace local DP on each primal step, if any.
+    pub laplace: Option<LocalAccounting>,
+}
+
+/// Secure aggregation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecurePlan {
+    /// `[secagg]`.
+    pub settings: SecAggSection,
+    /// S: the clients clip to it before quantising.
+    pub clip: f64,
+    /// Noise on the sum, if any.
+    pub noise: SecureNoise,
+}
+
+/// Where a secure sum's noise comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecureNoise {
+    /// None: the updates are hidden, the sum is not differentially private.
+    None,
+    /// The server noises the unmasked sum.
+    Central(CentralNoise),
+    /// The clients add discrete Gaussian noise before masking (Kairouz et al. 2021).
+    Distributed {
+        /// z_t.
+        noise_multiplier: Schedule,
+        /// What the ledger records and enforces.
+        ledger: LedgerTerms,
+    },
+}
+
+impl PrivacyPlan {
+    /// The terms of the run's central ledger, when it keeps one (local mechanisms are
+    /// accounted per client instead).
+    pub fn ledger(&self) -> Option<&LedgerTerms> {
+        match self {
+            PrivacyPlan::Central(c)
+            | PrivacyPlan::Secure(SecurePlan {
+                noise: SecureNoise::Central(c),
+                ..
+            }) => Some(&c.ledger),
+            PrivacyPlan::Secure(SecurePlan {
+                noise: SecureNoise::Distributed { ledger, .. },
+                ..
+            }) => Some(ledger),
+            PrivacyPlan::Ftrl(f) => Some(&f.ledger),
+            PrivacyPlan::None(_)
+            | PrivacyPlan::Local(_)
+            | PrivacyPlan::Iadmm(_)
+            | PrivacyPlan::Secure(_) => None,
+        }
+    }
+
+    /// The client-side mechanism every upload is protected with, if any.
+    pub fn local(&self) -> Option<&LocalAccounting> {
+        match self {
+            PrivacyPlan::Local(l) => Some(&l.accounting),
+            PrivacyPlan::Iadmm(i) => i.laplace.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// What a run's ledger records beside each round's event, and the budget it enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LedgerTerms {
+    /// The budget.
+    pub budget: Budget,
+    /// The accountant that reads the ledger.
+    pub accountant: AccountantKind,
+    /// How S is chosen.
+    pub clip_mode: ClipMode,
+    /// Whether S itself leaks (the non-private median).
+    pub clip_bound_leaks: bool,
+    /// Whether participants are drawn from a seeded generator.
+    pub sampling_seeded: bool,
+}
+
+/// Adaptive clipping state (Andrew et al. 2021, Alg. 1 with the geometric update).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuantileClip {
+    /// Current bound S_t.
+    pub bound: f64,
+    /// gamma: the quantile of update norms S should track.
+    pub target: f64,
+    /// eta_C: step of the geometric update S <- S exp(-eta_C (b - gamma)).
+    pub learning_rate: f64,
+    /// sigma_b: standard deviation of the noise on the count of unclipped updates.
+    pub count_noise: f64,
+}
+
+impl QuantileClip {
+    /// The multiplier z_sum for the sum so that the sum and the noised count together cost one
+    /// Gaussian round of multiplier z (Andrew et al. 2021, Thm 1; the count has sensitivity 1/2
+    /// after centring): z = (z_sum^-2 + (2 sigma_b)^-2)^(-1/2), so
+    /// z_sum = (z^-2 - (2 sigma_b)^-2)^(-1/2). Requires z < 2 sigma_b (checked at start-up).
+    pub fn sum_multiplier(&self, z: f64) -> f64 {
+        (z.powi(-2) - (2.0 * self.count_noise).powi(-2)).powf(-0.5)
+    }
+}
+
+/// How S is chosen each round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClipRule {
+    /// A constant S.
+    Fixed(f64),
+    /// S = median of the round's update norms (Geyer et al.): not private.
+    Median,
+    /// S adapted towards a quantile of the norms, privately.
+    Quantile(QuantileClip),
+}

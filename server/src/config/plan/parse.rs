@@ -1,0 +1,338 @@
+//! Parsing: `RunConfig::plan` reads the privacy mode and the sections it uses into a
+//! [`PrivacyPlan`], refusing an invalid combination with the keys it involves.
+
+use super::{
+    Aggregation, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms, LocalAccounting,
+    LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip, SecureNoise, SecurePlan,
+};
+use crate::config::{
+    Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise, ServerOptimizerKind,
+};
+use fl_common::privacy::{
+    AccountantKind, GaussianRound, PrivacyEvent, Sampling, TreeRound, max_rounds,
+};
+use fl_common::schedule::Schedule;
+
+impl RunConfig {
+    /// Parses the privacy mode with the sections it uses into the run's [`PrivacyPlan`],
+    /// refusing a combination that does not make sense, naming the settings.
+    pub fn plan(&self) -> Result<PrivacyPlan, ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let mode = self.privacy.mode;
+        let iadmm = self.train.algorithm == Algorithm::Iadmm;
+        self.robust.validate_for(mode, !iadmm)?;
+        self.eval.validate_for(mode, !iadmm)?;
+        // Only the built-in trainer clips every example's gradient in L1 inside training, and it
+        // cannot train a model it does not know.
+        if self.model.is_external() && (iadmm || mode == PrivacyMode::LdpLaplace) {
+            return bad(
+                "train.algorithm = \"iadmm\" and privacy.mode = \"ldp-laplace\" need the \
+                 built-in trainer, which cannot train model.kind = \"external\""
+                    .into(),
+            );
+        }
+        // The per-example clipped SGD of both is left as its sensitivity analysis states it.
+        if self.train.random_shift > 0 && (iadmm || mode == PrivacyMode::LdpLaplace) {
+            return bad(
+                "train.random_shift augments plain local SGD: train.algorithm = \"iadmm\" and \
+                 privacy.mode = \"ldp-laplace\" train without it"
+                    .into(),
+            );
+        }
+        self.train
+            .validate_server_optimizer()
+            .map_err(ConfigError::Invalid)?;
+        if iadmm && self.train.server_optimizer != ServerOptimizerKind::FedAvg {
+            return bad(
+                "train.server_optimizer works with FedAvg's rounds, not with iadmm (whose \
+                 server step is the dual update)"
+                    .into(),
+            );
+        }
+        if iadmm {
+            self.admm.validate()?;
+            let laplace = match mode {
+                PrivacyMode::None => None,
+                PrivacyMode::LdpLaplace => Some(self.local_accounting()?),
+                other => {
+                    return bad(format!(
+                        "train.algorithm = \"iadmm\" works with privacy.mode \"none\" or \
+                         \"ldp-laplace\", not {other:?}"
+                    ));
+                }
+            };
+            let admm = self.admm.clone();
+            return Ok(PrivacyPlan::Iadmm(IadmmPlan { admm, laplace }));
+        }
+        Ok(match mode {
+            PrivacyMode::None => PrivacyPlan::None(self.aggregation()),
+            PrivacyMode::Central => PrivacyPlan::Central(self.central_noise()?),
+            PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => PrivacyPlan::Local(LocalPlan {
+                accounting: self.local_accounting()?,
+                rule: LocalRule::FedAvg(self.aggregation()),
+            }),
+            PrivacyMode::SignDs => {
+                self.signds.validate()?;
+                PrivacyPlan::Local(LocalPlan {
+                    accounting: self.local_accounting()?,
+                    rule: LocalRule::SignDs {
+                        learning_rate: self.signds.global_learning_rate,
+                    },
+                })
+            }
+            PrivacyMode::SecAgg => PrivacyPlan::Secure(self.secure()?),
+            PrivacyMode::DpFtrl => PrivacyPlan::Ftrl(self.ftrl()?),
+        })
+    }
+
+    /// The aggregation of updates the server sees.
+    fn aggregation(&self) -> Aggregation {
+        let r = &self.robust;
+        Aggregation {
+            rule: r.aggregator,
+            trim_fraction: r.trim_fraction,
+            norm_bound: r.max_update_norm.map(|b| (b, r.norm_action)),
+        }
+    }
+
+    /// `[local]`'s mechanism for the run's client-side mode.
+    fn local_accounting(&self) -> Result<LocalAccounting, ConfigError> {
+        let (mode, l) = (self.privacy.mode, &self.local);
+        l.validate(mode)?;
+        let mechanism = match mode {
+            PrivacyMode::LdpGaussian => MechanismSpec::Gaussian {
+                epsilon: l.epsilon,
+                delta: l.delta,
+                clip: l.clip_bound,
+            },
+            PrivacyMode::LdpLaplace => MechanismSpec::Laplace {
+                epsilon: l.epsilon,
+                clip: l.clip_bound,
+                steps: l.steps,
+            },
+            _ => MechanismSpec::SignDs {
+                epsilon: l.epsilon,
+                sizes: self.signds,
+            },
+        };
+        Ok(LocalAccounting {
+            mechanism,
+            delta: l.delta,
+        })
+    }
+
+    /// Secure aggregation and its noise.
+    fn secure(&self) -> Result<SecurePlan, ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        let p = &self.privacy;
+        self.secagg.validate()?;
+        if p.clip != ClipMode::Fixed {
+            return bad(
+                "secure aggregation needs privacy.clip = \"fixed\": the server never sees the \
+                 update norms a median or quantile would need",
+            );
+        }
+        let noise = match self.secagg.noise {
+            SecAggNoise::None => SecureNoise::None,
+            // Whether a round aborts (survivors below the minimum) depends on how many took
+            // part; under Poisson sampling one client's presence changes that count, and the
+            // ledger does not account the abort. A fixed number of participants does not vary.
+            SecAggNoise::Central if p.sampling != Sampling::Fixed => {
+                return bad(
+                    "secure aggregation with central noise needs privacy.sampling = \"fixed\": \
+                     under Poisson sampling whether a round aborts depends on how many clients \
+                     took part, which the epsilon does not cover",
+                );
+            }
+            SecAggNoise::Central => SecureNoise::Central(self.central_noise()?),
+            SecAggNoise::Distributed if p.sampling != Sampling::Fixed => {
+                return bad(
+                    "distributed noise is calibrated for a fixed number of participants: set \
+                     privacy.sampling = \"fixed\"",
+                );
+            }
+            SecAggNoise::Distributed => {
+                self.check_noise()?;
+                // A budget already spent by the first round is refused now. The distributed
+                // discrete Gaussian is checked as a Gaussian round without sampling (q = 1) at
+                // z over the neighbours' sensitivity factor (z/2 for replace-one), which its RDP
+                // approaches for wide noise, and for the up-front charge of the fewest survivors
+                // (z sqrt(f / f_c)); the ledger enforces the exact bound.
+                let factor = self.secagg.neighbours.sensitivity(1.0);
+                let fewest = (self.secagg.min_survivors / self.secagg.calibrate_for()).sqrt();
+                let first = GaussianRound {
+                    q: 1.0,
+                    noise_multiplier: p.noise_multiplier.at(1, self.server.rounds) * fewest
+                        / factor,
+                    sampling: Sampling::Poisson,
+                };
+                let ledger = self.ledger_terms(false)?;
+                self.check_first_round(first, &ledger)?;
+                SecureNoise::Distributed {
+                    noise_multiplier: p.noise_multiplier.clone(),
+                    ledger,
+                }
+            }
+        };
+        Ok(SecurePlan {
+            settings: self.secagg.clone(),
+            clip: p.clip_bound,
+            noise,
+        })
+    }
+
+    /// Central noise: its clip rule, its ledger, and a first round the budget allows.
+    fn central_noise(&self) -> Result<CentralNoise, ConfigError> {
+        let p = &self.privacy;
+        self.check_noise()?;
+        let clip = match p.clip {
+            ClipMode::Fixed => ClipRule::Fixed(p.clip_bound),
+            ClipMode::Median => ClipRule::Median,
+            ClipMode::Quantile => ClipRule::Quantile(self.quantile_clip()?),
+        };
+        let ledger = self.ledger_terms(p.sampling == Sampling::Poisson)?;
+        let first = GaussianRound {
+            q: self.clients_at(1) as f64 / self.server.clients as f64,
+            noise_multiplier: p.noise_multiplier.at(1, self.server.rounds),
+            sampling: p.sampling,
+        };
+        self.check_first_round(first, &ledger)?;
+        Ok(CentralNoise {
+            sampling: p.sampling,
+            noise_multiplier: p.noise_multiplier.clone(),
+            clip,
+            ledger,
+        })
+    }
+
+    /// DP-FTRL: one z for every node, a fixed S (a median or an adaptive bound would be released
+    /// every round outside the tree), K / m_1 rounds per tree unless set.
+    fn ftrl(&self) -> Result<FtrlPlan, ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        let p = &self.privacy;
+        self.check_noise()?;
+        let Schedule::Constant(z) = p.noise_multiplier else {
+            return bad(
+                "privacy.mode = \"dp-ftrl\" needs one privacy.noise_multiplier (a number): the \
+                 nodes of a tree share it",
+            );
+        };
+        if p.clip != ClipMode::Fixed {
+            return bad(
+                "privacy.mode = \"dp-ftrl\" needs privacy.clip = \"fixed\": a median or adaptive \
+                 bound would be released every round, outside the tree's accounting",
+            );
+        }
+        let one_pass = (self.server.clients / self.clients_at(1).max(1)).max(1) as u64;
+        let tree_rounds = p.tree_rounds.unwrap_or(one_pass);
+        if tree_rounds == 0 {
+            return bad("privacy.tree_rounds must be at least 1");
+        }
+        let ledger = self.ledger_terms(true)?;
+        let first = TreeRound::zero_out(z, 1);
+        self.check_first_round(first.node().expect("step 1 adds a node"), &ledger)?;
+        Ok(FtrlPlan {
+            noise_multiplier: z,
+            clip_bound: p.clip_bound,
+            tree_rounds,
+            ledger,
+        })
+    }
+
+    /// The noise multiplier, the clip bound and the budget of a run that keeps a ledger.
+    fn check_noise(&self) -> Result<(), ConfigError> {
+        let p = &self.privacy;
+        p.noise_multiplier
+            .check(
+                "privacy.noise_multiplier",
+                |z| z > 0.0 && z.is_finite(),
+                "positive (sigma > 0)",
+            )
+            .map_err(ConfigError::Invalid)?;
+        if !(p.clip_bound > 0.0 && p.clip_bound.is_finite()) {
+            return Err(ConfigError::Invalid(format!(
+                "privacy.clip_bound S = {} must be positive",
+                p.clip_bound
+            )));
+        }
+        p.budget()
+            .check()
+            .map_err(|e| ConfigError::Invalid(format!("privacy budget: {e}")))
+    }
+
+    /// The ledger's terms: `privacy.accountant`, or by default PLD (tighter) when it accounts
+    /// every round of the run (Poisson-subsampled Gaussian rounds, tree aggregation) and RDP
+    /// otherwise.
+    fn ledger_terms(&self, pld_accounts: bool) -> Result<LedgerTerms, ConfigError> {
+        let p = &self.privacy;
+        let default = match pld_accounts {
+            true => AccountantKind::Pld,
+            false => AccountantKind::Rdp,
+        };
+        let accountant = p.accountant.unwrap_or(default);
+        if accountant == AccountantKind::Pld && !pld_accounts {
+            return Err(ConfigError::Invalid(format!(
+                "privacy.accountant = \"{accountant}\" accounts Poisson-subsampled Gaussian \
+                 rounds and DP-FTRL only: use \"rdp\" with fixed-size sampling or distributed \
+                 noise"
+            )));
+        }
+        Ok(LedgerTerms {
+            budget: p.budget(),
+            accountant,
+            clip_mode: p.clip,
+            clip_bound_leaks: p.clip == ClipMode::Median,
+            sampling_seeded: self.server.seed.is_some(),
+        })
+    }
+
+    /// The adaptive clip rule (Andrew et al. 2021), with sigma_b for the first round's m.
+    fn quantile_clip(&self) -> Result<QuantileClip, ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let p = &self.privacy;
+        let m = &self.server.clients_per_round;
+        let m_min = m.values().into_iter().fold(f64::INFINITY, f64::min);
+        let sigma_b = p.count_noise(m_min);
+        let z_max = (p.noise_multiplier.values().into_iter()).fold(0.0, f64::max);
+        if !(p.target_quantile > 0.0 && p.target_quantile < 1.0) {
+            return bad("privacy.target_quantile must be in (0, 1)".into());
+        }
+        if !(p.clip_learning_rate > 0.0 && p.clip_learning_rate.is_finite()) {
+            return bad("privacy.clip_learning_rate must be positive".into());
+        }
+        if !(sigma_b > 0.0 && z_max < 2.0 * sigma_b) {
+            return bad(format!(
+                "privacy.clip_count_noise sigma_b = {sigma_b} must exceed z/2 = {} so that the \
+                 sum keeps finite noise (Andrew et al. 2021)",
+                z_max / 2.0
+            ));
+        }
+        Ok(QuantileClip {
+            bound: p.clip_bound,
+            target: p.target_quantile,
+            learning_rate: p.clip_learning_rate,
+            count_noise: p.count_noise(self.clients_at(1) as f64),
+        })
+    }
+
+    /// A budget already spent by the first round is refused now, not discovered later.
+    fn check_first_round(
+        &self,
+        first: GaussianRound,
+        ledger: &LedgerTerms,
+    ) -> Result<(), ConfigError> {
+        let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let event = PrivacyEvent::from(first);
+        let allowed = max_rounds(ledger.accountant, &event, &ledger.budget, 1)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if allowed == 0 {
+            return Err(ConfigError::Invalid(format!(
+                "privacy budget {:?} is already spent by round 1 (q = {:.4}, sigma = {}): raise \
+                 the noise multiplier or lower clients_per_round",
+                ledger.budget, first.q, first.noise_multiplier
+            )));
+        }
+        Ok(())
+    }
+}

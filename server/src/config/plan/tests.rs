@@ -1,0 +1,260 @@
+//! The plan's refusals: every invalid combination of keys is refused at start-up, naming them.
+
+use super::*;
+use crate::config::{Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise};
+use fl_common::schedule::Schedule;
+
+fn private() -> RunConfig {
+    let mut c = RunConfig::default();
+    c.privacy.mode = PrivacyMode::Central;
+    c
+}
+
+/// The accountant of `c`'s ledger.
+fn accountant(c: &RunConfig) -> AccountantKind {
+    c.plan().unwrap().ledger().unwrap().accountant
+}
+
+/// The client-side mechanism of `c` for a model of `dim` parameters.
+fn mechanism(c: &RunConfig, dim: usize) -> Result<LocalMechanism, ConfigError> {
+    c.plan()?
+        .local()
+        .expect("a local mode")
+        .mechanism
+        .resolve(dim)
+}
+
+/// The noise of a secure plan.
+fn secure_noise(plan: &PrivacyPlan) -> &SecureNoise {
+    match plan {
+        PrivacyPlan::Secure(s) => &s.noise,
+        other => panic!("not a secure plan: {other:?}"),
+    }
+}
+
+fn refused(c: &RunConfig) -> String {
+    c.validate().unwrap_err().to_string()
+}
+
+#[test]
+fn private_runs_refuse_bad_privacy_settings_at_start_up() {
+    private().validate().unwrap();
+    let mut c = private();
+    c.privacy.noise_multiplier = 0.0.into();
+    assert!(refused(&c).contains("sigma > 0"));
+    let mut c = private();
+    c.privacy.noise_multiplier = (-1.0).into();
+    assert!(refused(&c).contains("noise_multiplier"));
+    let mut c = private();
+    c.privacy.delta = 1.0;
+    assert!(refused(&c).contains("delta"));
+    let mut c = private();
+    c.privacy.delta = 0.0;
+    assert!(refused(&c).contains("delta"));
+    let mut c = private();
+    c.privacy.epsilon = -2.0;
+    assert!(refused(&c).contains("epsilon"));
+    // q = m / K > 1.
+    let mut c = private();
+    c.server.clients_per_round = 150.0.into();
+    assert!(refused(&c).contains("clients_per_round"));
+    let mut c = private();
+    c.privacy.clip_bound = 0.0;
+    assert!(refused(&c).contains("clip_bound"));
+}
+
+#[test]
+fn a_budget_spent_by_the_first_round_is_refused() {
+    let mut c = private();
+    c.privacy.noise_multiplier = 0.1.into();
+    c.privacy.epsilon = 0.5;
+    assert!(
+        refused(&c).contains("already spent by round 1"),
+        "{}",
+        refused(&c)
+    );
+}
+
+#[test]
+fn the_accountant_defaults_to_pld_for_poisson_and_pld_refuses_fixed_sampling() {
+    let mut c = private();
+    c.privacy.sampling = Sampling::Poisson;
+    assert_eq!(accountant(&c), AccountantKind::Pld);
+    c.privacy.sampling = Sampling::Fixed;
+    assert_eq!(accountant(&c), AccountantKind::Rdp);
+    c.privacy.accountant = Some(AccountantKind::Pld);
+    assert!(refused(&c).contains("Poisson"), "{}", refused(&c));
+}
+
+#[test]
+fn inconsistent_schedules_are_refused() {
+    let mut c = private();
+    c.privacy.noise_multiplier = Schedule::Steps {
+        steps: vec![(3, 1.0)],
+    };
+    assert!(refused(&c).contains("round 1"));
+    let mut c = private();
+    c.server.clients_per_round = Schedule::Steps {
+        steps: vec![(1, 10.0), (20, 10.0), (10, 30.0)],
+    };
+    assert!(refused(&c).contains("strictly"));
+    let mut c = private();
+    c.privacy.clip = ClipMode::Quantile;
+    c.privacy.clip_count_noise = Some(0.2);
+    assert!(refused(&c).contains("sigma_b"));
+}
+
+#[test]
+fn secure_aggregation_settings_are_checked() {
+    let mut c = RunConfig::default();
+    c.privacy.mode = PrivacyMode::SecAgg;
+    c.validate().unwrap();
+    assert!(c.plan().unwrap().ledger().is_none());
+    c.secagg.noise = SecAggNoise::Distributed;
+    assert!(refused(&c).contains("a fixed number of participants"));
+    c.privacy.sampling = Sampling::Fixed;
+    // Accounted at z/2: z = 1 spends the default budget in one round, z = 4 does not.
+    assert!(refused(&c).contains("already spent by round 1"));
+    c.privacy.noise_multiplier = 4.0.into();
+    c.validate().unwrap();
+    // Calibrated for more survivors than the fewest: charged up front for the fewest, so
+    // the first round is checked at z sqrt(f / f_c) (4 sqrt(0.05) / 2 = 0.45 spends it).
+    let mut expected = c.clone();
+    expected.secagg.calibrate_for = Some(1.0);
+    expected.validate().unwrap();
+    expected.secagg.min_survivors = 0.05;
+    assert!(refused(&expected).contains("already spent by round 1"));
+    expected.secagg.calibrate_for = Some(0.04);
+    assert!(refused(&expected).contains("calibrate_for"));
+    let plan = c.plan().unwrap();
+    assert!(
+        plan.ledger().is_some() && matches!(secure_noise(&plan), SecureNoise::Distributed { .. })
+    );
+    c.secagg.noise = SecAggNoise::Central;
+    let mut poisson = c.clone();
+    poisson.privacy.sampling = Sampling::Poisson;
+    assert!(refused(&poisson).contains("needs privacy.sampling = \"fixed\""));
+    let mut central = c.clone();
+    central.secagg.calibrate_for = Some(1.0);
+    assert!(refused(&central).contains("calibrate_for"));
+    assert!(matches!(
+        secure_noise(&c.plan().unwrap()),
+        SecureNoise::Central(_)
+    ));
+    let mut bad = c.clone();
+    bad.secagg.bits = 16;
+    assert!(refused(&bad).contains("bits"));
+    let mut bad = c.clone();
+    bad.secagg.threshold = 0.5;
+    assert!(refused(&bad).contains("threshold"));
+    let mut bad = c.clone();
+    bad.privacy.clip = ClipMode::Median;
+    assert!(refused(&bad).contains("fixed"));
+    let mut bad = c;
+    bad.secagg.sim_dropout = 1.0;
+    assert!(refused(&bad).contains("sim_dropout"));
+}
+
+/// DP-FTRL: one z, a fixed S, trees of K/m rounds unless set, PLD by default; a first node
+/// that spends the budget is refused.
+#[test]
+fn dp_ftrl_settings_are_checked() {
+    let mut c = RunConfig::default();
+    c.privacy.mode = PrivacyMode::DpFtrl;
+    c.server.clients = 100;
+    c.server.clients_per_round = 30.0.into();
+    c.privacy.noise_multiplier = 3.0.into();
+    let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
+        panic!("a DP-FTRL plan")
+    };
+    assert_eq!((plan.tree_rounds, plan.noise_multiplier), (3, 3.0));
+    assert_eq!(plan.ledger.accountant, AccountantKind::Pld);
+    // A server needs stable identities; a simulation enrolls its own clients.
+    let without = c.validate_for_server().unwrap_err().to_string();
+    assert!(without.contains("needs server.enrollment"), "{without}");
+    let mut enrolled = c.clone();
+    enrolled.server.enrollment = Some("clients.toml".into());
+    enrolled.validate_for_server().unwrap();
+    let mut bad = c.clone();
+    bad.privacy.noise_multiplier = Schedule::Linear { linear: (3.0, 4.0) };
+    assert!(refused(&bad).contains("one privacy.noise_multiplier"));
+    let mut bad = c.clone();
+    bad.privacy.clip = ClipMode::Quantile;
+    assert!(refused(&bad).contains("clip = \"fixed\""));
+    let mut bad = c.clone();
+    bad.privacy.tree_rounds = Some(0);
+    assert!(refused(&bad).contains("tree_rounds"));
+    let mut bad = c.clone();
+    bad.privacy.noise_multiplier = 0.2.into();
+    assert!(refused(&bad).contains("already spent by round 1"));
+    c.eval.federated = true;
+    assert!(refused(&c).contains("federated"));
+}
+
+#[test]
+fn robust_options_go_only_where_the_server_sees_updates() {
+    let with = |mode, norm: Option<f64>, aggregator| {
+        let mut c = RunConfig::default();
+        c.privacy.mode = mode;
+        c.robust.max_update_norm = norm;
+        c.robust.aggregator = aggregator;
+        c.validate()
+    };
+    let trimmed = Aggregator::TrimmedMean;
+    assert!(with(PrivacyMode::None, Some(10.0), trimmed).is_ok());
+    assert!(with(PrivacyMode::LdpGaussian, None, trimmed).is_ok());
+    assert!(with(PrivacyMode::LdpGaussian, Some(10.0), Aggregator::Mean).is_err());
+    assert!(with(PrivacyMode::Central, None, trimmed).is_err());
+    assert!(with(PrivacyMode::SecAgg, None, trimmed).is_err());
+    assert!(with(PrivacyMode::None, Some(-1.0), Aggregator::Mean).is_err());
+    let mut c = RunConfig::default();
+    c.robust.trim_fraction = 0.5;
+    assert!(c.validate().is_err());
+}
+
+#[test]
+fn client_side_settings_are_checked() {
+    let mut c = RunConfig::default();
+    c.privacy.mode = PrivacyMode::LdpGaussian;
+    c.validate().unwrap();
+    assert!(c.plan().unwrap().ledger().is_none());
+    assert!(matches!(
+        mechanism(&c, 100).unwrap(),
+        LocalMechanism::Gaussian { .. }
+    ));
+    let mut bad = c.clone();
+    bad.local.epsilon = 0.0;
+    assert!(refused(&bad).contains("epsilon > 0"));
+    let mut bad = c.clone();
+    bad.local.clip_bound = -1.0;
+    assert!(refused(&bad).contains("clip_bound C > 0"));
+    let mut bad = c.clone();
+    bad.local.delta = 1.0;
+    assert!(refused(&bad).contains("delta in (0, 1)"));
+    // IADMM works without noise or with Laplace noise only.
+    let mut bad = c.clone();
+    bad.train.algorithm = Algorithm::Iadmm;
+    assert!(refused(&bad).contains("iadmm"));
+    bad.privacy.mode = PrivacyMode::LdpLaplace;
+    bad.validate().unwrap();
+    bad.admm.rho = 0.0;
+    assert!(refused(&bad).contains("rho > 0"));
+    let mut signds = c;
+    signds.privacy.mode = PrivacyMode::SignDs;
+    signds.local.clip_bound = 0.0; // SignDS does not clip.
+    signds.signds.output_dimensions = 5;
+    signds.validate().unwrap();
+    assert_eq!(
+        mechanism(&signds, 1000).unwrap(),
+        LocalMechanism::SignDs {
+            epsilon: 1.0,
+            k: 10,
+            h: 5
+        }
+    );
+    // h above k.
+    signds.signds.output_dimensions = 11;
+    assert!(mechanism(&signds, 1000).is_err());
+    signds.signds.top_k = 1.5;
+    assert!(refused(&signds).contains("top_k"));
+}
