@@ -2,7 +2,7 @@
 //! run folder.
 //!
 //! The crate is layered; each folder of `src` is one layer and imports only the layers before it
-//! in this list (checked by `server/tests/tidy.rs`):
+//! in this list (checked by `server/tests/tidy/`):
 //!
 //! 1. `identity`: client ids and credentials;
 //! 2. `config`: the TOML configuration and the privacy plan it parses into;
