@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// Federated learning with privacy built in.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "fl", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -154,4 +154,16 @@ fn summary_line(s: &fl_server::output::Summary) -> serde_json::Value {
         "delta": s.delta,
         "run_folder": s.config["server"]["out"],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/src/reference/fl.md is what clap makes of the flags.
+    #[test]
+    fn the_command_line_reference_is_current() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let page = clap_markdown::help_markdown::<super::Cli>();
+        let test = "cargo test -p fl-cli --bin fl the_command_line_reference_is_current";
+        fl_common::generated_docs::check(&root, "docs/src/reference/fl.md", &page, test).unwrap();
+    }
 }

@@ -12,6 +12,7 @@ pub mod allocator;
 pub mod authority;
 pub mod cores;
 pub mod data;
+pub mod generated_docs;
 pub mod model;
 pub mod privacy;
 pub mod report;

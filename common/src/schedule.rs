@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// A value per round t = 1..=T. In TOML: `10`, `{ steps = [[1, 10], [50, 30]] }` (10 from round
 /// 1, 30 from round 50), or `{ linear = [10, 30] }` (10 at round 1 rising linearly to 30 at T).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged, deny_unknown_fields)]
 pub enum Schedule {
     /// The same value every round.

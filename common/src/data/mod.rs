@@ -275,6 +275,7 @@ impl Dataset {
 
 /// Where a dataset comes from, parsed from `mnist:DIR` or `csv:FILE`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(try_from = "String", into = "String")]
 pub enum DataSource {
     /// MNIST in IDX format (plain or `.gz`) in a directory.

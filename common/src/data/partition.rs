@@ -14,6 +14,7 @@ const MIN_SHARD_CLIENT_SIZE: usize = 600;
 
 /// How examples are dealt to clients.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(try_from = "String", into = "String")]
 pub enum PartitionScheme {
     /// Shuffle, then cut into K near-equal parts.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Which accountant reads a ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AccountantKind {
     /// Rényi DP ([`RdpAccountant`]): every event the system releases.

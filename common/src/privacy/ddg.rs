@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// The neighbouring relation a round is accounted under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Neighbours {
     /// One client's data replaced by any other: the sum moves by at most 2 Delta_2.

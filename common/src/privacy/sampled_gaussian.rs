@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a round's participants are drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Sampling {
     /// Each client independently with probability q (add/remove-one neighbours; exact RDP).

@@ -4,7 +4,7 @@ use super::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// `[admm]`: the penalty of inexact ADMM.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmmSection {
     /// rho: the penalty (the step of the linearised primal update is 1/rho).

@@ -4,7 +4,7 @@ use fl_common::data::{DataSource, PartitionScheme};
 use serde::{Deserialize, Serialize};
 
 /// `[data]`: the dataset and, for simulations, how it is split.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
     /// `mnist:DIR` or `csv:FILE` (the server reads the test split).

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// global model they receive (the model of the round before) on their own examples, before
 /// training, and send (loss, accuracy, n) with their update; the server writes the n-weighted
 /// means to `metrics.jsonl` beside its own test evaluation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvalSection {
     /// Whether clients evaluate.

@@ -56,7 +56,7 @@ pub enum ConfigError {
 }
 
 /// Everything a run needs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
     /// Networking, rounds and outputs.
@@ -226,5 +226,7 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The kind of model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// Multinomial logistic regression.
@@ -35,7 +35,7 @@ impl std::str::FromStr for ModelKind {
 }
 
 /// `[model]`: the architecture. The input's shape and the classes come from the dataset.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
     /// `mlp`, `logistic`, `cnn`, a named CNN (`fedavg-cnn`, `lenet5`), or `external`.

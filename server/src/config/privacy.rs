@@ -5,7 +5,7 @@ use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
 /// Whether and how the server protects clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PrivacyMode {
     /// Plain FedAvg.
@@ -32,7 +32,7 @@ pub enum PrivacyMode {
 }
 
 /// Which quantity the budget caps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetKind {
     /// epsilon(delta) <= `epsilon` at `delta`.
@@ -42,7 +42,7 @@ pub enum BudgetKind {
 }
 
 /// `[privacy]`: client-level differential privacy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PrivacySection {
     /// `none`, `central`, `secagg`, `ldp-gaussian`, `ldp-laplace`, `signds` or `dp-ftrl`.
@@ -118,7 +118,7 @@ impl PrivacySection {
 }
 
 /// How the clip bound S is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ClipMode {
     /// S = `clip_bound` every round.

@@ -4,7 +4,7 @@ use super::{ConfigError, PrivacyMode};
 use serde::{Deserialize, Serialize};
 
 /// How non-private FedAvg combines the round's updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Aggregator {
     /// The example-weighted mean (McMahan et al. 2017).
@@ -15,7 +15,7 @@ pub enum Aggregator {
 }
 
 /// `[robust]`: defences against hostile clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RobustSection {
     /// Largest |w_j| a released model may hold; a round whose aggregate has a larger or a
@@ -82,7 +82,7 @@ impl RobustSection {
 }
 
 /// What the server does with an update whose L2 norm exceeds `robust.max_update_norm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NormAction {
     /// Refuse it (the client gets INVALID_ARGUMENT and is dropped from the round).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the noise of a secure-aggregation run comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SecAggNoise {
     /// No noise: updates are hidden, the sum is not differentially private.
@@ -22,7 +22,7 @@ pub enum SecAggNoise {
 }
 
 /// The neighbour graph of a secure-aggregation round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SecAggGraph {
     /// Every pair masks (Bonawitz et al. 2017).
@@ -67,7 +67,7 @@ impl SecAggSection {
 }
 
 /// `[secagg]`: secure aggregation settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SecAggSection {
     /// `none`, `central` or `distributed`.
@@ -183,7 +183,7 @@ impl SecAggSection {
 }
 
 /// When the simulation's dropout injector drops clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DropoutStage {
     /// After advertising keys, before sharing them.

@@ -5,7 +5,7 @@ use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
 /// The training algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Federated averaging: E epochs of local SGD, the server averages the updates.
@@ -15,7 +15,7 @@ pub enum Algorithm {
 }
 
 /// The server's step with the released aggregate (Reddi et al. 2021).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerOptimizerKind {
     /// x_{t+1} = x_t + eta_t Delta_t: the aggregate's model itself at eta = 1.
@@ -31,7 +31,7 @@ pub enum ServerOptimizerKind {
 }
 
 /// `[train]`: local training each round.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainSection {
     /// `fedavg` or `iadmm` (which ignores epochs, batch size and learning rate: its step is

@@ -124,6 +124,17 @@ impl Serialize for Token {
     }
 }
 
+/// In a configuration a token is a string: the secret itself, or its digest `sha256:HEX`.
+impl schemars::JsonSchema for Token {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Token".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
+}
+
 impl<'de> Deserialize<'de> for Token {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;

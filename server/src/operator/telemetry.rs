@@ -236,4 +236,44 @@ mod tests {
             assert!(exposed, "the dashboard queries {name}, not in\n{text}");
         }
     }
+
+    /// The metrics reference of the book, from the registry's own HELP and TYPE lines.
+    fn reference_page() -> String {
+        let text = Telemetry::default().render(0);
+        let mut page = String::from(
+            "# Prometheus metrics\n\n\
+             `fl-server` serves these at `GET /metrics` when `server.metrics_listen` is set\n\
+             (OpenMetrics text, behind `server.operator_token` when one is set). No metric is about\n\
+             one client. Generated from the server's registry.\n\n\
+             | Series | Type | Meaning |\n|---|---|---|\n",
+        );
+        let mut help = "";
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                help = rest.split_once(' ').map_or("", |(_, h)| h);
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+                let series = match kind {
+                    "counter" => format!("`{name}_total`"),
+                    "histogram" => format!("`{name}_bucket`, `{name}_sum`, `{name}_count`"),
+                    _ => format!("`{name}`"),
+                };
+                page.push_str(&format!(
+                    "| {series} | {kind} | {} |\n",
+                    help.trim_end_matches('.')
+                ));
+            }
+        }
+        page
+    }
+
+    /// docs/src/reference/metrics.md is what the registry says.
+    #[test]
+    fn the_metrics_reference_is_current() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let test = "cargo test -p fl-server --lib the_metrics_reference_is_current";
+        let page = reference_page();
+        fl_common::generated_docs::check(&root, "docs/src/reference/metrics.md", &page, test)
+            .unwrap();
+    }
 }
