@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recomputes docs/protocol-vectors.toml from docs/protocol.md alone, with Python's
+"""Recomputes docs/src/reference/protocol-vectors.toml from docs/src/reference/protocol.md alone, with Python's
 `cryptography` package (pip install cryptography): an implementation independent of the Rust
 code. Prints each vector's name and OK; exits 1 on the first mismatch.
 
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 ROOT = Path(__file__).resolve().parent.parent
-V = tomllib.loads((ROOT / "docs" / "protocol-vectors.toml").read_text())
+V = tomllib.loads((ROOT / "docs" / "src" / "reference" / "protocol-vectors.toml").read_text())
 SALT = b"flp.v1 secure aggregation"
 u64 = lambda v: struct.pack(">Q", v)
 u32 = lambda v: struct.pack(">I", v)

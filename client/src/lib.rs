@@ -104,7 +104,7 @@ pub struct ClientOptions {
     pub privacy: ClientPrivacy,
     /// The identity this client signs secure rounds with, certified by the federation
     /// authority: with it the client takes part only in signed rounds (the malicious-server
-    /// variant, docs/threat-model.md), and without it only in unsigned ones.
+    /// variant, docs/src/explanation/threat-model.md), and without it only in unsigned ones.
     pub credentials: Option<Arc<Credentials>>,
     /// TLS settings (with an `https://` endpoint).
     pub tls: Option<ClientTls>,

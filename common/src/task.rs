@@ -77,7 +77,7 @@ const TASK_DIGEST_DOMAIN: &[u8] = b"flp.v1 task";
 impl Task {
     /// The digest of a secure round's task and its `tensor` (the global model as received);
     /// `None` for a task without secure aggregation. Byte by byte (big-endian integers, strings
-    /// and lists with a u32 length first; docs/protocol.md, "Task digest"):
+    /// and lists with a u32 length first; docs/src/reference/protocol.md, "Task digest"):
     /// `"flp.v1 task"`, round u64, the model's text, its tensors (name, then the shape's u64
     /// dimensions), E u32, B u32, the bits of eta (f32) u32, s u32, the ring's b u32, the bits
     /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), then the tensor's

@@ -1,6 +1,6 @@
 //! Secure aggregation against a server that attacks: real `fl-client` processes, each with its
 //! own identity certified by a federation authority, against a scripted server (this test) that
-//! deviates from the protocol. One test per attack of docs/threat-model.md; each checks what the
+//! deviates from the protocol. One test per attack of docs/src/explanation/threat-model.md; each checks what the
 //! server received. Where the attack needs clients of its own, the server runs them in process
 //! (certified, as compromised clients would be), each as a pair of identical twins so that it can
 //! reveal both secrets of a victim.

@@ -5,7 +5,7 @@
 //! survivors sign the set of clients admitted (U1) and the set of survivors (U3) they were told,
 //! so that a client reveals only once t of its neighbours saw the same sets.
 //!
-//! Signed payloads (big-endian integers; docs/protocol.md, "Signed payloads"):
+//! Signed payloads (big-endian integers; docs/src/reference/protocol.md, "Signed payloads"):
 //! - keys: `"flp.v1 secagg keys"`, round u64, H(task) (32 bytes), client id u64, c_pk, s_pk;
 //! - survivors: `"flp.v1 secagg survivors"`, round u64, H(task), H(U1) (32 bytes), u32 count,
 //!   then each survivor's id u64 in increasing order.

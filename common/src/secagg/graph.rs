@@ -6,12 +6,12 @@
 //! k = O(log n), so per-client cost is O(k) and the server's O(n k).
 //!
 //! The server does not draw the cyclic order: it is derived from public data that every client
-//! can recompute and check (docs/protocol.md, "Neighbour graph"). A client's place is
+//! can recompute and check (docs/src/reference/protocol.md, "Neighbour graph"). A client's place is
 //! SHA-256("flp.v1 secagg graph" || round || H(task) || label), its label being 0x01, u16 length
 //! and the name its certificate gives it, or 0x00 and its id u64 when keys are unsigned; U1 is
 //! ordered by place. The server cannot choose a certified client's place (the authority names
 //! clients, and the server learns a round's places only once it fixed the task); what it can
-//! still choose is whom to admit, which docs/threat-model.md bounds.
+//! still choose is whom to admit, which docs/src/explanation/threat-model.md bounds.
 
 use super::keys::RoundTag;
 use super::messages::Member;

@@ -1,5 +1,5 @@
-//! The protocol's test vectors (docs/protocol-vectors.toml): fixed inputs, and every derived
-//! byte string an independent implementation must reproduce (docs/protocol.md). The test
+//! The protocol's test vectors (docs/src/reference/protocol-vectors.toml): fixed inputs, and every derived
+//! byte string an independent implementation must reproduce (docs/src/reference/protocol.md). The test
 //! recomputes each and compares; `write_protocol_vectors` (ignored) rewrites the file after a
 //! deliberate change of the protocol.
 
@@ -18,7 +18,10 @@ use rand::rngs::StdRng;
 use std::collections::BTreeMap;
 
 /// The file, beside the protocol's description.
-const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol-vectors.toml");
+const FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../docs/src/reference/protocol-vectors.toml"
+);
 
 /// The fixed task: logistic regression 2 -> 2, E = 1, B = 10, eta = 0.1, a signed round in
 /// Z_2^32 with S = 1, gamma = 1000, no noise; the model's six values.
@@ -137,7 +140,7 @@ const SHAMIR: &str = "shamir_shares_3_5_9";
 
 /// The file's vectors.
 fn stored() -> BTreeMap<String, toml::Value> {
-    let text = std::fs::read_to_string(FILE).expect("docs/protocol-vectors.toml");
+    let text = std::fs::read_to_string(FILE).expect("docs/src/reference/protocol-vectors.toml");
     let table: toml::Table = toml::from_str(&text).unwrap();
     table.into_iter().collect()
 }
@@ -165,9 +168,9 @@ fn the_protocol_reproduces_its_test_vectors() {
 #[test]
 #[ignore]
 fn write_protocol_vectors() {
-    let header = "# Test vectors of the secure-aggregation protocol (docs/protocol.md): every value \
+    let header = "# Test vectors of the secure-aggregation protocol (docs/src/reference/protocol.md): every value \
                   is hex;\n# the inputs are fixed in common/src/secagg/vectors.rs and described \
-                  in docs/protocol.md, \"Test vectors\".\n\n";
+                  in docs/src/reference/protocol.md, \"Test vectors\".\n\n";
     let mut table: toml::Table = compute().into_iter().collect();
     let shares = shamir::split(&[0x33; 32], 2, &[3, 5, 9], &mut StdRng::from_os_rng()).unwrap();
     let encoded = shares

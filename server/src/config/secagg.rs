@@ -100,7 +100,7 @@ pub struct SecAggSection {
     /// `fl sim` only: the stage at which they drop.
     pub sim_dropout_stage: DropoutStage,
     /// The federation authority's public key file (`fl authority init` writes it): rounds are
-    /// then signed, the malicious-server variant of docs/threat-model.md. Clients must be
+    /// then signed, the malicious-server variant of docs/src/explanation/threat-model.md. Clients must be
     /// configured with the same authority; t is raised above 2/3 of a client's neighbours.
     pub authority: Option<PathBuf>,
     /// The authority's signed revocation list (`fl authority revoke`), with `authority`.

@@ -5,6 +5,7 @@
 //! other without a cycle; no function is longer than a screen. Imports are read from the code's
 //! `crate::` paths and the crates it names, not from the words of its comments.
 
+mod book;
 mod imports;
 mod tree;
 

@@ -78,7 +78,7 @@ pub(crate) struct Args {
     pub(crate) tls_domain: Option<String>,
     /// The federation authority's public key file (`fl authority init`): this client then
     /// takes part only in signed secure-aggregation rounds, checking every peer's certificate
-    /// and signature (docs/threat-model.md).
+    /// and signature (docs/src/explanation/threat-model.md).
     #[arg(long, requires_all = ["identity", "certificate"])]
     pub(crate) authority: Option<PathBuf>,
     /// This client's identity key file (`fl authority identity`), with --authority.

@@ -1,0 +1,164 @@
+//! The book's internal links (`docs/src`): every relative link names a page or file that exists,
+//! and every `#anchor` a heading of its page, with the ids mdBook gives headings. Links to the web
+//! are not followed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The book's sources: `docs/src` of this checkout or of `FL_TIDY_ROOT`.
+fn book_src() -> PathBuf {
+    let root = match std::env::var_os("FL_TIDY_ROOT") {
+        Some(other) => PathBuf::from(other),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    };
+    root.join("docs/src")
+}
+
+/// Every Markdown page below `dir`.
+fn pages(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(pages(&path));
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The id mdBook gives a heading: lower case, spaces as `-`, only letters, digits, `-` and `_`.
+fn heading_id(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_whitespace() => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a page: its headings' ids (repeated headings get `-1`, `-2`, ...) and the
+/// `id="..."` of its inline HTML.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(heading) = line.strip_prefix('#') {
+            let id = heading_id(heading.trim_start_matches('#'));
+            let mut unique = id.clone();
+            let mut n = 1;
+            while found.contains(&unique) {
+                unique = format!("{id}-{n}");
+                n += 1;
+            }
+            found.insert(unique);
+        }
+        for (at, _) in line.match_indices("id=\"") {
+            let rest = &line[at + 4..];
+            found.insert(rest[..rest.find('"').unwrap_or(0)].to_string());
+        }
+    }
+    found
+}
+
+/// The targets of a page's Markdown links `[text](target)`, outside code.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        // Inline code may hold `](` that is not a link.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join("");
+        for (at, _) in prose.match_indices("](") {
+            let rest = &prose[at + 2..];
+            if let Some(end) = rest.find(')') {
+                out.push(
+                    rest[..end]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The broken links of `page` (with its `text`), as `page: target (why)`.
+fn broken_links(page: &Path, text: &str) -> Vec<String> {
+    let mut broken = Vec::new();
+    for target in links(text) {
+        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        let (file, anchor) = match target.split_once('#') {
+            Some((file, anchor)) => (file, Some(anchor)),
+            None => (target.as_str(), None),
+        };
+        let linked = if file.is_empty() {
+            page.to_path_buf()
+        } else {
+            page.parent().unwrap().join(file)
+        };
+        if !linked.exists() {
+            broken.push(format!("{}: {target} (no such file)", page.display()));
+            continue;
+        }
+        if let Some(anchor) = anchor
+            && linked.extension().is_some_and(|e| e == "md")
+        {
+            let text = std::fs::read_to_string(&linked).unwrap();
+            if !anchors(&text).contains(anchor) {
+                broken.push(format!("{}: {target} (no such heading)", page.display()));
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_link_of_the_book_leads_somewhere() {
+    let mut broken = Vec::new();
+    for page in pages(&book_src()) {
+        let text = std::fs::read_to_string(&page).unwrap();
+        broken.extend(broken_links(&page, &text));
+    }
+    assert!(
+        broken.is_empty(),
+        "broken links in the book:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn a_broken_link_or_anchor_is_found() {
+    let dir = std::env::temp_dir().join(format!("fl-book-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("other.md");
+    std::fs::write(&other, "# The `fl privacy` page\n\n## Options\n").unwrap();
+    let page = dir.join("page.md");
+    let text = "See [it](other.md#the-fl-privacy-page), [options](other.md#options), \
+                [gone](missing.md), [no heading](other.md#nothing), `[code](x.md)` and \
+                [the web](https://example.org).";
+    let broken = broken_links(&page, text);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(broken.len(), 2, "{broken:?}");
+    assert!(broken[0].contains("missing.md (no such file)"));
+    assert!(broken[1].contains("other.md#nothing (no such heading)"));
+}
