@@ -50,7 +50,56 @@ pub struct Evaluation {
     pub examples: u64,
 }
 
-/// A client's training code.
+/// A client's training code: what [`run`](crate::run) calls each round the client is sampled.
+/// The client library does everything else (the protocol, clipping, noise, masks), so a trainer
+/// only turns the global weights into local ones.
+///
+/// A trainer that pulls every weight halfway towards its site's target, as a stand-in for SGD:
+///
+/// ```
+/// use fl_client::{Evaluation, TrainRequest, Trained, Trainer};
+/// use fl_common::model::{LocalConfig, Model, ModelSpec};
+///
+/// struct Halfway {
+///     target: Vec<f32>,
+///     examples: u64,
+/// }
+///
+/// impl Trainer for Halfway {
+///     fn check(&self, model: &Model) -> Result<(), String> {
+///         match model.num_params() == self.target.len() {
+///             true => Ok(()),
+///             false => Err(format!("this site trains {} weights", self.target.len())),
+///         }
+///     }
+///
+///     fn train(&self, _request: &TrainRequest, global: &[f32]) -> Result<Trained, String> {
+///         let weights = (global.iter().zip(&self.target))
+///             .map(|(w, t)| w + 0.5 * (t - w))
+///             .collect();
+///         Ok(Trained { weights, loss: None, examples: self.examples })
+///     }
+///
+///     fn evaluate(&self, _model: &Model, global: &[f32]) -> Result<Evaluation, String> {
+///         let loss = (global.iter().zip(&self.target))
+///             .map(|(w, t)| f64::from((w - t).powi(2)))
+///             .sum::<f64>();
+///         Ok(Evaluation { loss, accuracy: 0.0, examples: self.examples })
+///     }
+/// }
+///
+/// // A logistic model of 2 features and 2 classes has 2 x 2 weights and 2 biases.
+/// let model = Model::Network(ModelSpec::logistic(2, 2).unwrap());
+/// let trainer = Halfway { target: vec![1.0; 6], examples: 10 };
+/// trainer.check(&model).unwrap();
+/// let config = LocalConfig { epochs: 1, batch_size: 10, learning_rate: 0.1, random_shift: 0 };
+/// let request = TrainRequest { round: 1, model, config, seed: 7 };
+/// let trained = trainer.train(&request, &[0.0; 6]).unwrap();
+/// assert_eq!(trained.weights, vec![0.5; 6]);
+/// ```
+///
+/// `fl_client::run(options, trainer)` then takes part in a federation with it; the Python
+/// package's `Client.run(train, ...)` wraps a Python function the same way.
 pub trait Trainer: Send + Sync + 'static {
     /// Checks that `model` fits this trainer's data (its features and classes); the error is
     /// the reason the client gives the server for not taking part.

@@ -66,7 +66,7 @@ pub struct SignDs {
     pub h: usize,
     /// epsilon of one release.
     pub epsilon: f64,
-    /// nu_th*: the threshold maximising E[nu].
+    /// nu_th*: the threshold maximising E\[nu\].
     pub threshold: usize,
 }
 
@@ -183,7 +183,7 @@ impl SignDs {
         })
     }
 
-    /// SignDS with the largest h (up to k) whose E[nu]/h, at its own nu_th*, is at least `ratio`
+    /// SignDS with the largest h (up to k) whose E\[nu\]/h, at its own nu_th*, is at least `ratio`
     /// (h = 1 if none is).
     pub fn with_ratio(dim: usize, k: usize, epsilon: f64, ratio: f64) -> Result<Self, SignDsError> {
         Self::new(dim, k, 1, epsilon)?;

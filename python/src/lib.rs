@@ -1,7 +1,7 @@
-//! `fl_client._core`: the Python package's Rust core. A [`client::Client`] runs the same client
+//! `fl_client._core`: the Python package's Rust core. A `client::Client` runs the same client
 //! library as the `fl-client` binary ([`fl_client::run`]): the protocol, TLS and enrollment,
 //! reconnection, clipping, local DP, SignDS and the secure-aggregation masks. Python brings only
-//! its training code, wrapped as a [`fl_client::Trainer`] ([`trainer::PyTrainer`]); this crate
+//! its training code, wrapped as a [`fl_client::Trainer`] (`trainer::PyTrainer`); this crate
 //! has no protocol or privacy logic of its own.
 
 mod client;

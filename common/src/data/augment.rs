@@ -8,7 +8,7 @@ use crate::model::Shape;
 use rand::Rng;
 
 /// Translates every image of `x` (row-major, one example of `shape`, HWC, per row) by its own
-/// offsets (dy, dx), each drawn uniformly from {-s, ..., s}: out[r][c] = in[r - dy][c - dx],
+/// offsets (dy, dx), each drawn uniformly from {-s, ..., s}: `out[r][c] = in[r - dy][c - dx]`,
 /// zero where that falls outside the image. An axis of size 1 is not moved (a flat vector is left
 /// as it is). `scratch` is reused from call to call.
 pub fn shift_images(

@@ -35,7 +35,7 @@ const FINITE_BLOCK: usize = 64;
 /// Whether no value is NaN or infinite. Every client tests its result before it uploads (the
 /// server checks an upload in the pass that measures it, [`super::CheckedUpdate`]), so this
 /// runs at the memory's rate rather than a value at a time (compiled per SIMD level, see
-/// [`add_weighted`]).
+/// `add_weighted`).
 #[multiversion(targets = "simd")]
 pub fn all_finite(values: &[f32]) -> bool {
     values
@@ -198,7 +198,7 @@ pub fn apply_update(params: &mut [f32], delta: &[f32]) {
 }
 
 /// Turns a client's trained weights w_k into its update in place: u_k = w_k - w_t. Compiled per
-/// SIMD level (see [`add_weighted`]): every client runs it once a round.
+/// SIMD level (see `add_weighted`): every client runs it once a round.
 #[multiversion(targets = "simd")]
 pub fn subtract_global(weights: &mut [f32], global: &[f32]) {
     for (w, g) in weights.iter_mut().zip(global) {

@@ -12,7 +12,7 @@ use std::cell::Cell;
 /// and does not vectorise; eight lanes do (the norm is in every clip and every update check).
 const LANES: usize = 8;
 
-/// ||u||_2, accumulated in f64 over [`LANES`] partial sums.
+/// ||u||_2, accumulated in f64 over `LANES` partial sums.
 pub fn l2_norm(u: &[f32]) -> f64 {
     squared_l2_norm(u).sqrt()
 }
