@@ -1,5 +1,5 @@
 //! `fl sim` runs the real server and clients over loopback and writes a complete run folder whose
-//! summary has every key DESIGN.md promises to scripts.
+//! summary has every key the run folder reference promises to scripts (docs/src/reference/run-folder.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

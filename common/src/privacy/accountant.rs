@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// One round of any mechanism the accountant knows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum PrivacyEvent {
     /// Central Gaussian noise on the sum of a sampled round.

@@ -37,6 +37,7 @@ impl Neighbours {
 
 /// One round of the distributed discrete Gaussian, as the accountant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DdgRound {
     /// n: the fewest clients whose noise is in the sum (the round aborts below it).
     pub clients: u64,
@@ -87,6 +88,7 @@ impl DdgRound {
 /// minus the charge: never positive, so a round's total never exceeds what the budget gate
 /// allowed, and a crash before the settlement leaves the larger charge.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DdgSettlement {
     /// The event charged before the round.
     pub charged: DdgRound,

@@ -27,6 +27,7 @@ impl std::fmt::Display for Sampling {
 
 /// One round of the sampled Gaussian mechanism, as the accountant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GaussianRound {
     /// q: sampling rate (m/K for fixed-size sampling).
     pub q: f64,

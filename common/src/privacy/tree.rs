@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 /// One round of tree aggregation, as the accountant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TreeRound {
     /// z: each node's noise standard deviation over the clip bound S.
     pub noise_multiplier: f64,

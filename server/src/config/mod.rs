@@ -227,6 +227,6 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
 }
 
 #[cfg(test)]
-mod reference;
+pub(crate) mod reference;
 #[cfg(test)]
 mod tests;

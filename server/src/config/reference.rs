@@ -46,7 +46,7 @@ fn page(schema: &Value) -> String {
 }
 
 /// The entries of a JSON object, or none.
-fn object(value: &Value) -> Vec<(&String, &Value)> {
+pub(crate) fn object(value: &Value) -> Vec<(&String, &Value)> {
     value
         .as_object()
         .map(Map::iter)
@@ -56,7 +56,7 @@ fn object(value: &Value) -> Vec<(&String, &Value)> {
 }
 
 /// The definition a `$ref` names (`#/$defs/Name` -> `Name`).
-fn name_of(reference: &Value) -> &str {
+pub(crate) fn name_of(reference: &Value) -> &str {
     reference
         .as_str()
         .and_then(|r| r.rsplit('/').next())
@@ -64,7 +64,7 @@ fn name_of(reference: &Value) -> &str {
 }
 
 /// A doc comment as one paragraph, its intra-doc links as plain code.
-fn prose(description: &Value) -> String {
+pub(crate) fn prose(description: &Value) -> String {
     let text = description.as_str().unwrap_or("").replace('\n', " ");
     let mut out = String::new();
     let mut rest = text.as_str();
@@ -91,7 +91,7 @@ fn prose(description: &Value) -> String {
 
 /// A field's type as the page shows it, and (for an enumeration) its values with their meaning
 /// as a list.
-fn kind_of(field: &Value, defs: &Value) -> (String, String) {
+pub(crate) fn kind_of(field: &Value, defs: &Value) -> (String, String) {
     if let Some(options) = field["anyOf"].as_array() {
         let inner = options.iter().find(|o| o["type"] != "null");
         let optional = options.iter().any(|o| o["type"] == "null");

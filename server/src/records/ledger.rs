@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// One round as the ledger records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LedgerEntry {
     /// The round.
     pub round: u64,

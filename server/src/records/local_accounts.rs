@@ -18,7 +18,7 @@ pub(crate) struct LocalAccounts {
 }
 
 /// One client's line in `local_privacy.json`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ClientSpend {
     /// The client.
     pub client: ClientId,
@@ -29,7 +29,7 @@ pub struct ClientSpend {
 }
 
 /// `summary.json`'s `local_privacy` object.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct LocalPrivacySummary {
     /// `ldp-gaussian`, `ldp-laplace` or `signds`.
     pub mechanism: String,

@@ -12,3 +12,6 @@ pub(crate) mod local_accounts;
 pub mod model_file;
 pub mod output;
 pub mod run_dir;
+
+#[cfg(test)]
+mod reference;

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// One round's figures: a line of `metrics.jsonl`. Privacy fields are null for a non-private run.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct RoundMetrics {
     /// Round number, from 1.
     pub round: u64,
@@ -73,7 +73,9 @@ pub struct RoundMetrics {
 }
 
 /// The n-weighted means of the clients' figures on their own examples.
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq)]
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema,
+)]
 pub struct FederatedEval {
     /// Clients whose figures are in the means.
     pub clients: usize,
@@ -130,7 +132,7 @@ pub fn round_line(m: &RoundMetrics, rounds: u64, budget: Option<&Budget>) -> Str
 }
 
 /// One secure-aggregation round.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct SecAggRoundMetrics {
     /// |U3|: clients whose masked input is in the sum.
     pub survivors: usize,
@@ -159,7 +161,7 @@ impl SecAggSummary {
 }
 
 /// `summary.json`'s `secagg` object.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct SecAggSummary {
     /// Rounds whose secure sum was recovered.
     pub rounds: u64,
@@ -172,7 +174,7 @@ pub struct SecAggSummary {
 }
 
 /// Why the run ended.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StoppedBy {
     /// All configured rounds ran.
@@ -185,8 +187,8 @@ pub enum StoppedBy {
     Error,
 }
 
-/// `summary.json`: the run's result; the keys are those DESIGN.md promises to scripts.
-#[derive(Debug, Clone, Serialize)]
+/// `summary.json`: the run's result, with keys that scripts may rely on.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Summary {
     /// Rounds whose aggregate updated the model.
     pub rounds_completed: u64,
