@@ -17,7 +17,8 @@ pub struct ServerSection {
     /// m_t: clients sampled per round (all connected ones when fewer are connected); a number
     /// or a schedule. Under Poisson sampling each client is included with q_t = m_t / K.
     pub clients_per_round: Schedule,
-    /// Fewest results for a round to update the model; otherwise the round is skipped.
+    /// Fewest results for a round to update the model; otherwise the round is skipped. Not
+    /// under `privacy.mode = "central"`: a central round always releases its noised sum.
     pub min_clients: usize,
     /// T: number of rounds.
     pub rounds: u64,
@@ -33,10 +34,11 @@ pub struct ServerSection {
     /// Seed for sampling and initialisation; reproducible experiments only, never for privacy.
     pub seed: Option<u64>,
     /// Enrollment token every client must present at Join (in clear, or as `sha256:HEX`; always
-    /// written out as its digest); none admits any client. Excludes `enrollment`.
+    /// written out as its digest); none admits any client. Excludes `enrollment`. `fl-server`
+    /// takes it from `FL_TOKEN` too, which keeps it out of process listings.
     pub token: Option<Token>,
-    /// Enrollment file naming each client with its own token or certificate, which can revoke
-    /// clients while the server runs (see [`crate::identity::credentials`]).
+    /// Enrollment file naming each client with its own token or certificate (`fl enroll`
+    /// writes it); a client revoked there loses its session within a second.
     pub enrollment: Option<PathBuf>,
     /// Seconds a sampled client that lost its stream has to come back with the same identity and
     /// receive its task again before the round counts it as dropped (plain rounds; 0: dropped at
@@ -55,8 +57,8 @@ pub struct ServerSection {
     pub max_idle_clients: usize,
     /// Address of the Prometheus endpoint (`GET /metrics`); none serves no metrics.
     pub metrics_listen: Option<String>,
-    /// Address of the live run page (`GET /`, see the live page section of the README); none serves no page.
-    /// An address beyond loopback needs `operator_token`.
+    /// Address of the live run page (`GET /`: rounds, accuracy, privacy spent); none serves no
+    /// page. An address beyond loopback needs `operator_token`.
     pub page_listen: Option<String>,
     /// The operator's token (in clear, or as `sha256:HEX`; always written out as its digest):
     /// when set, the live run page and the metrics endpoint answer only requests that present
