@@ -167,7 +167,22 @@ fn default_of(value: &Value) -> String {
     match value {
         Value::Null => "unset".to_string(),
         Value::String(s) => format!("`\"{s}\"`"),
+        Value::Number(n) if n.is_f64() => format!("`{}`", shortest(n.as_f64().unwrap_or(0.0))),
         other => format!("`{other}`"),
+    }
+}
+
+/// A float as written: an f32 key's value (0.05 read back as 0.05000000074505806 in f64) as
+/// the f32 it is, and always with a decimal point.
+fn shortest(x: f64) -> String {
+    let text = if f64::from(x as f32) == x {
+        (x as f32).to_string()
+    } else {
+        x.to_string()
+    };
+    match text.contains(['.', 'e']) {
+        true => text,
+        false => format!("{text}.0"),
     }
 }
 
