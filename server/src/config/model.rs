@@ -11,16 +11,19 @@ use std::path::PathBuf;
 pub enum ModelKind {
     /// Multinomial logistic regression.
     Logistic,
-    /// Fully connected ReLU network with `hidden` widths.
+    /// Fully connected ReLU network, with biases, of `hidden` widths.
     Mlp,
     /// Convolutional network of the listed `layers`.
     Cnn,
-    /// McMahan et al. 2017's CNN ([`cnn::FEDAVG_CNN`]).
+    /// McMahan et al. 2017's CNN: two 5x5 convolutions of 32 and 64 channels, each with 2x2 max
+    /// pooling, then dense 512 (1,663,370 parameters on MNIST; [`cnn::FEDAVG_CNN`]).
     FedavgCnn,
-    /// LeNet-5 ([`cnn::LENET5`]).
+    /// LeNet-5 as MindSpore Federated trains it (61,706 parameters; [`cnn::LENET5`]).
     Lenet5,
-    /// A model the server does not know, trained by the clients' own code: the tensors of
-    /// `init` (`run/model_setup.rs`).
+    /// A model only the clients' own code knows (e.g. a PyTorch `nn.Module`), defined by the
+    /// f32 tensors of `init`. The server loads no test set for it and writes `test_accuracy` as
+    /// null (use `eval.federated`); the built-in trainer (`fl-client`, `fl sim`), IADMM and
+    /// `ldp-laplace` refuse it.
     External,
 }
 
@@ -42,12 +45,19 @@ pub struct ModelSection {
     pub kind: ModelKind,
     /// Hidden widths of the MLP (the Geyer et al. default 600, 100).
     pub hidden: Vec<usize>,
-    /// The layers of a `cnn`, e.g. `["conv:32:5:pad2", "relu", "maxpool:2", "dense:10"]`; the
-    /// last is dense with one unit per class.
+    /// The layers of a `cnn`, in order, e.g. `["conv:32:5:pad2", "relu", "maxpool:2",
+    /// "dense:10"]`: `conv:C:K[:strideS][:padP]` (C channels, K x K kernel, stride S, P zeros
+    /// each side), `relu`, `tanh` (bounded, which Papernot et al. 2021 found keeps more accuracy
+    /// under DP noise), `maxpool:S`, `flatten`, `dense:N`; the last is dense with one unit per
+    /// class. The input's shape comes from the data (28 x 28 x 1 for MNIST; a CSV row is a flat
+    /// vector). A bad list stops the start, naming the position and text of the layer at fault.
     pub layers: Vec<String>,
     /// Starting weights: a safetensors file with the network's tensor names and shapes (as the
-    /// run's `model.safetensors` has them). Without it the weights are drawn afresh. For an
-    /// `external` model it is required, and its f32 tensors are the model.
+    /// run's `model.safetensors` has them), all of them and no others, or the start is refused
+    /// naming the tensor. Without it the weights are drawn afresh. For an `external` model it is
+    /// required: its tensors (all f32; an integer buffer such as BatchNorm's
+    /// `num_batches_tracked` is refused by name) are the model, and a resumed run reads their
+    /// names and shapes from it again.
     pub init: Option<PathBuf>,
 }
 

@@ -43,22 +43,34 @@ pub struct TrainSection {
     pub batch_size: u32,
     /// eta: local SGD learning rate.
     pub learning_rate: f32,
-    /// s: clients translate each training image by up to s pixels on each axis, drawn afresh
-    /// per example and batch (image data and plain local SGD only); 0, the default, does not.
+    /// s: each client translates every training image of a batch by offsets drawn uniformly
+    /// from {-s, ..., s} on each axis (zeros shifted in), afresh per example and batch (Simard
+    /// et al. 2003): the client's own computation, so no privacy cost. Image data and plain
+    /// local SGD only (refused with flat data, `iadmm` and `ldp-laplace`); Python trainers get
+    /// it as `config["random_shift"]`. 0, the default, does not shift.
     pub random_shift: u32,
-    /// The server optimizer: `fedavg` (default), `fedavgm`, `fedadagrad`, `fedadam`, `fedyogi`.
+    /// The server's step with the released aggregate's pseudo-gradient Delta_t = x' - x_t
+    /// (Reddi et al. 2021, Algorithm 2). Post-processing of whatever the privacy mode released:
+    /// no privacy cost, the ledger is unchanged; m_t and v_t are checkpointed (a resumed run
+    /// continues them) and move only in released rounds. Not with `iadmm`.
     pub server_optimizer: ServerOptimizerKind,
-    /// eta_g: the server learning rate, a number or a per-round schedule (`{ steps = [[1, 1.0],
-    /// [80, 0.3]] }`, or `{ linear = [1.0, 0.1] }` over `server.rounds`).
+    /// eta_g: the server learning rate (Reddi et al. tune it on a log grid; 1e-2 to 1e-1 is
+    /// typical for FedAdam and FedYogi), a number or a per-round schedule (`{ steps = [[1, 1.0],
+    /// [80, 0.3]] }`, or `{ linear = [1.0, 0.1] }` over `server.rounds`; for a run its budget
+    /// ends, set `server.rounds` to what `fl privacy rounds` gives). Under noise a decaying
+    /// eta_g lowers the noise the last rounds leave in the model.
     pub server_learning_rate: Schedule,
-    /// beta_1: FedAvgM's momentum, the adaptive optimizers' first-moment decay.
+    /// beta_1: FedAvgM's momentum, the adaptive optimizers' first-moment decay; in [0, 1).
     pub server_momentum: f64,
-    /// beta_2: FedAdam's and FedYogi's second-moment decay.
+    /// beta_2: FedAdam's and FedYogi's second-moment decay; in [0, 1).
     pub server_beta2: f64,
-    /// tau: the adaptive optimizers' adaptivity.
+    /// tau: the adaptive optimizers' adaptivity (v_{-1} = tau^2); above 0.
     pub server_tau: f64,
-    /// beta of the moving average of the released models that the server evaluates and writes
-    /// (the clients still train from the iterate); 0, the default, evaluates the iterate itself.
+    /// beta of an exponential moving average of the released models, a_t = beta_t a_{t-1} +
+    /// (1 - beta_t) x_t with the warm-up beta_t = min(beta, (1 + t) / (10 + t)) (De et al.
+    /// 2022); in [0, 1), 0 (the default) is off. The server evaluates and writes a_t
+    /// (`test_accuracy`, `model.safetensors`) while the clients keep training from x_t.
+    /// Post-processing: no privacy cost; a_t is checkpointed and moves only in released rounds.
     pub average_decay: f64,
 }
 
