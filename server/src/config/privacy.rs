@@ -60,19 +60,25 @@ pub struct PrivacySection {
     pub target_quantile: f64,
     /// eta_C: geometric step of the adaptive bound (`quantile`).
     pub clip_learning_rate: f64,
-    /// sigma_b: noise standard deviation on the unclipped count (`quantile`); default m/20 as
-    /// Andrew et al. suggest.
+    /// sigma_b: noise standard deviation on the centred count sum_i (b_i - 1/2) of unclipped
+    /// updates (sensitivity 1/2), for `quantile`; must exceed z/2; unset: m/20 as Andrew et al.
+    /// suggest.
     pub clip_count_noise: Option<f64>,
-    /// `epsilon` (cap epsilon at `delta`) or `delta` (cap delta at fixed `epsilon`).
+    /// `epsilon` (stop before epsilon(delta) passes `epsilon`) or `delta` (stop before
+    /// delta(epsilon) passes `delta`, the paper's Q).
     pub budget: BudgetKind,
     /// The epsilon of the budget.
     pub epsilon: f64,
     /// The delta of the budget (the threshold Q for `budget = "delta"`).
     pub delta: f64,
-    /// `pld` or `rdp`; unset: PLD for Poisson sampling and DP-FTRL, RDP otherwise
-    /// (`RunConfig::plan`).
+    /// `pld` (privacy-loss distributions: tighter, for Poisson-subsampled Gaussian rounds and
+    /// DP-FTRL's tree nodes) or `rdp`; unset: PLD for Poisson sampling and DP-FTRL, RDP
+    /// otherwise.
     pub accountant: Option<AccountantKind>,
     /// DP-FTRL: rounds per tree (the restart period); unset: K / m_1, one pass over the clients.
+    /// Each client contributes at most once per tree, which needs stable identities:
+    /// `fl-server` refuses `dp-ftrl` without `server.enrollment`, and `fl sim` enrolls its own
+    /// clients in `RUN/sim-enrollment.toml`.
     pub tree_rounds: Option<u64>,
 }
 

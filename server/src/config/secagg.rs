@@ -14,10 +14,13 @@ use std::time::Duration;
 pub enum SecAggNoise {
     /// No noise: updates are hidden, the sum is not differentially private.
     None,
-    /// The server adds Gaussian noise to the unmasked sum (trusted to add it, not to see updates).
+    /// The server adds Gaussian noise to the unmasked sum (trusted to add it, not to see
+    /// updates); accounted like `central`. Needs `privacy.sampling = "fixed"`: under Poisson
+    /// sampling whether a round aborts would depend on how many took part, which the epsilon
+    /// does not cover.
     Central,
     /// Each client adds discrete Gaussian noise; the server never sees a noiseless sum (Kairouz,
-    /// Liu, Steinke 2021).
+    /// Liu, Steinke 2021). Needs `privacy.sampling = "fixed"`.
     Distributed,
 }
 
@@ -27,7 +30,8 @@ pub enum SecAggNoise {
 pub enum SecAggGraph {
     /// Every pair masks (Bonawitz et al. 2017).
     Complete,
-    /// A random k-regular graph (SecAgg+, Bell et al. 2020); k = `degree`, or O(log n) when 0.
+    /// A k-regular graph (SecAgg+, Bell et al. 2020) whose cyclic order each client derives
+    /// from the round, H(task) and the clients' names or ids; k = `degree`, or O(log n) when 0.
     Regular,
 }
 
@@ -75,10 +79,10 @@ pub struct SecAggSection {
     /// b: ring bit width, 32 or 64.
     pub bits: u32,
     /// Shamir threshold as a fraction of a client's neighbours (t = ceil(fraction * |N|), and
-    /// always more than half).
+    /// always more than half; more than two thirds in signed rounds).
     pub threshold: f64,
-    /// Fewest survivors of each stage, as a fraction of the expected m_t; below it the round
-    /// aborts. Distributed noise is charged up front for this many survivors.
+    /// Fewest survivors of each stage, as a fraction of the expected m_t (at least 3); below it
+    /// the round aborts. Distributed noise is charged up front for this many survivors.
     pub min_survivors: f64,
     /// Distributed noise: the fraction of m_t whose noise together reaches z (at least
     /// `min_survivors`, its default). Above `min_survivors` each client adds less noise; every
@@ -87,21 +91,25 @@ pub struct SecAggSection {
     pub calibrate_for: Option<f64>,
     /// `complete` or `regular`.
     pub graph: SecAggGraph,
-    /// k for the regular graph; 0 picks O(log n).
+    /// k for the regular graph; 0 picks the smallest even k >= 3 log2 n.
     pub degree: usize,
-    /// Seconds each stage after the first waits for answers.
+    /// Seconds each stage after the first waits for answers (the first shares the round's
+    /// deadline with local training).
     pub stage_timeout_secs: f64,
     /// The neighbouring relation distributed noise is accounted under: `replace-one` (one
     /// client's data replaced: sensitivity 2 Delta_2) or `zero-out` (its contribution replaced
-    /// by zero while it still adds its noise share: Delta_2, half the noise for the same epsilon).
+    /// by zero while it still adds its noise share: Delta_2, half the noise for the same
+    /// epsilon, as TFF's DP-FTRL and DDGauss deployments account). Zero-out protects a client's
+    /// data, not the fact that it took part: use it when participation is public.
     pub neighbours: Neighbours,
     /// `fl sim` only: fraction of each round's clients the dropout injector drops.
     pub sim_dropout: f64,
     /// `fl sim` only: the stage at which they drop.
     pub sim_dropout_stage: DropoutStage,
     /// The federation authority's public key file (`fl authority init` writes it): rounds are
-    /// then signed, the malicious-server variant of docs/src/explanation/threat-model.md. Clients must be
-    /// configured with the same authority; t is raised above 2/3 of a client's neighbours.
+    /// then signed, the malicious-server variant of the threat model
+    /// (docs/src/explanation/threat-model.md). Clients must be configured with the same
+    /// authority; t is raised above 2/3 of a client's neighbours.
     pub authority: Option<PathBuf>,
     /// The authority's signed revocation list (`fl authority revoke`), with `authority`.
     pub revocations: Option<PathBuf>,
