@@ -7,16 +7,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmmSection {
-    /// rho: the penalty (the step of the linearised primal update is 1/rho).
+    /// rho: the penalty (the step of the linearised primal update is 1/rho; with P clients the
+    /// global step is about 1/(rho P)).
     pub rho: f64,
-    /// Residual balancing (Boyd et al. 2011, Sec. 3.4.1): adapt rho each round.
+    /// Residual balancing (Boyd et al. 2011, Sec. 3.4.1): rho times tau when the primal residual
+    /// exceeds mu times the dual one, divided by tau in the other case.
     pub balance: bool,
     /// mu: how far apart the residuals may be before rho changes.
     pub balance_mu: f64,
     /// tau: the factor rho changes by.
     pub balance_tau: f64,
-    /// I: the examples of all clients, public (clients send no counts; `fl sim` fills it in
-    /// from its partition).
+    /// I: the examples of all clients, public: `fl-server` requires it for IADMM (clients send
+    /// no counts); `fl sim` fills it in from its partition.
     pub total_examples: Option<u64>,
 }
 

@@ -10,7 +10,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvalSection {
-    /// Whether clients evaluate.
+    /// Whether clients evaluate: the round's sampled clients evaluate the model they receive on
+    /// their own examples before training (`Trainer::evaluate`; the Python package's
+    /// `evaluate`) and send (loss, accuracy, n) with their update; `metrics.jsonl` gets
+    /// `federated_eval`. Refused at start-up under every privacy mode but `none`, since the
+    /// figures are released through no mechanism, and for algorithms other than FedAvg.
     pub federated: bool,
     /// Every how many rounds (rounds 1, 1 + every, 1 + 2 every, ...).
     pub every: u64,

@@ -25,9 +25,13 @@ pub struct RobustSection {
     pub max_update_norm: Option<f64>,
     /// What happens to an update beyond `max_update_norm`.
     pub norm_action: NormAction,
-    /// `mean` or `trimmed-mean` (FedAvg with `privacy.mode` `none` or `ldp-*`).
+    /// `mean` or `trimmed-mean`, for FedAvg with `privacy.mode` `none`, `ldp-gaussian` or
+    /// `ldp-laplace` (the trimmed mean of local releases is post-processing). In plain FedAvg a
+    /// client's weight is its own example count: with hostile clients use `trimmed-mean`, which
+    /// ignores it, or `max_update_norm`.
     pub aggregator: Aggregator,
-    /// beta: the fraction of values dropped at each end of every coordinate by the trimmed mean.
+    /// beta in [0, 0.5): floor(beta m) values are dropped at each end of every coordinate by
+    /// the trimmed mean.
     pub trim_fraction: f64,
 }
 
