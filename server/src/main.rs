@@ -16,7 +16,7 @@ use std::sync::Arc;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// TOML run configuration (see README.md, "Configuration").
+    /// TOML run configuration (docs/src/reference/config.md).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free one).
