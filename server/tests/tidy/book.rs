@@ -71,6 +71,21 @@ fn anchors(text: &str) -> BTreeSet<String> {
     found
 }
 
+/// The text of the page at `path` as mdBook renders it: each `{{#include FILE}}` line replaced by
+/// that file's text (its path relative to the page).
+fn expanded(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines = text.lines().map(|line| {
+        let included =
+            (line.trim().strip_prefix("{{#include ")).and_then(|rest| rest.strip_suffix("}}"));
+        match included {
+            Some(file) => expanded(&path.parent().unwrap().join(file.trim())),
+            None => line.to_string(),
+        }
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 /// The targets of a page's Markdown links `[text](target)`, outside code.
 fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -123,8 +138,7 @@ fn broken_links(page: &Path, text: &str) -> Vec<String> {
         if let Some(anchor) = anchor
             && linked.extension().is_some_and(|e| e == "md")
         {
-            let text = std::fs::read_to_string(&linked).unwrap();
-            if !anchors(&text).contains(anchor) {
+            if !anchors(&expanded(&linked)).contains(anchor) {
                 broken.push(format!("{}: {target} (no such heading)", page.display()));
             }
         }
@@ -156,7 +170,10 @@ fn a_broken_link_or_anchor_is_found() {
     let text = "See [it](other.md#the-fl-privacy-page), [options](other.md#options), \
                 [gone](missing.md), [no heading](other.md#nothing), `[code](x.md)` and \
                 [the web](https://example.org).";
-    let broken = broken_links(&page, text);
+    let mut broken = broken_links(&page, text);
+    std::fs::write(dir.join("parts.md"), "## Included heading\n").unwrap();
+    std::fs::write(dir.join("whole.md"), "# Whole\n{{#include parts.md}}\n").unwrap();
+    broken.extend(broken_links(&page, "[part](whole.md#included-heading)"));
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(broken.len(), 2, "{broken:?}");
     assert!(broken[0].contains("missing.md (no such file)"));
