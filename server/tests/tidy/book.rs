@@ -137,10 +137,9 @@ fn broken_links(page: &Path, text: &str) -> Vec<String> {
         }
         if let Some(anchor) = anchor
             && linked.extension().is_some_and(|e| e == "md")
+            && !anchors(&expanded(&linked)).contains(anchor)
         {
-            if !anchors(&expanded(&linked)).contains(anchor) {
-                broken.push(format!("{}: {target} (no such heading)", page.display()));
-            }
+            broken.push(format!("{}: {target} (no such heading)", page.display()));
         }
     }
     broken
