@@ -1,6 +1,6 @@
-//! The book's internal links (`docs/src`): every relative link names a page or file that exists,
-//! and every `#anchor` a heading of its page, with the ids mdBook gives headings. Links to the web
-//! are not followed.
+//! The book's internal links (`docs/src`, and README.md's into it): every relative link names a
+//! page or file that exists, and every `#anchor` a heading of its page, with the ids mdBook gives
+//! headings. Links to the web are not followed.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -148,7 +148,9 @@ fn broken_links(page: &Path, text: &str) -> Vec<String> {
 #[test]
 fn every_link_of_the_book_leads_somewhere() {
     let mut broken = Vec::new();
-    for page in pages(&book_src()) {
+    let readme = book_src().join("../../README.md");
+    let pages = pages(&book_src()).into_iter().chain([readme]);
+    for page in pages {
         let text = std::fs::read_to_string(&page).unwrap();
         broken.extend(broken_links(&page, &text));
     }
