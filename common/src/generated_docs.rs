@@ -29,6 +29,15 @@ pub fn check(root: &Path, page: &str, generated: &str, test: &str) -> Result<(),
     ))
 }
 
+/// [`check`] for a test of the crate in `manifest_dir` (its `CARGO_MANIFEST_DIR`, one level below
+/// the workspace root); panics with [`check`]'s error.
+pub fn assert_fresh(manifest_dir: &str, page: &str, generated: &str, test: &str) {
+    let root = Path::new(manifest_dir).join("..");
+    if let Err(why) = check(&root, page, generated, test) {
+        panic!("{why}");
+    }
+}
+
 /// The 1-based number of the first line where `a` and `b` differ.
 fn first_difference(a: &str, b: &str) -> usize {
     let mut lines = a.lines().zip(b.lines());

@@ -189,11 +189,10 @@ fn shortest(x: f64) -> String {
 /// docs/src/reference/config.md and config.schema.json are what the configuration types say.
 #[test]
 fn the_configuration_reference_is_current() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let test = "cargo test -p fl-server --lib the_configuration_reference_is_current";
     let schema = schema();
     let check = |page: &str, text: &str| {
-        fl_common::generated_docs::check(&root, page, text, test).unwrap();
+        fl_common::generated_docs::assert_fresh(env!("CARGO_MANIFEST_DIR"), page, text, test);
     };
     check("docs/src/reference/config.md", &page(&schema));
     let json = serde_json::to_string_pretty(&schema).expect("a schema is JSON") + "\n";

@@ -270,10 +270,8 @@ mod tests {
     /// docs/src/reference/metrics.md is what the registry says.
     #[test]
     fn the_metrics_reference_is_current() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let test = "cargo test -p fl-server --lib the_metrics_reference_is_current";
-        let page = reference_page();
-        fl_common::generated_docs::check(&root, "docs/src/reference/metrics.md", &page, test)
-            .unwrap();
+        let (dir, page) = (env!("CARGO_MANIFEST_DIR"), reference_page());
+        fl_common::generated_docs::assert_fresh(dir, "docs/src/reference/metrics.md", &page, test);
     }
 }

@@ -83,13 +83,7 @@ fn page() -> String {
 /// docs/src/reference/run-folder-fields.md is what the types that write the run folder say.
 #[test]
 fn the_run_folder_reference_is_current() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let test = "cargo test -p fl-server --lib the_run_folder_reference_is_current";
-    fl_common::generated_docs::check(
-        &root,
-        "docs/src/reference/run-folder-fields.md",
-        &page(),
-        test,
-    )
-    .unwrap();
+    let page_file = "docs/src/reference/run-folder-fields.md";
+    fl_common::generated_docs::assert_fresh(env!("CARGO_MANIFEST_DIR"), page_file, &page(), test);
 }

@@ -41,18 +41,21 @@ fn heading_id(heading: &str) -> String {
         .collect()
 }
 
+/// The lines of `text` outside fenced code blocks.
+fn outside_code(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |line| {
+        let fence = line.trim_start().starts_with("```");
+        fenced ^= fence;
+        !fenced && !fence
+    })
+}
+
 /// The anchors of a page: its headings' ids (repeated headings get `-1`, `-2`, ...) and the
 /// `id="..."` of its inline HTML.
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_code(text) {
         if let Some(heading) = line.strip_prefix('#') {
             let id = heading_id(heading.trim_start_matches('#'));
             let mut unique = id.clone();
@@ -89,14 +92,7 @@ fn expanded(path: &Path) -> String {
 /// The targets of a page's Markdown links `[text](target)`, outside code.
 fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_code(text) {
         // Inline code may hold `](` that is not a link.
         let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join("");
         for (at, _) in prose.match_indices("](") {

@@ -179,10 +179,9 @@ mod tests {
     /// docs/src/reference/fl-client.md is what clap makes of the flags.
     #[test]
     fn the_command_line_reference_is_current() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let page = clap_markdown::help_markdown::<super::Args>();
         let test = "cargo test -p fl-client --bin fl-client the_command_line_reference_is_current";
-        fl_common::generated_docs::check(&root, "docs/src/reference/fl-client.md", &page, test)
-            .unwrap();
+        let page_file = "docs/src/reference/fl-client.md";
+        fl_common::generated_docs::assert_fresh(env!("CARGO_MANIFEST_DIR"), page_file, &page, test);
     }
 }
