@@ -2,30 +2,13 @@
 //! page or file that exists, and every `#anchor` a heading of its page, with the ids mdBook gives
 //! headings. Links to the web are not followed.
 
+use crate::files;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The book's sources: `docs/src` of this checkout or of `FL_TIDY_ROOT`.
+/// The book's sources: `docs/src` of the tree checked.
 fn book_src() -> PathBuf {
-    let root = match std::env::var_os("FL_TIDY_ROOT") {
-        Some(other) => PathBuf::from(other),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-    };
-    root.join("docs/src")
-}
-
-/// Every Markdown page below `dir`.
-fn pages(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(pages(&path));
-        } else if path.extension().is_some_and(|e| e == "md") {
-            out.push(path);
-        }
-    }
-    out
+    files::root().join("docs/src")
 }
 
 /// The id mdBook gives a heading: lower case, spaces as `-`, only letters, digits, `-` and `_`.
@@ -145,7 +128,9 @@ fn broken_links(page: &Path, text: &str) -> Vec<String> {
 fn every_link_of_the_book_leads_somewhere() {
     let mut broken = Vec::new();
     let readme = book_src().join("../../README.md");
-    let pages = pages(&book_src()).into_iter().chain([readme]);
+    let pages = files::with_extension(&book_src(), "md")
+        .into_iter()
+        .chain([readme]);
     for page in pages {
         let text = std::fs::read_to_string(&page).unwrap();
         broken.extend(broken_links(&page, &text));

@@ -6,6 +6,7 @@
 //! `crate::` paths and the crates it names, not from the words of its comments.
 
 mod book;
+mod files;
 mod imports;
 mod tree;
 
@@ -13,22 +14,14 @@ use imports::{crate_paths, cycles, without_comments};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file below `server/src` and `client/src`, with its text outside `#[cfg(test)]`
-/// modules (tests may name anything).
-/// The tree checked is this checkout, or the one `FL_TIDY_ROOT` names (to see how another
-/// revision fares: `git worktree add ../old REV && FL_TIDY_ROOT=../old cargo test -p fl-server
-/// --test tidy`).
+/// Every `.rs` file below `server/src` and `client/src` of the tree checked ([`files::root`]),
+/// with its text outside `#[cfg(test)]` modules (tests may name anything).
 fn sources() -> Vec<(PathBuf, String)> {
-    let root = match std::env::var_os("FL_TIDY_ROOT") {
-        Some(other) => PathBuf::from(other),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-    };
-    let mut files = Vec::new();
-    for dir in ["server/src", "client/src"] {
-        collect(&root.join(dir), &mut files);
-    }
+    let root = files::root();
+    let files = ["server/src", "client/src"]
+        .iter()
+        .flat_map(|dir| files::with_extension(&root.join(dir), "rs"));
     files
-        .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
             let code = match text.find("#[cfg(test)]") {
@@ -38,17 +31,6 @@ fn sources() -> Vec<(PathBuf, String)> {
             (p, code)
         })
         .collect()
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 fn is(path: &Path, suffix: &str) -> bool {

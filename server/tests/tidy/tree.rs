@@ -7,6 +7,7 @@
 //! submodules are not its imports (declaring and re-exporting them is the module's job), and
 //! `#[cfg(test)]` code may name anything.
 
+use crate::files::{root, with_extension};
 use crate::imports::{cycles, rooted_paths};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,32 +18,6 @@ const CRATES: [&str; 6] = ["cli", "client", "common", "proto", "python", "server
 /// The longest a file may be.
 const MAX_LINES: usize = 600;
 
-/// The workspace's root: this checkout, or the one `FL_TIDY_ROOT` names.
-fn root() -> PathBuf {
-    match std::env::var_os("FL_TIDY_ROOT") {
-        Some(other) => PathBuf::from(other),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-    }
-}
-
-/// Every `.rs` file below `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn no_file_is_longer_than_600_lines() {
     let root = root();
@@ -52,7 +27,7 @@ fn no_file_is_longer_than_600_lines() {
         .flat_map(|c| ["src", "tests", "benches", "examples"].map(|sub| root.join(c).join(sub)));
     for file in folders
         .chain([root.join("fuzz")])
-        .flat_map(|d| rust_files(&d))
+        .flat_map(|d| with_extension(&d, "rs"))
     {
         let lines = std::fs::read_to_string(&file).unwrap().lines().count();
         if lines > MAX_LINES {
@@ -77,7 +52,7 @@ impl Crate {
     fn read(src: &Path) -> Crate {
         let mut modules = BTreeMap::new();
         let has_lib = src.join("lib.rs").exists();
-        for file in rust_files(src) {
+        for file in with_extension(src, "rs") {
             let relative = file
                 .strip_prefix(src)
                 .unwrap()
