@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Geyer K = 1000 private round against its compute floor (issue 29, docs/performance.md).
+# The Geyer K = 1000 private round against its compute floor (docs/src/results/speed.md).
 # RUNS runs of `fl sim --config configs/geyer-k1000.toml --rounds 8`, each between two runs of
 # the floor's benchmark (`cargo bench -p fl-common --bench training -- gemm/B=20`: the matrix
 # products of one client's epoch, alone on one core, and at once on every core). Prints per run

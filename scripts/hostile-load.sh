@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resources held by hostile peers (docs/results.md, "Hostile peers"): one fl-server waiting for
+# Resources held by hostile peers (docs/src/results/reliability.md, "Hostile peers"): one fl-server waiting for
 # clients (K = 100000, so training never starts), then
 #   1. a flood of JOINS Join requests (default 40000) from one address with no Session after them,
 #      the join limiter's burst raised so that the flood reaches the registry: the server's memory

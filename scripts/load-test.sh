@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load test (docs/performance.md): one fl-server and N clients simulated by one fl-client process
+# Load test (docs/src/results/speed.md, "Scale and memory"): one fl-server and N clients simulated by one fl-client process
 # on loopback (N/100 HTTP/2 connections), rounds of M clients, default settings otherwise: the
 # default MLP (or the logistic model), MNIST shards, the server's default join limiter (the
 # clients retry until it lets them in). Prints each round's figures and both processes' peak
@@ -9,7 +9,7 @@
 #
 # FL_BIN_DIR runs other binaries (e.g. another revision's target/release) instead of building;
 # FL_SERVER_ARGS adds arguments to fl-server's (e.g. "--config my.toml"); FL_SERVER_WRAP runs the server
-# under a tool (e.g. "heaptrack -o FILE", the profile in docs/performance.md).
+# under a tool (e.g. "heaptrack -o FILE", how the server's heap was profiled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-10000}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Client-side privacy on MNIST at several privacy levels, K = 100 and K = 1000 (docs/results.md,
+# Client-side privacy on MNIST at several privacy levels, K = 100 and K = 1000 (docs/src/results/accuracy.md,
 # "Client-side privacy"). Runs the shipped configs with overrides, writes each run under
 # runs/sweep/NAME and prints one line per run: name, final accuracy, best accuracy, composed
 # epsilon of the busiest client, bytes uploaded per client per round.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the CPU time of an `fl sim` run goes, from `perf script` output with call stacks.
 
-Usage (docs/performance.md, issue 29, session 29):
+Usage (docs/src/results/speed.md, "The private round against its floor"):
 
     perf record -e cpu-clock -F 297 --call-graph dwarf,16384 -o perf.data -- \
         target/release/fl sim --config configs/geyer-k1000.toml --rounds 6 --set server.out=runs/prof --overwrite

@@ -7,8 +7,8 @@
 //! pages were not reused, and fresh ones were faulted in and zeroed. In `fl sim` of the Geyer K =
 //! 1000 MLP (2.1 MB buffers, 8 rounds, 2 cores), one arena took the page faults from 690,000 -
 //! 766,000 to 276,000 - 383,000, system CPU from 7.9 - 9.6 s to 5.5 - 5.7 s and peak RSS from
-//! 2.4 - 2.8 GB to 0.9 GB (docs/performance.md, session 25). One arena per core faulted more and
-//! kept 1.1 GB.
+//! 2.4 - 2.8 GB to 0.9 GB (2-core AMD EPYC, 2026-11-26). One arena per core faulted more and kept
+//! 1.1 GB, and jemalloc faulted more still (docs/src/results/speed.md, "What did not help").
 //!
 //! One arena serialises the threads' allocations that miss their per-thread cache (glibc's
 //! tcache keeps small chunks, up to 1 KiB, per thread without the arena's lock); on 2 cores the
@@ -21,7 +21,7 @@
 //! trimmed again every round, and every round faulted in (and the kernel zeroed) those pages
 //! anew: 68,500 - 68,900 page faults over rounds 4-8, most of them in the assembly of received
 //! tensors. With the heap's top kept up to [`TRIM_THRESHOLD`] and buffers up to
-//! [`MMAP_THRESHOLD`] taken from the heap, 9,400 - 21,300 (docs/performance.md, session 35).
+//! [`MMAP_THRESHOLD`] taken from the heap, 9,400 - 21,300 (2-core Intel Xeon, 2026-11-28).
 //! The memory kept is never more than the process's own high-water mark; the server hands it
 //! back after a join flood (`malloc_trim`, fl_server's `release_freed_memory`).
 //!

@@ -1,5 +1,5 @@
 //! The accountant against reference values computed with Google's dp_accounting 0.6.0
-//! (`tests/data/dp/`, copied from ../shared/reference/dp; its README defines each column):
+//! (`tests/data/dp/`; its README defines each column):
 //! every row, Poisson RDP to 1% relative, fixed-size sampling (WBK19 Thm 27 at sigma/2) to 1%,
 //! and never below the exact lower bound of fixed-size sampling; the PLD accountant to 2% of
 //! dp_accounting's PLD (never more than 2% below it).

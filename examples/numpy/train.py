@@ -8,7 +8,7 @@ The job is the quickstart's (784-600-100-10 MLP, 100 clients, 10 per round, E = 
 eta = 0.1) on IID shares; `--rust` runs the same job with `fl-client --simulate K` instead of the
 Python clients, and `--no-training` has the Python clients return the model they receive (what the
 protocol and the Python boundary cost without numpy's training), for comparison
-(docs/results.md).
+(docs/src/results/speed.md, "Python clients").
 """
 
 import argparse

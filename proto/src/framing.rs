@@ -5,7 +5,7 @@
 //! Why by hand: tonic's codec encodes each message into a buffer of the stream's own and decodes
 //! from another, and each buffer keeps the capacity of the largest message it handled for the
 //! stream's whole life. With 10,000 streams those buffers were most of the server's heap
-//! (`heaptrack`, docs/performance.md), and the model was encoded again for every client it went
+//! (`heaptrack`; docs/src/results/speed.md, "Scale and memory"), and the model was encoded again for every client it went
 //! to. A [`Frame`] is encoded once, into an exactly sized `Bytes` that every stream sending it
 //! shares, and a [`Deframer`] holds no buffer between messages.
 

@@ -6,13 +6,13 @@
 //! products of one local epoch of the 784-600-100-10 MLP, on one core of a 2-core Intel Xeon with
 //! AVX-512, `gemm` ran 76 to 96, 54 to 68 and 40 to 45 GFLOP/s at B = 50, 20 and 10 in two runs,
 //! against matrixmultiply's 42 to 53, 40 to 44 and 33 to 37 (`cargo bench -p fl-common --bench
-//! training -- matmul_reference`; docs/performance.md).
+//! training -- matmul_reference`; docs/src/results/speed.md, "Training kernels").
 //! ndarray's `general_mat_mul` stays the straightforward reference the tests compare against.
 //!
 //! gemm copies ("packs") the whole operand that runs along C's contiguous dimension before every
 //! product whose extent there is not a multiple of its SIMD width (16 f32 lanes with AVX-512, 8
 //! with AVX2): the MLP's forward product X W_1 (B x 784 by 784 x 600) packed all 470,400 weights
-//! per step, a quarter of the epoch on an AVX-512 core (docs/performance.md, session 28).
+//! per step, a quarter of the epoch on an AVX-512 core (2-core AMD EPYC, 2026-11-27).
 //! `mat_mul` therefore splits that dimension into a part that is a multiple of 16, which gemm
 //! reads in place, and a remainder of fewer than 16, when the operand is large enough for its copy
 //! to cost more than a second call of gemm (LeNet-5's products, below [`PACKED_IN_PLACE`], ran 9%
@@ -82,10 +82,10 @@ pub fn mat_mul(
 /// With a batch's few rows, the direct product had gemm pack all of W into panels for every step
 /// (fan-in x outputs values moved for batch times as many multiply-adds): 9 GFLOP/s for the
 /// FedAvg CNN's 3136 x 512 layer at B = 10, against 68 for the transposed form, where W^T is a
-/// right-hand side gemm reads in place (docs/performance.md, issue 29's second change).
+/// right-hand side gemm reads in place (2-core AMD EPYC, 2026-11-25).
 /// The transpose is the `transpose` crate's tiled copy: ndarray's `assign` from a transposed
 /// view went a value at a time through a strided iterator, 1.3% of the Geyer round's samples
-/// (docs/performance.md, session 37).
+/// (2-core AMD EPYC, 2026-11-28; test `times_transposed_weights_equals_the_reference`).
 ///
 /// # Panics
 /// If the shapes do not agree, or `scratch` or `da` is shorter than rows x fan-in.

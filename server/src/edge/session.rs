@@ -6,7 +6,7 @@
 //! A session's messages are framed by `fl_proto`'s [`Deframer`] and [`Frame`] instead of tonic's
 //! codec, which keeps two buffers per stream, each as large as the largest message it handled,
 //! for the stream's life, and encodes the model again for every client it goes to. At 10,000
-//! streams and rounds of 1,000 that was most of the server's heap (docs/performance.md). Here
+//! streams and rounds of 1,000 that was most of the server's heap (`heaptrack`; docs/src/results/speed.md, "Scale and memory"). Here
 //! what a client is sent is a queue of [`Frame`]s, the model's chunks among them encoded once per
 //! round and shared by every stream, and what a client sends is read with no buffer kept between
 //! messages. The bytes on the wire are the same as the codec's, so clients use the generated

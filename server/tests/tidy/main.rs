@@ -2,10 +2,12 @@
 //! (folder) of `server/src` imports only the layers below it and nothing of `lib.rs`; the privacy
 //! mode and algorithm are read in `run/build.rs` (and parsed in `config`) only; the round logic
 //! imports nothing of the wire format or the transport; the modules of `server/src` import each
-//! other without a cycle; no function is longer than a screen. Imports are read from the code's
+//! other without a cycle; no function is longer than a screen; no file cites a session or an issue
+//! by number. Imports are read from the code's
 //! `crate::` paths and the crates it names, not from the words of its comments.
 
 mod book;
+mod citations;
 mod files;
 mod imports;
 mod tree;

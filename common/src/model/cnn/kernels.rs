@@ -3,8 +3,8 @@
 //!
 //! Why multiversioned: the workspace compiles for baseline x86-64 (SSE2, four f32 lanes), so that
 //! one binary runs on any x86-64 host; gemm picks its AVX2 or AVX-512 kernels at run time, these
-//! loops did not, and they were a quarter of the FedAvg CNN's epoch (docs/performance.md, issue
-//! 29). The `multiversion` crate compiles each function below once per x86-64 level (v2; v3 with
+//! loops did not, and they were a quarter of the FedAvg CNN's epoch (`cargo bench -p fl-common
+//! --bench cnn`, 2026-11-25). The `multiversion` crate compiles each function below once per x86-64 level (v2; v3 with
 //! AVX2 and FMA; v4 with AVX-512: `targets = "simd"`) and calls the widest one the CPU has
 //! (feature detection once, then a function pointer). Their bodies stay plain iterator code that
 //! the compiler vectorises, checked against the definitions in `tests.rs`.
@@ -33,7 +33,7 @@ pub(super) fn relu_backward(delta: &[f32], outputs: &[f32], prev: &mut [f32]) {
 ///
 /// Written here rather than calling `f32::tanh`: libm's `tanhf` is a scalar call per value that
 /// no compiler vectorises, and it made a LeNet-5 round with tanh 1.7 times as long as with ReLU
-/// (docs/results.md, session 23). [`tanh_f32`] is branch-free arithmetic that vectorises.
+/// (2-core Intel Xeon, 2026-11-26). [`tanh_f32`] is branch-free arithmetic that vectorises.
 #[multiversion(targets = "simd")]
 pub(super) fn tanh(input: &[f32], out: &mut [f32]) {
     out.iter_mut()

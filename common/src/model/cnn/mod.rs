@@ -18,8 +18,8 @@
 //! AVX-512): these layers took 0.575 s at B = 10 and 0.717 s at B = 50, candle 5.901 s and
 //! 4.391 s. `cargo bench -p fl-common --bench cnn` puts the epoch at 86% (B = 10) and 90%
 //! (B = 50) of the rate of its matrix products alone on a 2-core AMD EPYC with AVX-512
-//! (docs/performance.md, session 25; 78% and 83% on session 23's Intel Xeon, before im2col's
-//! one-channel path). Both multiply by gemm; candle's backward pass of a convolution (a transposed convolution) is where it loses.
+//! (2026-11-26; 78% and 83% on a 2-core Intel Xeon before im2col's one-channel path; current
+//! figures in docs/src/results/speed.md, "Training kernels"). Both multiply by gemm; candle's backward pass of a convolution (a transposed convolution) is where it loses.
 //! burn was not measured. The passes here also take the flat parameter vector and the fused SGD
 //! step the rest of the code uses.
 //!

@@ -34,7 +34,7 @@ use subsampled_gaussian::SubsampledGaussian;
 
 /// Points a composed PLD may span before the accountant coarsens its grid (by powers of two):
 /// bounds the cost of each convolution. On the 100,000-round bench run this moves epsilon up by
-/// 0.34% (docs/performance.md).
+/// 0.34% (docs/src/results/speed.md, "Accountants").
 const MAX_POINTS: f64 = 65_536.0;
 
 /// Grid of the probe that estimates a batch's width (loss units per point).
