@@ -171,6 +171,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     let tokens = client_tokens(&mut config, shares.len())?;
     let credentials = sim_credentials(&mut config, shares.len())?;
     let seed = config.server.seed;
+    let (speeds, fleet_seed) = (config.server.sim_speeds, config.data.partition_seed);
     let join_timeout_secs = config.server.join_timeout_secs;
     // Secure aggregation: clients record their plain inputs in-process, so that each round's
     // unmasked sum can be checked (never sent over the network).
@@ -219,6 +220,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
             seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
             connection: Some(connection.clone()),
             credentials: credentials[index].clone(),
+            pace: speeds.pace(fleet_seed, index as u64),
             ..template.clone()
         };
         let local = LocalData {

@@ -527,3 +527,25 @@ fn a_busy_page_port_is_named_and_leaves_no_folder() {
     assert!(!out.exists(), "a half-made run folder");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_slow_fleet_makes_each_round_wait_for_its_clients() {
+    // Every client waits 1.5 s after training (a log-normal of spread 0); logistic regression
+    // trains in milliseconds, so a round without the wait takes a small part of that.
+    let dir = temp("speeds");
+    let (out, _) = sim(
+        &dir,
+        "iid",
+        "[server]\nclients = 4\nclients_per_round = 4\nrounds = 2\n\
+         sim_speeds = \"lognormal:1.5:0\"\n[model]\nkind = \"logistic\"\n\
+         [train]\nepochs = 1\nbatch_size = 50",
+    );
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2);
+    for line in metrics.lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(m["seconds"].as_f64().unwrap() >= 1.5, "{line}");
+        assert_eq!(m["completed"], 4, "{line}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

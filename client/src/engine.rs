@@ -53,7 +53,7 @@ pub(crate) struct Prepared {
     /// The upload or the started secure round, or why there is neither.
     ready: Result<Ready, String>,
     /// Seconds the job took.
-    seconds: f64,
+    pub(crate) seconds: f64,
     /// The trainer's mean loss, when the round's upload is plain (a local mechanism's release
     /// carries none); for this client's own log only.
     loss: Option<f32>,

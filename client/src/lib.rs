@@ -24,6 +24,7 @@ pub use slots::TrainingSlots;
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
 use fl_common::data::Dataset;
+pub use fl_common::pace::Pace;
 
 use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::{Credentials, PlainInputs};
@@ -111,6 +112,9 @@ pub struct ClientOptions {
     /// A connection shared with other clients of this process (see [`shared_connections`]);
     /// `None`: this client opens its own.
     pub connection: Option<Connection>,
+    /// Simulation only: how much slower than this machine the client is (it waits after
+    /// training before it answers); [`Pace::Natural`] for a real client.
+    pub pace: Pace,
 }
 
 impl ClientOptions {
@@ -130,6 +134,7 @@ impl ClientOptions {
             credentials: None,
             tls: None,
             connection: None,
+            pace: Pace::Natural,
         }
     }
 }

@@ -146,7 +146,14 @@ impl Session<'_> {
             // The job goes on in its slot if this session is dropped.
             Ok(work) => {
                 let prepared = self.opts.training_slots.run(self.engine.job(self.me, work));
-                self.engine.computed(prepared.await?)
+                let prepared = prepared.await?;
+                // A simulated slower device answers later (`fl_common::pace`), off the slots.
+                let trained = std::time::Duration::from_secs_f64(prepared.seconds);
+                let extra = self.opts.pace.extra(trained);
+                if !extra.is_zero() {
+                    tokio::time::sleep(extra).await;
+                }
+                self.engine.computed(prepared)
             }
             Err(refusal) => refusal,
         };

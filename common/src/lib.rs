@@ -14,6 +14,7 @@ pub mod cores;
 pub mod data;
 pub mod generated_docs;
 pub mod model;
+pub mod pace;
 pub mod privacy;
 pub mod report;
 pub mod rng;

@@ -2,6 +2,7 @@
 
 use super::ConfigError;
 use crate::identity::credentials::Token;
+use fl_common::pace::Speeds;
 use fl_common::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -76,6 +77,12 @@ pub struct ServerSection {
     /// PEM certificate of the CA that signs client certificates: with it, only clients that
     /// present a certificate from this CA can connect (mutual TLS).
     pub tls_client_ca: Option<PathBuf>,
+    /// `fl sim` only: how fast each simulated client is, drawn per client from
+    /// `data.partition_seed` (a simulation device): `uniform`; `lognormal:MEDIAN_SECS:SIGMA`,
+    /// each client waiting a delay of its own after every training, ln(delay) ~ N(ln MEDIAN,
+    /// SIGMA^2); or `slow:FRACTION:FACTOR`, that share of the clients FACTOR times slower.
+    /// `fl-client --simulate --speeds` builds the same fleet.
+    pub sim_speeds: Speeds,
 }
 
 impl Default for ServerSection {
@@ -105,6 +112,7 @@ impl Default for ServerSection {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            sim_speeds: Speeds::Uniform,
         }
     }
 }

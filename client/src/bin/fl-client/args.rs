@@ -38,6 +38,12 @@ pub(crate) struct Args {
     /// Run N clients in this process, with partition indices INDEX, INDEX+1, ..., INDEX+N-1.
     #[arg(long, default_value_t = 1)]
     pub(crate) simulate: usize,
+    /// Simulation only: how fast each client is, drawn per partition index from the partition
+    /// seed (the same fleet as `fl sim`'s `server.sim_speeds`): `uniform`,
+    /// `lognormal:MEDIAN_SECS:SIGMA` (each client waits a delay of its own after training) or
+    /// `slow:FRACTION:FACTOR` (that share of the clients FACTOR times slower).
+    #[arg(long, default_value = "uniform")]
+    pub(crate) speeds: fl_common::pace::Speeds,
     /// Name for the server's logs (default: client-INDEX).
     #[arg(long)]
     pub(crate) name: Option<String>,

@@ -63,6 +63,7 @@ async fn run() -> anyhow::Result<()> {
         let signing = (privacy, credentials.clone());
         let mut opts = options(&args, name, Some(index as u64), signing, tls.clone());
         opts.training_slots = slots.clone();
+        opts.pace = args.speeds.pace(args.partition_seed, index as u64);
         opts.connection = connections
             .get(i / fl_client::CLIENTS_PER_CONNECTION)
             .cloned();
