@@ -85,11 +85,23 @@ impl WeightedMean {
 
     /// Adds n_k u_k; nothing is added when the update's length or weight is refused.
     pub fn add(&mut self, update: &CheckedUpdate, weight: u64) -> Result<(), UpdateError> {
+        self.add_discounted(update, weight, 1.0)
+    }
+
+    /// Adds n_k a_k u_k, with n_k counted in the total weight the mean divides by: a_k in
+    /// (0, 1] discounts a stale update (FedBuff, Nguyen et al. 2022, Alg. 1: the buffer sums
+    /// a(s) u_k and the step divides by the count, not by the discounts).
+    pub fn add_discounted(
+        &mut self,
+        update: &CheckedUpdate,
+        weight: u64,
+        discount: f64,
+    ) -> Result<(), UpdateError> {
         update.check_len(self.sum.len())?;
         if weight == 0 {
             return Err(UpdateError::ZeroWeight);
         }
-        add_weighted(&mut self.sum, weight as f64, update);
+        add_weighted(&mut self.sum, weight as f64 * discount, update);
         self.total_weight += weight as f64;
         self.count += 1;
         Ok(())

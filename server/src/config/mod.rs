@@ -1,10 +1,12 @@
 //! The run configuration: one TOML file with `[server]`, `[model]`, `[train]`, `[data]`,
-//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]`, `[robust]` and `[eval]` sections,
+//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]`, `[robust]`, `[eval]` and `[buffer]`
+//! sections,
 //! every key optional with the defaults of each section's file, unknown keys refused. Each section
 //! validates itself; [`plan`] parses the privacy mode with the sections it uses into one
 //! [`PrivacyPlan`].
 
 mod admm;
+mod buffer;
 mod data;
 mod eval;
 mod local;
@@ -17,6 +19,7 @@ mod server;
 mod train;
 
 pub use admm::AdmmSection;
+pub use buffer::{BufferSection, Cadence};
 pub use data::DataSection;
 pub use eval::EvalSection;
 pub use local::{LocalSection, SignDsSection};
@@ -84,6 +87,8 @@ pub struct RunConfig {
     pub robust: RobustSection,
     /// Federated evaluation on the clients' data (`privacy.mode = "none"` only).
     pub eval: EvalSection,
+    /// Asynchronous buffered aggregation (with `server.aggregation = "async"`).
+    pub buffer: BufferSection,
 }
 
 impl RunConfig {
@@ -120,6 +125,7 @@ impl RunConfig {
         (self.train.local_config().check())
             .map_err(|e| ConfigError::Invalid(format!("train.{e}")))?;
         self.model.validate()?;
+        self.buffer.validate(self)?;
         self.plan().map(drop)
     }
 

@@ -1,6 +1,6 @@
 //! `[server]`: networking, rounds and outputs.
 
-use super::ConfigError;
+use super::{Cadence, ConfigError};
 use crate::identity::credentials::Token;
 use fl_common::pace::Speeds;
 use fl_common::schedule::Schedule;
@@ -21,8 +21,11 @@ pub struct ServerSection {
     /// Fewest results for a round to update the model; otherwise the round is skipped. Not
     /// under `privacy.mode = "central"`: a central round always releases its noised sum.
     pub min_clients: usize,
-    /// T: number of rounds.
+    /// T: number of rounds (server steps under `aggregation = "async"`).
     pub rounds: u64,
+    /// `sync` (rounds of m_t sampled clients) or `async` (buffered asynchronous aggregation, see
+    /// `[buffer]`; `clients_per_round` is then unused).
+    pub aggregation: Cadence,
     /// Seconds a round waits for results before dropping the sampled clients that have not
     /// answered.
     pub round_timeout_secs: f64,
@@ -93,6 +96,7 @@ impl Default for ServerSection {
             clients_per_round: Schedule::Constant(10.0),
             min_clients: 1,
             rounds: 50,
+            aggregation: Cadence::Sync,
             round_timeout_secs: 300.0,
             join_timeout_secs: 600.0,
             out: PathBuf::new(),

@@ -3,7 +3,7 @@
 //! (kept for clients that come back) and the stage messages in `fl-common`'s types, and refuse or
 //! dismiss clients in the round's terms ([`Rejection`]).
 
-use crate::edge::outbox::send_all;
+use crate::edge::outbox::{Outbox, send_all};
 use crate::edge::shared::Shared;
 use crate::edge::wire;
 use crate::error::ServerError;
@@ -36,8 +36,10 @@ pub(crate) struct Clients {
     shared: Arc<Shared>,
     events: mpsc::Receiver<Arrival>,
     stop: watch::Receiver<bool>,
-    /// The round's task, for clients sampled into it and those that come back.
-    tasks: Option<RoundTasks>,
+    /// The tasks clients may be sent, by round: the current round's (for clients sampled into
+    /// it and those that come back), or in asynchronous mode each model version still current
+    /// enough to be sent.
+    tasks: BTreeMap<u64, RoundTasks>,
     /// Clients refused since [`Clients::take_refused`] was last called.
     refused: AtomicUsize,
 }
@@ -63,7 +65,7 @@ impl Clients {
             shared,
             events,
             stop,
-            tasks: None,
+            tasks: BTreeMap::new(),
             refused: AtomicUsize::new(0),
         }
     }
@@ -137,12 +139,34 @@ impl Clients {
 
     /// Starts a round: `task` over the global model `global` is what its clients are sent.
     pub(crate) fn start_round(&mut self, task: &Task, global: &[f32]) {
+        self.tasks.clear();
+        self.add_version(task, global);
+    }
+
+    /// Adds the task of a new model version beside those still current (asynchronous mode).
+    pub(crate) fn add_version(&mut self, task: &Task, global: &[f32]) {
         let template = wire::task_template(task);
-        self.tasks = Some(RoundTasks {
+        let tasks = RoundTasks {
             common: wire::task_messages(&template, global),
             template,
             sent_on: BTreeMap::new(),
-        });
+        };
+        self.tasks.insert(task.round, tasks);
+    }
+
+    /// Forgets the tasks of rounds before `round`.
+    pub(crate) fn retire_before(&mut self, round: u64) {
+        self.tasks = self.tasks.split_off(&round);
+    }
+
+    /// Sends client `id` the task of round `round` (asynchronous mode), as
+    /// [`Clients::send_task`] sends the current one.
+    pub(crate) fn send_version(&mut self, id: ClientId, round: u64) -> u64 {
+        let stream = self.shared.registry().stream(id);
+        match (self.tasks.get_mut(&round), stream) {
+            (Some(tasks), Some(stream)) => send_once(tasks, id, stream, || None),
+            _ => 0,
+        }
     }
 
     /// Sends client `id` the round's task on its live stream, unless that stream already got it,
@@ -153,21 +177,11 @@ impl Clients {
         id: ClientId,
         own: impl FnOnce() -> Option<Vec<f32>>,
     ) -> u64 {
-        let (Some(tasks), Some((generation, outbox))) =
-            (self.tasks.as_mut(), self.shared.registry().stream(id))
-        else {
-            return 0;
-        };
-        if tasks.sent_on.insert(id, generation) == Some(generation) {
-            return 0;
+        let stream = self.shared.registry().stream(id);
+        match (self.tasks.values_mut().next_back(), stream) {
+            (Some(tasks), Some(stream)) => send_once(tasks, id, stream, own),
+            _ => 0,
         }
-        let batch = match own() {
-            Some(tensor) => wire::task_messages(&tasks.template, &tensor),
-            None => tasks.common.clone(),
-        };
-        let sent = batch.iter().map(|m| m.message_len() as u64).sum();
-        send_all(outbox, batch);
-        sent
     }
 
     /// Sends `client` a stage message of round `round`; returns the bytes sent (0 without a
@@ -215,4 +229,24 @@ impl Clients {
         }
         registry.disconnect_all();
     }
+}
+
+/// Sends `tasks` to client `id` on its live `(generation, outbox)` unless that stream already got
+/// it, with the global model or the tensor `own` gives it instead; returns the bytes sent.
+fn send_once(
+    tasks: &mut RoundTasks,
+    id: ClientId,
+    (generation, outbox): (u64, Outbox),
+    own: impl FnOnce() -> Option<Vec<f32>>,
+) -> u64 {
+    if tasks.sent_on.insert(id, generation) == Some(generation) {
+        return 0;
+    }
+    let batch = match own() {
+        Some(tensor) => wire::task_messages(&tasks.template, &tensor),
+        None => tasks.common.clone(),
+    };
+    let sent = batch.iter().map(|m| m.message_len() as u64).sum();
+    send_all(outbox, batch);
+    sent
 }

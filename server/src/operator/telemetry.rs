@@ -1,13 +1,14 @@
 //! Prometheus metrics of the server (the `prometheus-client` crate, OpenMetrics text), served at
 //! `GET /metrics` on `server.metrics_listen` when it is set: rounds, clients connected, privacy
-//! spent, round duration, accuracy and traffic. Nothing about an individual client is exported.
+//! spent, round duration, accuracy and traffic, and in asynchronous runs the staleness of updates
+//! and the clients training. Nothing about an individual client is exported.
 
 use crate::edge::shared::Shared;
 use crate::records::output::RoundMetrics;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets, linear_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -29,6 +30,9 @@ pub(crate) struct Telemetry {
     local_epsilon: Gauge<f64, AtomicU64>,
     accuracy: Gauge<f64, AtomicU64>,
     round_seconds: Histogram,
+    update_staleness: Histogram,
+    clients_training: Gauge,
+    updates_too_stale: Counter,
 }
 
 impl Default for Telemetry {
@@ -49,6 +53,10 @@ impl Default for Telemetry {
             accuracy: Gauge::default(),
             // 0.1 s to about 7 minutes.
             round_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 13)),
+            // Staleness 0, 1, 2, ... 15 steps (asynchronous runs).
+            update_staleness: Histogram::new(linear_buckets(0.0, 1.0, 16)),
+            clients_training: Gauge::default(),
+            updates_too_stale: Counter::default(),
         };
         let r = &mut t.registry;
         r.register("rounds", "Rounds finished", t.rounds.clone());
@@ -104,7 +112,31 @@ impl Default for Telemetry {
             "Wall-clock duration of a round, evaluation included",
             t.round_seconds.clone(),
         );
+        t.register_buffer();
         t
+    }
+}
+
+impl Telemetry {
+    /// Registers the asynchronous runs' metrics.
+    fn register_buffer(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "update_staleness",
+            "Server steps between the model an update was trained on and the step it entered \
+             (asynchronous runs)",
+            self.update_staleness.clone(),
+        );
+        r.register(
+            "clients_training",
+            "Clients training when the last server step was taken (asynchronous runs)",
+            self.clients_training.clone(),
+        );
+        r.register(
+            "updates_too_stale",
+            "Updates refused past buffer.max_staleness (asynchronous runs)",
+            self.updates_too_stale.clone(),
+        );
     }
 }
 
@@ -132,6 +164,13 @@ impl Telemetry {
         }
         if let Some(e) = m.local_epsilon {
             self.local_epsilon.set(e);
+        }
+        if let Some(b) = &m.buffer {
+            for (s, &n) in b.staleness.iter().enumerate() {
+                (0..n).for_each(|_| self.update_staleness.observe(s as f64));
+            }
+            self.clients_training.set(b.training as i64);
+            self.updates_too_stale.inc_by(b.too_stale as u64);
         }
     }
 
@@ -194,6 +233,12 @@ mod tests {
             seconds: 0.3,
             secagg: None,
             federated_eval: None,
+            buffer: Some(crate::records::output::BufferMetrics {
+                size: 9,
+                training: 4,
+                staleness: vec![3, 5, 1],
+                too_stale: 2,
+            }),
         };
         t.observe(&m);
         t.observe(&m);
@@ -205,6 +250,10 @@ mod tests {
             "fl_clients_connected 7",
             "fl_epsilon_spent 1.25",
             "fl_round_duration_seconds_count 2",
+            "fl_update_staleness_count 18",
+            "fl_update_staleness_sum 14.0",
+            "fl_clients_training 4",
+            "fl_updates_too_stale_total 4",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

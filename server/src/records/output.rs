@@ -70,6 +70,41 @@ pub struct RoundMetrics {
     /// before), on the clients' own examples (`eval.federated`, rounds it asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub federated_eval: Option<FederatedEval>,
+    /// The buffer's figures (asynchronous runs only, where each line is a server step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<BufferMetrics>,
+}
+
+/// A server step of asynchronous buffered aggregation.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct BufferMetrics {
+    /// K: the updates a step waits for.
+    pub size: usize,
+    /// Clients training when the step was taken (at most C).
+    pub training: usize,
+    /// The step's updates by staleness: entry s counts those trained on the model s steps old.
+    pub staleness: Vec<u64>,
+    /// Updates refused during the step for being older than `buffer.max_staleness`.
+    pub too_stale: usize,
+}
+
+impl BufferMetrics {
+    /// The median staleness of the step's updates, if it has any.
+    pub fn median_staleness(&self) -> Option<u64> {
+        let total: u64 = self.staleness.iter().sum();
+        let mut seen = 0;
+        (self.staleness.iter().enumerate()).find_map(|(s, &n)| {
+            seen += n;
+            (total > 0 && 2 * seen >= total).then_some(s as u64)
+        })
+    }
+
+    /// The largest staleness among the step's updates.
+    pub fn max_staleness(&self) -> Option<u64> {
+        (self.staleness.iter())
+            .rposition(|&n| n > 0)
+            .map(|s| s as u64)
+    }
 }
 
 /// The n-weighted means of the clients' figures on their own examples.

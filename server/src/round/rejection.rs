@@ -29,6 +29,14 @@ pub enum Rejection {
         /// The round in progress.
         round: u64,
     },
+    /// An update for a model version its sender was never sent (asynchronous mode).
+    #[error("client {client} was never sent the model of round {round}")]
+    NotSent {
+        /// The sender.
+        client: ClientId,
+        /// The round it names.
+        round: u64,
+    },
     /// A plain update that claims no examples.
     #[error("update claims 0 examples: it must be at least 1")]
     NoExamples,
@@ -68,6 +76,7 @@ impl Rejection {
                     | SecAggError::Duplicate(_)
             ),
             Rejection::WrongRound { .. }
+            | Rejection::NotSent { .. }
             | Rejection::NoExamples
             | Rejection::Release(_)
             | Rejection::Strategy(_) => false,

@@ -7,12 +7,12 @@ use crate::config::plan::{
     Aggregation, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms, LocalAccounting,
     LocalPlan, LocalRule, SecureNoise, SecurePlan,
 };
-use crate::config::{Aggregator, PrivacyPlan, RunConfig};
+use crate::config::{Aggregator, Cadence, PrivacyPlan, RunConfig};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
 use crate::round::policy::{
-    Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
+    BufferPolicy, Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
 };
 use crate::round::strategy::{
     CentralDp, Divisor, FedAvg, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
@@ -47,10 +47,38 @@ impl ReleaseRule {
     }
 }
 
+/// What paces a run's server steps.
+pub(crate) enum Steps {
+    /// Synchronous rounds: whom each round samples, its context and its privacy event.
+    Rounds(Box<dyn RoundPolicy>),
+    /// Asynchronous buffered aggregation: each step's context and privacy event.
+    Buffered(BufferPolicy),
+}
+
+impl Steps {
+    /// The round policy of a synchronous run.
+    pub(crate) fn rounds(&mut self) -> Result<&mut dyn RoundPolicy, ServerError> {
+        match self {
+            Steps::Rounds(policy) => Ok(policy.as_mut()),
+            Steps::Buffered(_) => Err(ServerError::Internal(
+                "an asynchronous run has no rounds to plan".into(),
+            )),
+        }
+    }
+
+    /// How participants are chosen, as the run's summary states it.
+    pub(crate) fn sampling(&self) -> String {
+        match self {
+            Steps::Rounds(policy) => policy.sampling().to_string(),
+            Steps::Buffered(_) => "none (asynchronous: clients arrive when they can)".into(),
+        }
+    }
+}
+
 /// Everything of a run that depends on its privacy plan.
 pub(crate) struct Pipeline {
-    /// Whom each round samples, its context and its privacy event.
-    pub policy: Box<dyn RoundPolicy>,
+    /// What paces the server steps.
+    pub steps: Steps,
     /// The strategy stack.
     pub strategy: Box<dyn Strategy>,
     /// How results come in.
@@ -72,6 +100,7 @@ pub(crate) fn pipeline(
     let plan = config.plan()?;
     let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
     let builder = Builder { config, dim };
+    let trees = plan.trees();
     let (policy, strategy, collection, release) = match plan {
         PrivacyPlan::None(aggregation) => {
             let strategy = plain_fedavg(aggregation, dim);
@@ -130,8 +159,12 @@ pub(crate) fn pipeline(
         decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
         _ => strategy,
     };
+    let steps = match config.server.aggregation {
+        Cadence::Sync => Steps::Rounds(policy),
+        Cadence::Async => Steps::Buffered(builder.buffer(trees)),
+    };
     Ok(Pipeline {
-        policy,
+        steps,
         strategy,
         collection,
         ledger,
@@ -176,6 +209,16 @@ impl Builder<'_> {
     fn tree_aggregation(&self, ftrl: &FtrlPlan) -> Box<dyn RoundPolicy> {
         let (z, n) = (ftrl.noise_multiplier, ftrl.tree_rounds);
         Box::new(TreeAggregation::new(self.cohort(), z, n))
+    }
+
+    /// Asynchronous steps of `[buffer]`, under DP-FTRL's `trees` (z, steps per tree) if given.
+    fn buffer(&self, trees: Option<(f64, u64)>) -> BufferPolicy {
+        let b = &self.config.buffer;
+        let policy = BufferPolicy::new(b.size, b.concurrency, b.max_staleness);
+        match trees {
+            Some((z, steps)) => policy.with_trees(z, steps),
+            None => policy,
+        }
     }
 
     /// Release at `server.min_clients` results.

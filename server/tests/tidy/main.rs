@@ -120,7 +120,7 @@ const ROUND_LOGIC: [&str; 6] = [
     "server/src/round/",
     "server/src/run/build.rs",
     "server/src/run/collection/",
-    "server/src/run/coordinator.rs",
+    "server/src/run/coordinator/",
     "server/src/run/model_setup.rs",
 ];
 

@@ -209,6 +209,14 @@ pub enum SecureNoise {
 }
 
 impl PrivacyPlan {
+    /// DP-FTRL's (z, steps per tree), for a plan of tree aggregation.
+    pub fn trees(&self) -> Option<(f64, u64)> {
+        match self {
+            PrivacyPlan::Ftrl(f) => Some((f.noise_multiplier, f.tree_rounds)),
+            _ => None,
+        }
+    }
+
     /// The terms of the run's central ledger, when it keeps one (local mechanisms are
     /// accounted per client instead).
     pub fn ledger(&self) -> Option<&LedgerTerms> {

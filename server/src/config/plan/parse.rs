@@ -6,7 +6,8 @@ use super::{
     LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip, SecureNoise, SecurePlan,
 };
 use crate::config::{
-    Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise, ServerOptimizerKind,
+    Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
+    ServerOptimizerKind,
 };
 use fl_common::privacy::{
     AccountantKind, GaussianRound, PrivacyEvent, Sampling, TreeRound, max_rounds,
@@ -223,10 +224,23 @@ impl RunConfig {
                  bound would be released every round, outside the tree's accounting",
             );
         }
-        let one_pass = (self.server.clients / self.clients_at(1).max(1)).max(1) as u64;
+        let clients = self.server.clients;
+        let per_step = match self.server.aggregation {
+            Cadence::Sync => self.clients_at(1).max(1),
+            Cadence::Async => self.buffer.size.max(1),
+        };
+        let one_pass = (clients / per_step).max(1) as u64;
         let tree_rounds = p.tree_rounds.unwrap_or(one_pass);
         if tree_rounds == 0 {
             return bad("privacy.tree_rounds must be at least 1");
+        }
+        // Each client at most once per tree: a buffered tree of n steps needs n K distinct ones.
+        if self.server.aggregation == Cadence::Async
+            && tree_rounds * per_step as u64 > clients as u64
+        {
+            return bad(&format!(
+                "privacy.tree_rounds ({tree_rounds}) times buffer.size ({per_step}) exceeds                  server.clients ({clients}): each client enters a tree at most once"
+            ));
         }
         let ledger = self.ledger_terms(true)?;
         let first = TreeRound::zero_out(z, 1);

@@ -144,7 +144,8 @@ function showTiles(snapshot) {
     show("budget", "no central accounting in this mode");
   }
   show("connected", String(snapshot.connected));
-  show("clients", `K = ${run.clients}, m = ${run.clients_per_round}`);
+  const buffer = last && last.buffer;
+  show("clients", buffer ? `K = ${run.clients}, buffer of ${buffer.size}` : `K = ${run.clients}, m = ${run.clients_per_round}`);
 }
 
 function drawCharts() {
@@ -166,6 +167,28 @@ function drawCharts() {
   const most = Math.max(1, ...counts.flatMap((s) => s.points.map((p) => p[1])));
   // Headroom above the largest count for the legend.
   drawChart(byId("chart-clients"), { xmax, ymin: 0, ymax: most * 1.4, series: counts, format: (v) => String(Math.round(v)) });
+  drawBuffer(xmax, series);
+}
+
+// Asynchronous runs: each line is a server step with its buffer's figures.
+function drawBuffer(xmax, series) {
+  const buffered = state.rounds.filter((m) => m.buffer);
+  byId("buffer-figure").hidden = buffered.length === 0;
+  if (buffered.length === 0) return;
+  const quantile = (b, q) => {
+    const total = b.staleness.reduce((a, n) => a + n, 0);
+    let seen = 0;
+    return b.staleness.findIndex((n) => (seen += n) >= q * total && total > 0);
+  };
+  const pick = (f) => (m) => (m.buffer ? f(m.buffer) : null);
+  const lines = [
+    series("training", "clients training", pick((b) => b.training)),
+    series("median", "median staleness", pick((b) => quantile(b, 0.5))),
+    series("max", "max staleness", pick((b) => quantile(b, 1))),
+    series("stale", "refused as too stale", pick((b) => b.too_stale)),
+  ];
+  const most = Math.max(1, ...lines.flatMap((s) => s.points.map((p) => p[1])));
+  drawChart(byId("chart-buffer"), { xmax, ymin: 0, ymax: most * 1.4, series: lines, format: (v) => String(Math.round(v)) });
 }
 
 function drawPrivacy(xmax) {

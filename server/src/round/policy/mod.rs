@@ -4,13 +4,17 @@
 //! coordinator spends in the ledger. `crate::run::build` picks one per run from the privacy plan; one
 //! file per kind: [`Plain`] (no central accounting), [`SampledGaussian`] (central noise on a
 //! sampled round), [`DistributedNoise`] (the clients' discrete Gaussian under secure
-//! aggregation), [`TreeAggregation`] (DP-FTRL: no sampling, each client once per tree).
+//! aggregation), [`TreeAggregation`] (DP-FTRL: no sampling, each client once per tree). An
+//! asynchronous run has no rounds to plan: [`BufferPolicy`] gives its server steps' contexts and
+//! events.
 
+mod buffered;
 mod distributed_noise;
 mod plain;
 mod sampled_gaussian;
 mod tree_aggregation;
 
+pub(crate) use buffered::BufferPolicy;
 pub(crate) use distributed_noise::DistributedNoise;
 pub(crate) use plain::Plain;
 pub(crate) use sampled_gaussian::SampledGaussian;

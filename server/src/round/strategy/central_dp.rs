@@ -5,7 +5,9 @@
 //! 1. each update is clipped over the whole model: u_k <- u_k / max(1, ||u_k||_2 / S) (under
 //!    secure aggregation the clients clip, and the inner sum says its own sensitivity);
 //! 2. the inner strategy sums the clipped updates, unweighted (weighting by example counts would
-//!    change the sensitivity), and N(0, z^2 S^2) is added to every coordinate of the sum;
+//!    change the sensitivity) but for an asynchronous update's staleness discount a_k <= 1,
+//!    applied after the clip, which keeps each contribution within S; and N(0, z^2 S^2) is added
+//!    to every coordinate of the sum;
 //! 3. the noised sum is divided by the expected number of participants (m_t, or q_t K under
 //!    Poisson sampling), never by the number that actually answered, which is private.
 //!
@@ -34,8 +36,9 @@ pub(crate) struct CentralDp {
     num_params: usize,
     rule: ClipRule,
     rng: StdRng,
-    /// Raw updates, kept until the median is known (median rule only).
-    held: Vec<CheckedUpdate>,
+    /// Raw updates with their staleness weights, kept until the median is known (median rule
+    /// only).
+    held: Vec<(CheckedUpdate, f64)>,
     /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
     counts: ClipCounts,
     /// DP-FTRL's tree, from the first round with a tree step.
@@ -105,11 +108,12 @@ impl CentralDp {
         }
     }
 
-    /// Hands clipped `values` to the inner sum with weight 1.
+    /// Hands clipped `values` to the inner sum with weight 1, discounted by its staleness
+    /// weight a_k <= 1 (after the clip: the contribution's norm stays at most S).
     fn sum_clipped<S: SumStrategy>(
         inner: &mut S,
         ctx: &RoundContext,
-        client: ClientId,
+        (client, staleness_weight): (ClientId, f64),
         values: CheckedUpdate,
     ) -> Result<(), StrategyError> {
         let update = super::ClientUpdate {
@@ -117,6 +121,7 @@ impl CentralDp {
             num_examples: 1,
             values,
             release: None,
+            staleness_weight,
         };
         inner.absorb(ctx, update.into())
     }
@@ -128,12 +133,12 @@ impl CentralDp {
         inner: &mut S,
         ctx: &RoundContext,
     ) -> Option<f64> {
-        let norms: Vec<f64> = self.held.iter().map(CheckedUpdate::norm).collect();
+        let norms: Vec<f64> = self.held.iter().map(|(u, _)| u.norm()).collect();
         let s = median(&norms)?;
-        for mut values in std::mem::take(&mut self.held) {
+        for (mut values, weight) in std::mem::take(&mut self.held) {
             values.clip_l2(s);
             // Checked when held: the inner sum takes it.
-            let _ = Self::sum_clipped(inner, ctx, 0, values);
+            let _ = Self::sum_clipped(inner, ctx, (0, weight), values);
         }
         Some(s)
     }
@@ -184,13 +189,13 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
             Upload::Dense(update) => update,
             other => return inner.absorb(ctx, other),
         };
-        let mut values = update.values;
+        let (mut values, weight) = (update.values, update.staleness_weight);
         values.check_len(self.num_params)?;
         match self.current_bound() {
-            None => self.held.push(values),
+            None => self.held.push((values, weight)),
             Some(bound) => {
                 let norm = values.clip_l2(bound);
-                Self::sum_clipped(inner, ctx, update.client, values)?;
+                Self::sum_clipped(inner, ctx, (update.client, weight), values)?;
                 self.counts.absorbed += 1;
                 self.counts.unclipped += usize::from(norm <= bound);
             }

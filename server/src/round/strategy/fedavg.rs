@@ -5,7 +5,8 @@ use super::{
 };
 use fl_common::model::WeightedMean;
 
-/// FedAvg: w_{t+1} = w_t + sum_k n_k u_k / sum_k n_k.
+/// FedAvg: w_{t+1} = w_t + sum_k n_k a_k u_k / sum_k n_k, a_k the staleness discount (1 in
+/// synchronous rounds).
 #[derive(Debug)]
 pub(crate) struct FedAvg {
     sum: WeightedMean,
@@ -29,7 +30,8 @@ impl FedAvg {
 impl Strategy for FedAvg {
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
         let update = upload.dense()?;
-        Ok(self.sum.add(&update.values, update.num_examples)?)
+        let (n, a) = (update.num_examples, update.staleness_weight);
+        Ok(self.sum.add_discounted(&update.values, n, a)?)
     }
 
     fn finish_round(&mut self, _ctx: &RoundContext, global: &[f32]) -> RoundOutcome {

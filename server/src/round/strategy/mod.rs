@@ -72,9 +72,13 @@ pub(crate) struct ClientUpdate {
     pub values: CheckedUpdate,
     /// The local release the client declares it applied, if any.
     pub release: Option<Release>,
+    /// a_k: the discount of an update trained on a model s server steps old, 1/sqrt(1 + s) in
+    /// asynchronous mode (`crate::round::buffer::staleness_weight`); 1 in synchronous rounds.
+    /// Applied after any clipping, and at most 1, so it never raises a contribution's norm.
+    pub staleness_weight: f64,
 }
 
-/// One SignDS upload (s, J).
+/// One SignDS upload (s, J); a vote, not discounted by staleness.
 #[derive(Debug, Clone)]
 pub(crate) struct SignUpload {
     /// Who sent it.
@@ -315,6 +319,7 @@ pub(crate) mod testing {
             num_examples: n,
             values: CheckedUpdate::new(values).expect("a test update of finite values"),
             release: None,
+            staleness_weight: 1.0,
         }
     }
 }

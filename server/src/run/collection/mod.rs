@@ -46,7 +46,7 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// An empty tally over updates of `num_params` values.
-    fn new(num_params: usize) -> Self {
+    pub(crate) fn new(num_params: usize) -> Self {
         Self {
             completed: 0,
             losses: 0,

@@ -243,6 +243,7 @@ impl PlainCollection {
             num_examples: num_examples.unwrap_or(1),
             values,
             release,
+            staleness_weight: 1.0,
         };
         if absorb(clients, work, client, update.into()) {
             tally.completed += 1;

@@ -12,11 +12,11 @@ use crate::identity::ids::ClientId;
 use crate::operator::live_page::LivePage;
 use crate::operator::telemetry::Telemetry;
 use crate::records::checkpoint::{Checkpoint, Progress};
-use crate::records::ledger::Ledger;
-use crate::records::local_accounts::LocalAccounts;
-use crate::records::output::{RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary};
-use crate::round::strategy::{RoundContext, RoundOutcome};
-use crate::run::build::Pipeline;
+use crate::records::output::{
+    BufferMetrics, RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary,
+};
+use crate::round::strategy::RoundContext;
+use crate::run::build::{Pipeline, Steps};
 use crate::run::collection::{RoundWork, Tally};
 use crate::run::model_setup::TestSet;
 use fl_common::model::{Evaluation, Model, check_model};
@@ -28,6 +28,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+
+mod buffered;
+mod report;
 
 /// Called with each round's metrics (e.g. to drive a progress bar).
 pub type Observer = Arc<dyn Fn(&RoundMetrics) + Send + Sync>;
@@ -102,6 +105,18 @@ impl RunTotals {
     }
 }
 
+/// What every server step works on, carried from step to step.
+struct Progressing<'a> {
+    /// w_t.
+    global: &'a mut Vec<f32>,
+    /// The run's totals.
+    totals: &'a mut RunTotals,
+    /// When this process started training.
+    started: Instant,
+    /// The test evaluations of released models.
+    evaluations: &'a mut Evaluations,
+}
+
 /// How a round ended.
 enum RoundEnd {
     /// It ran and is checkpointed; its evaluation may still be running.
@@ -124,6 +139,14 @@ struct PendingRound {
 struct Evaluations {
     pending: Option<PendingRound>,
     last: Option<Evaluation>,
+}
+
+impl Evaluations {
+    /// Whether a round waits to be published and its evaluation is done.
+    fn evaluated(&self) -> bool {
+        (self.pending.as_ref())
+            .is_some_and(|p| p.evaluation.as_ref().is_none_or(|e| e.is_finished()))
+    }
 }
 
 /// A round's own figures beyond its tally.
@@ -154,15 +177,17 @@ impl Coordinator {
         let (mut global, first_round, mut totals) = self.start()?;
         self.await_clients(first_round).await?;
         let started = Instant::now();
-        let (mut stopped_by, mut evaluations) = (StoppedBy::Rounds, Evaluations::default());
-        for round in first_round..=self.config.server.rounds {
-            let end =
-                (self.round(round, &mut global, &mut totals, started, &mut evaluations)).await?;
-            if let RoundEnd::Stop(reason) = end {
-                stopped_by = reason;
-                break;
-            }
-        }
+        let mut evaluations = Evaluations::default();
+        let run = Progressing {
+            global: &mut global,
+            totals: &mut totals,
+            started,
+            evaluations: &mut evaluations,
+        };
+        let stopped_by = match self.pipeline.steps {
+            Steps::Rounds(_) => self.rounds(first_round, run).await?,
+            Steps::Buffered(_) => self.buffered(first_round, run).await?,
+        };
         self.publish(&mut evaluations).await?;
         self.clients.shutdown_all(self.config.server.rounds);
         let released = self.pipeline.strategy.average().unwrap_or(&global);
@@ -230,15 +255,28 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Runs the synchronous rounds from `first_round`; says what stopped them.
+    async fn rounds(
+        &mut self,
+        first_round: u64,
+        run: Progressing<'_>,
+    ) -> Result<StoppedBy, ServerError> {
+        let mut run = run;
+        for round in first_round..=self.config.server.rounds {
+            let end = self.round(round, &mut run).await?;
+            if let RoundEnd::Stop(reason) = end {
+                return Ok(reason);
+            }
+        }
+        Ok(StoppedBy::Rounds)
+    }
+
     /// Runs round `round` from `global`; the previous round's metrics are published once this
     /// round's tasks are out.
     async fn round(
         &mut self,
         round: u64,
-        global: &mut Vec<f32>,
-        totals: &mut RunTotals,
-        started: Instant,
-        evaluations: &mut Evaluations,
+        run: &mut Progressing<'_>,
     ) -> Result<RoundEnd, ServerError> {
         let t0 = Instant::now();
         let planned = match self.plan(round)? {
@@ -246,14 +284,14 @@ impl Coordinator {
             Err(stop) => return Ok(RoundEnd::Stop(stop)),
         };
         let ctx = planned.ctx;
-        let (down, task_digest) = self.start_round(&ctx, global, &planned);
-        self.publish(evaluations).await?;
+        let (down, task_digest) = self.start_round(&ctx, run.global, &planned);
+        self.publish(run.evaluations).await?;
         let work = RoundWork {
             ctx,
             sampled: &planned.sampled,
             started: t0,
             strategy: &mut *self.pipeline.strategy,
-            global,
+            global: run.global,
             evaluate: self.config.eval.federated_at(round),
             task_digest,
         };
@@ -274,11 +312,6 @@ impl Coordinator {
             return Ok(RoundEnd::Stop(StoppedBy::Interrupted));
         }
         self.settle(round, calibration.as_ref(), &tally)?;
-        let outcome = self.pipeline.strategy.finish_round(&ctx, global);
-        let skipped = self.release(outcome.model.clone(), tally.completed, global);
-        self.pipeline.strategy.released(skipped.is_none());
-        let down = down + tally.stage_bytes_down;
-        totals.add(&tally, down, skipped.is_none());
         let counts = RoundCounts {
             connected: planned.connected,
             sampled: planned.sampled.len(),
@@ -286,21 +319,48 @@ impl Coordinator {
             bytes_down: down,
             started: t0,
         };
-        let metrics = self.metrics(&ctx, counts, &tally, (&outcome, skipped));
+        self.conclude(&ctx, &tally, counts, None, run)?;
+        Ok(RoundEnd::Ran)
+    }
+
+    /// Ends a server step whose results `tally` counts: the strategy's aggregate, released if
+    /// the release rule and the model check allow, the metrics line (with the `buffer` figures
+    /// of an asynchronous step), the checkpoint, and the test evaluation started; the line is
+    /// published once the evaluation is done.
+    fn conclude(
+        &mut self,
+        ctx: &RoundContext,
+        tally: &Tally,
+        counts: RoundCounts,
+        buffer: Option<BufferMetrics>,
+        run: &mut Progressing<'_>,
+    ) -> Result<(), ServerError> {
+        let global = &mut *run.global;
+        let outcome = self.pipeline.strategy.finish_round(ctx, global);
+        let skipped = self.release(outcome.model.clone(), tally.completed, global);
+        self.pipeline.strategy.released(skipped.is_none());
+        let down = counts.bytes_down + tally.stage_bytes_down;
+        run.totals.add(tally, down, skipped.is_none());
+        let counts = RoundCounts {
+            bytes_down: down,
+            ..counts
+        };
+        let mut metrics = self.metrics(ctx, counts, tally, (&outcome, skipped));
+        metrics.buffer = buffer;
         // The evaluation releases nothing before it is published, so it may start before the
         // checkpoint (and overlap its fsync).
         let evaluation = self.test.clone().map(|test| {
             let params = self.pipeline.strategy.average().unwrap_or(global).to_vec();
             tokio::task::spawn_blocking(move || test.evaluate(&params))
         });
-        let mut checkpointed = totals.clone();
-        checkpointed.earlier_seconds += started.elapsed().as_secs_f64();
-        self.checkpoint(round, &checkpointed, global, Some(&metrics))?;
-        evaluations.pending = Some(PendingRound {
+        let mut checkpointed = run.totals.clone();
+        checkpointed.earlier_seconds += run.started.elapsed().as_secs_f64();
+        self.checkpoint(ctx.round, &checkpointed, global, Some(&metrics))?;
+        run.evaluations.pending = Some(PendingRound {
             metrics,
             evaluation,
         });
-        Ok(RoundEnd::Ran)
+        Ok(())
     }
 
     /// Samples the round, lets the collection prepare it and passes the budget gate; or says
@@ -314,7 +374,7 @@ impl Coordinator {
             tracing::error!(round, "no client is connected: training ends");
             return Ok(Err(StoppedBy::Error));
         }
-        let plan = (self.pipeline.policy).plan(round, &connected, &mut self.rng)?;
+        let plan = (self.pipeline.steps.rounds()?).plan(round, &connected, &mut self.rng)?;
         let prepared = self.pipeline.collection.prepare(&plan)?;
         if !self.spend(round, plan.event.as_ref())? {
             tracing::info!(round, "privacy budget reached: training stops");
@@ -353,7 +413,8 @@ impl Coordinator {
         let survivors = (tally.secagg.as_ref()).filter(|s| s.aborted.is_none());
         let settlement = calibration
             .zip(survivors)
-            .and_then(|(c, s)| self.pipeline.policy.settle(c, s.survivors));
+            .zip(self.pipeline.steps.rounds().ok())
+            .and_then(|((c, s), policy)| policy.settle(c, s.survivors));
         if let (Some(ledger), Some(event)) = (&mut self.pipeline.ledger, settlement) {
             ledger.spend(round, &event)?;
         }
@@ -422,47 +483,6 @@ impl Coordinator {
         );
         // A secure round's clients are sent w_t itself (no strategy sends them more).
         (sent, task.secure_digest(global))
-    }
-
-    /// The round's metrics line, its evaluation still to be filled in.
-    fn metrics(
-        &self,
-        ctx: &RoundContext,
-        counts: RoundCounts,
-        tally: &Tally,
-        (outcome, skipped): (&RoundOutcome, Option<String>),
-    ) -> RoundMetrics {
-        let (round, sampled, bytes_down) = (ctx.round, counts.sampled, counts.bytes_down);
-        let t0 = counts.started;
-        let (epsilon, delta) = self.pipeline.ledger.as_ref().map(Ledger::spent).unzip();
-        let (v_c, u_s) = tally.moments.v_c_and_u_s().unzip();
-        RoundMetrics {
-            secagg: tally.secagg.clone(),
-            round,
-            connected: counts.connected,
-            sampled,
-            completed: tally.completed,
-            dropped: sampled - tally.completed,
-            refused: counts.refused,
-            applied: skipped.is_none(),
-            skipped,
-            clip_bound: outcome.clip_bound,
-            noise_std: outcome.noise_std,
-            rho: outcome.rho,
-            local_epsilon: (self.pipeline.strategy.local_accounts())
-                .map(LocalAccounts::max_epsilon),
-            epsilon,
-            delta,
-            test_accuracy: None,
-            test_loss: None,
-            train_loss: (tally.losses > 0).then(|| tally.train_loss_sum / tally.losses as f64),
-            v_c,
-            u_s,
-            bytes_up: tally.bytes_up,
-            bytes_down,
-            seconds: t0.elapsed().as_secs_f64(),
-            federated_eval: tally.federated_eval,
-        }
     }
 
     /// Publishes the pending round, if any, once its evaluation is done: its metrics line, the
@@ -536,40 +556,5 @@ impl Coordinator {
         };
         let state = self.pipeline.strategy.state();
         Checkpoint::new(progress, global, state).write(self.folder.dir())
-    }
-
-    /// The run's summary.
-    fn summary(
-        &self,
-        totals: &RunTotals,
-        eval: Option<&Evaluation>,
-        stopped_by: StoppedBy,
-        wall_seconds: f64,
-    ) -> Result<Summary, ServerError> {
-        let ledger = self.pipeline.ledger.as_ref();
-        let terms = ledger.map(Ledger::terms);
-        let (epsilon, delta) = ledger.map(Ledger::spent).unzip();
-        Ok(Summary {
-            rounds_completed: totals.rounds_completed,
-            test_accuracy: eval.map(|e| e.accuracy),
-            test_loss: eval.map(|e| e.loss),
-            epsilon,
-            delta,
-            accountant: ledger.map(|l| l.accountant_name().to_string()),
-            sampling: self.pipeline.policy.sampling().to_string(),
-            clip_mode: terms.map(|t| t.clip_mode.to_string()),
-            clip_bound_leaks: terms.is_some_and(|t| t.clip_bound_leaks),
-            sampling_seeded: terms.is_some_and(|t| t.sampling_seeded),
-            stopped_by,
-            client_updates: totals.client_updates,
-            bytes_up: totals.bytes_up,
-            bytes_down: totals.bytes_down,
-            wall_seconds,
-            model: self.model.to_string(),
-            config: serde_json::to_value(&self.config)
-                .map_err(|e| ServerError::Internal(e.to_string()))?,
-            secagg: totals.secagg.clone(),
-            local_privacy: (self.pipeline.strategy.local_accounts()).map(LocalAccounts::summary),
-        })
     }
 }

@@ -1,0 +1,96 @@
+//! `[buffer]`: asynchronous buffered aggregation (FedBuff: Nguyen et al., "Federated Learning
+//! with Buffered Asynchronous Aggregation", AISTATS 2022), with `server.aggregation = "async"`.
+
+use super::{Aggregator, Algorithm, ConfigError, PrivacyMode, RunConfig};
+use serde::{Deserialize, Serialize};
+
+/// When the server steps: after a round of sampled clients, or whenever K updates are buffered.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Cadence {
+    /// Synchronous rounds: sample m_t clients, wait for them, step.
+    #[default]
+    Sync,
+    /// Asynchronous buffered aggregation: at most C clients train at once, each on the model
+    /// current when it was sent; the server steps each time K updates are buffered.
+    Async,
+}
+
+/// `[buffer]`: asynchronous buffered aggregation (with `server.aggregation = "async"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BufferSection {
+    /// C: most clients training at once; each free client is sent the current model.
+    pub concurrency: usize,
+    /// K: updates buffered before each server step (at most C).
+    pub size: usize,
+    /// Most server steps between the model an update was trained from and the step it would
+    /// enter; an older update is refused. Each update enters with weight 1/sqrt(1 + s), s its
+    /// staleness.
+    pub max_staleness: u64,
+}
+
+impl Default for BufferSection {
+    fn default() -> Self {
+        Self {
+            concurrency: 20,
+            size: 10,
+            max_staleness: 10,
+        }
+    }
+}
+
+impl BufferSection {
+    /// Checks `[buffer]` against the rest of an asynchronous run's configuration.
+    pub(super) fn validate(&self, config: &RunConfig) -> Result<(), ConfigError> {
+        if config.server.aggregation == Cadence::Sync {
+            return Ok(());
+        }
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let clients = config.server.clients;
+        if self.size < 1 || self.size > self.concurrency || self.concurrency > clients {
+            return bad(format!(
+                "buffer.size (K = {}) must be at least 1 and at most buffer.concurrency (C = {}), \
+                 itself at most server.clients ({clients})",
+                self.size, self.concurrency
+            ));
+        }
+        if let Some(refused) = refused_mode(config.privacy.mode) {
+            return bad(format!(
+                "server.aggregation = \"async\" does not take privacy.mode = {refused}"
+            ));
+        }
+        if config.train.algorithm != Algorithm::FedAvg
+            || config.robust.aggregator != Aggregator::Mean
+        {
+            return bad(
+                "server.aggregation = \"async\" needs train.algorithm = \"fedavg\" and \
+                 robust.aggregator = \"mean\": a buffered step sums staleness-weighted updates"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Why a privacy mode cannot run asynchronously, if it cannot.
+fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
+    match mode {
+        PrivacyMode::Central => Some(
+            "\"central\": its accounting amplifies by sampling clients, and asynchronous clients \
+             choose when they arrive; use \"dp-ftrl\", whose tree noise needs no sampling",
+        ),
+        PrivacyMode::SecAgg => Some(
+            "\"secagg\": secure aggregation masks a round's fixed set of clients against each \
+             other, and a buffer fills with clients that trained on different models at \
+             different times",
+        ),
+        PrivacyMode::None
+        | PrivacyMode::DpFtrl
+        | PrivacyMode::LdpGaussian
+        | PrivacyMode::LdpLaplace
+        | PrivacyMode::SignDs => None,
+    }
+}
