@@ -94,3 +94,68 @@ fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
         | PrivacyMode::SignDs => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PrivacyPlan;
+
+    /// An asynchronous run of 100 clients, C = 20, K = 10, in `mode`.
+    fn in_mode(mode: PrivacyMode) -> RunConfig {
+        let mut c = RunConfig::default();
+        c.server.aggregation = Cadence::Async;
+        c.privacy.mode = mode;
+        c
+    }
+
+    fn refused(c: &RunConfig) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    /// Central DP (sampling amplification) and secure aggregation (a round's fixed clients) are
+    /// refused with their reason; the local modes and DP-FTRL run.
+    #[test]
+    fn modes_that_need_rounds_are_refused_with_their_reason() {
+        assert!(refused(&in_mode(PrivacyMode::Central)).contains("amplifies by sampling"));
+        assert!(refused(&in_mode(PrivacyMode::SecAgg)).contains("secure aggregation"));
+        for mode in [
+            PrivacyMode::None,
+            PrivacyMode::LdpGaussian,
+            PrivacyMode::SignDs,
+        ] {
+            in_mode(mode).validate().unwrap();
+        }
+        let mut iadmm = in_mode(PrivacyMode::None);
+        iadmm.train.algorithm = Algorithm::Iadmm;
+        assert!(refused(&iadmm).contains("fedavg"));
+    }
+
+    /// K between 1 and C, C at most the clients.
+    #[test]
+    fn the_buffer_fits_its_concurrency_and_the_clients() {
+        for (concurrency, size) in [(20, 0), (20, 21), (101, 10)] {
+            let mut c = in_mode(PrivacyMode::None);
+            c.buffer.concurrency = concurrency;
+            c.buffer.size = size;
+            assert!(
+                refused(&c).contains("buffer.size"),
+                "C {concurrency}, K {size}"
+            );
+        }
+    }
+
+    /// DP-FTRL's trees default to one pass of distinct clients, K per step, and may not ask for
+    /// more distinct clients than there are.
+    #[test]
+    fn dp_ftrl_trees_are_one_pass_of_distinct_clients() {
+        let tree = |c: &RunConfig| match c.plan().unwrap() {
+            PrivacyPlan::Ftrl(f) => f.tree_rounds,
+            other => panic!("{other:?}"),
+        };
+        let mut c = in_mode(PrivacyMode::DpFtrl);
+        c.privacy.noise_multiplier = 5.0.into();
+        assert_eq!(tree(&c), 10, "100 clients / K = 10");
+        c.privacy.tree_rounds = Some(11);
+        assert!(refused(&c).contains("each client enters a tree at most once"));
+    }
+}

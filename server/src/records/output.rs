@@ -12,16 +12,17 @@ use std::path::{Path, PathBuf};
 /// One round's figures: a line of `metrics.jsonl`. Privacy fields are null for a non-private run.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct RoundMetrics {
-    /// Round number, from 1.
+    /// Round number, from 1 (the server step in an asynchronous run).
     pub round: u64,
     /// Clients with a live stream when the round was planned.
     #[serde(default)]
     pub connected: usize,
-    /// Clients sampled.
+    /// Clients sampled (asynchronous: clients sent the model during the step).
     pub sampled: usize,
     /// Results absorbed into the aggregate.
     pub completed: usize,
-    /// Sampled clients that gave no usable result (gone, timed out, failed or refused).
+    /// Sampled clients that gave no usable result (gone, timed out, failed or refused;
+    /// asynchronous: clients that stopped training during the step without an upload).
     pub dropped: usize,
     /// Clients whose messages the round refused (malformed, out of turn, or not what the round's
     /// mechanism asks for); their streams were ended.

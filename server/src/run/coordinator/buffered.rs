@@ -174,6 +174,7 @@ impl Coordinator {
         let counts = RoundCounts {
             connected: self.clients.connected().len(),
             sampled: step.dispatched,
+            dropped: step.lost,
             refused: self.clients.take_refused(),
             bytes_down: step.bytes_down,
             started: step.started,
@@ -185,9 +186,6 @@ impl Coordinator {
         };
         self.publish(run.evaluations).await?;
         self.conclude(&ctx, &step.tally, counts, Some(figures), run)?;
-        if let Some(pending) = &mut run.evaluations.pending {
-            pending.metrics.dropped = step.lost;
-        }
         self.buffer_policy()?.stepped();
         let next = step.round + 1;
         let max_staleness = self.buffer_policy()?.max_staleness;

@@ -153,8 +153,10 @@ impl Evaluations {
 struct RoundCounts {
     /// Clients with a live stream when it was planned.
     connected: usize,
-    /// |Z_t|.
+    /// |Z_t| (asynchronous: the clients sent the model during the step).
     sampled: usize,
+    /// Clients that gave no result (asynchronous: those that stopped training without one).
+    dropped: usize,
     /// Clients refused during it.
     refused: usize,
     /// Bytes sent in the round.
@@ -315,6 +317,7 @@ impl Coordinator {
         let counts = RoundCounts {
             connected: planned.connected,
             sampled: planned.sampled.len(),
+            dropped: planned.sampled.len().saturating_sub(tally.completed),
             refused: self.clients.take_refused(),
             bytes_down: down,
             started: t0,

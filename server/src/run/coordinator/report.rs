@@ -28,7 +28,7 @@ impl Coordinator {
             connected: counts.connected,
             sampled,
             completed: tally.completed,
-            dropped: sampled.saturating_sub(tally.completed),
+            dropped: counts.dropped,
             refused: counts.refused,
             applied: skipped.is_none(),
             skipped,
