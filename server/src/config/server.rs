@@ -134,9 +134,10 @@ impl ServerSection {
             (s.rounds >= 1, "server.rounds must be at least 1".into()),
             (
                 s.min_clients >= 1
-                    && m.values()
-                        .iter()
-                        .all(|&v| s.min_clients as f64 <= v.round()),
+                    && (s.aggregation == Cadence::Async
+                        || m.values()
+                            .iter()
+                            .all(|&v| s.min_clients as f64 <= v.round())),
                 format!(
                     "server.min_clients ({}) must be between 1 and clients_per_round ({m})",
                     s.min_clients
@@ -218,6 +219,10 @@ impl ServerSection {
             .chain(self.consistency_checks());
         if let Some((_, message)) = checks.into_iter().find(|(ok, _)| !ok) {
             return Err(ConfigError::Invalid(message));
+        }
+        // Asynchronous steps sample nobody: m_t is unused.
+        if s.aggregation == Cadence::Async {
+            return Ok(());
         }
         m.check(
             "server.clients_per_round",

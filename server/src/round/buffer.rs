@@ -41,8 +41,11 @@ pub(crate) enum Admission {
 /// Who was sent which version and who is training; see the module documentation.
 #[derive(Debug)]
 pub(crate) struct Dispatches {
-    /// The first round this process sent: anything older was sent before a restart.
+    /// The first round this process sends.
     first_round: u64,
+    /// Whether this process resumed an interrupted run: its predecessor sent rounds up to
+    /// `first_round`, which this process has no record of.
+    resumed: bool,
     /// The most steps an update may lag.
     max_staleness: u64,
     /// Per client, the rounds it was sent that may still be answered, and whether they were.
@@ -52,10 +55,12 @@ pub(crate) struct Dispatches {
 }
 
 impl Dispatches {
-    /// Nothing sent yet; this process starts at round `first_round`.
-    pub(crate) fn new(first_round: u64, max_staleness: u64) -> Self {
+    /// Nothing sent yet; this process starts at round `first_round`, resuming an interrupted run
+    /// or not.
+    pub(crate) fn new(first_round: u64, resumed: bool, max_staleness: u64) -> Self {
         Self {
             first_round,
+            resumed,
             max_staleness,
             sent: BTreeMap::new(),
             training: BTreeMap::new(),
@@ -124,15 +129,16 @@ impl Dispatches {
         let known = self.sent.get_mut(&client).and_then(|r| r.get_mut(&claimed));
         let answered = match known {
             Some(answered) => answered,
-            // Sent by the process before a restart: lost with its buffer.
-            None if claimed >= 1 && claimed < self.first_round => {
-                return Admission::Ignored("trained on a model sent before the server restarted");
-            }
             // Older than any version still remembered: too stale, whoever sent it.
             None if claimed + self.max_staleness < current => {
                 return Admission::TooStale {
                     staleness: current - claimed,
                 };
+            }
+            // Sent by the process before a restart (up to the version it was buffering when it
+            // stopped): lost with its buffer.
+            None if self.resumed && (1..=self.first_round).contains(&claimed) => {
+                return Admission::Ignored("trained on a model sent before the server restarted");
             }
             None if claimed > current => {
                 return Admission::Refused(Rejection::WrongRound {
@@ -208,7 +214,7 @@ mod tests {
     #[test]
     fn an_update_past_the_maximum_staleness_or_never_sent_is_refused() {
         let now = Instant::now();
-        let mut d = Dispatches::new(1, 2);
+        let mut d = Dispatches::new(1, false, 2);
         d.sent(7, 3, now);
         d.sent(7, 5, now);
         assert_eq!(d.training(), 1);
@@ -236,12 +242,14 @@ mod tests {
         assert!(matches!(d.admit(8, 6, 6), Admission::Refused(_)));
     }
 
-    /// After a restart at round 10, an upload of round 9 (sent by the old process) is ignored,
-    /// not held against its client; versions older than the window are forgotten.
+    /// After a restart at round 10, uploads of rounds 9 and 10 that this process did not send
+    /// (the old process did) are ignored, not held against their clients; versions older than
+    /// the window are forgotten.
     #[test]
     fn work_sent_before_a_restart_is_ignored_and_old_versions_forgotten() {
-        let mut d = Dispatches::new(10, 3);
+        let mut d = Dispatches::new(10, true, 3);
         assert!(matches!(d.admit(1, 9, 10), Admission::Ignored(_)));
+        assert!(matches!(d.admit(2, 10, 10), Admission::Ignored(_)));
         d.sent(1, 10, Instant::now());
         assert!(!d.is_free(1, 10), "training");
         d.stopped(1);
@@ -258,7 +266,7 @@ mod tests {
     #[test]
     fn places_of_late_and_failed_clients_are_freed() {
         let start = Instant::now();
-        let mut d = Dispatches::new(1, 5);
+        let mut d = Dispatches::new(1, false, 5);
         d.sent(1, 1, start);
         d.sent(2, 1, start + Duration::from_secs(5));
         assert_eq!(

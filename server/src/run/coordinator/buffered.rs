@@ -100,7 +100,7 @@ impl Coordinator {
     ) -> Result<StoppedBy, ServerError> {
         let policy = self.buffer_policy()?;
         let (size, max_staleness) = (policy.size, policy.max_staleness);
-        let mut dispatches = Dispatches::new(first_round, max_staleness);
+        let mut dispatches = Dispatches::new(first_round, run.resumed, max_staleness);
         let timeout = Duration::from_secs_f64(self.config.server.round_timeout_secs);
         let mut step = Step::new(first_round, size, run.global.len());
         self.open_version(first_round, run.global);

@@ -113,6 +113,8 @@ struct Progressing<'a> {
     totals: &'a mut RunTotals,
     /// When this process started training.
     started: Instant,
+    /// Whether this process resumed an interrupted run.
+    resumed: bool,
     /// The test evaluations of released models.
     evaluations: &'a mut Evaluations,
 }
@@ -176,6 +178,7 @@ struct Planned {
 impl Coordinator {
     /// Runs the whole training; writes the model and summary at the end, whatever ended it.
     pub(crate) async fn run(mut self) -> Result<Summary, ServerError> {
+        let resumed = self.resume.is_some();
         let (mut global, first_round, mut totals) = self.start()?;
         self.await_clients(first_round).await?;
         let started = Instant::now();
@@ -184,6 +187,7 @@ impl Coordinator {
             global: &mut global,
             totals: &mut totals,
             started,
+            resumed,
             evaluations: &mut evaluations,
         };
         let stopped_by = match self.pipeline.steps {
