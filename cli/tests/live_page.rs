@@ -24,18 +24,19 @@ impl Drop for Killed {
 
 /// Starts `fl sim` of a long private run in `dir` with its page on a free loopback port; returns
 /// the process and the page's URL, read from its log.
-fn start_sim(dir: &Path) -> (Killed, String) {
+fn start_sim(dir: &Path, pacing: &str) -> (Killed, String) {
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let config = dir.join("run.toml");
     std::fs::write(
         &config,
         format!(
             "[server]\nclients = 5\nclients_per_round = 3\nrounds = 100000\n\
-             page_listen = \"127.0.0.1:0\"\n\
+             page_listen = \"127.0.0.1:0\"\n{pacing}\
              [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
-             [privacy]\nmode = \"central\"\nnoise_multiplier = 2.0\naccountant = \"rdp\"\n\
+             [privacy]\nmode = \"{}\"\nnoise_multiplier = 2.0\naccountant = \"rdp\"\n\
              epsilon = 1000.0\n\
              [data]\nsource = \"mnist:{}\"\npartition = \"iid\"\n",
+            if pacing.is_empty() { "central" } else { "none" },
             mnist.display()
         ),
     )
@@ -135,7 +136,7 @@ fn chromium_shows_the_rounds_of_a_running_sim() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let started = Instant::now();
-    let (sim, url) = start_sim(&dir);
+    let (sim, url) = start_sim(&dir, "");
     let run = dir.join("run");
     wait_for_rounds(&run, 2, started);
     let dom = rendered(&url, &dir.join("profile"));
@@ -161,5 +162,34 @@ fn chromium_shows_the_rounds_of_a_running_sim() {
     )));
     assert!(dom.contains("budget ε = 1000: training stops before this line"));
     assert!(dom.contains("<span id=\"mode\" class=\"badge\">central</span>"));
+    assert!(
+        dom.contains("<figure id=\"buffer-figure\" hidden=\"\">"),
+        "rounds have no buffer"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An asynchronous run: the page draws its buffer (clients training, staleness) per server
+/// step and names the buffer's size.
+#[test]
+#[ignore = "needs Debian's chromium: .ci/run installs it and runs this test"]
+fn chromium_draws_the_buffer_of_an_asynchronous_sim() {
+    let dir = std::env::temp_dir().join(format!("fl-live-page-async-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let pacing = "aggregation = \"async\"\n[buffer]\nconcurrency = 3\nsize = 2\n";
+    let (sim, url) = start_sim(&dir, pacing);
+    wait_for_rounds(&dir.join("run"), 2, started);
+    let dom = rendered(&url, &dir.join("profile"));
+    drop(sim);
+    assert!(
+        dom.contains("<figure id=\"buffer-figure\">"),
+        "no buffer figure:\n{dom}"
+    );
+    for legend in ["clients training", "median staleness", "max staleness"] {
+        assert!(dom.contains(legend), "no {legend} on the page:\n{dom}");
+    }
+    assert!(dom.contains("K = 5, buffer of 2"), "{dom}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
