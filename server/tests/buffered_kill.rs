@@ -5,7 +5,6 @@
 mod procs;
 
 use fl_server::checkpoint::Checkpoint;
-use fl_server::credentials::{Digest, EnrollmentList};
 use procs::{Reaper, start_client, start_server, wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,13 +15,7 @@ const STEPS: u64 = 5;
 fn write_config(base: &Path) -> String {
     std::fs::create_dir_all(base).unwrap();
     let enrollment = base.join("clients.toml");
-    let mut list = EnrollmentList::default();
-    for i in 0..3 {
-        let token = Digest::of(format!("token-{i}").as_bytes());
-        list.enroll(&format!("client-{i}"), Some(token), None)
-            .unwrap();
-    }
-    std::fs::write(&enrollment, list.to_toml()).unwrap();
+    procs::enroll_numbered(&enrollment, 3);
     let config = base.join("run.toml");
     std::fs::write(
         &config,

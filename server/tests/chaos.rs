@@ -8,7 +8,6 @@ mod procs;
 
 use fl_common::privacy::{Accountant, RdpAccountant};
 use fl_server::checkpoint::Checkpoint;
-use fl_server::credentials::{Digest, EnrollmentList};
 use fl_server::ledger::LedgerEntry;
 use procs::{Reaper, start_client, start_server, wait};
 use rand::rngs::StdRng;
@@ -278,13 +277,7 @@ fn an_enrolled_client_killed_and_restarted_mid_round_keeps_its_identity_and_its_
     let base = std::env::temp_dir().join(format!("fl-chaos-identity-{}", std::process::id()));
     std::fs::create_dir_all(&base).unwrap();
     let enrollment = base.join("clients.toml");
-    let mut list = EnrollmentList::default();
-    for i in 0..3 {
-        let token = Digest::of(format!("token-{i}").as_bytes());
-        list.enroll(&format!("client-{i}"), Some(token), None)
-            .unwrap();
-    }
-    std::fs::write(&enrollment, list.to_toml()).unwrap();
+    procs::enroll_numbered(&enrollment, 3);
     let server_keys = format!(
         "enrollment = \"{}\"\nreconnect_grace_secs = 30\n",
         enrollment.display()

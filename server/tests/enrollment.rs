@@ -1,35 +1,22 @@
 //! Client identity over gRPC: per-client enrollment tokens, revocation while the server runs, and
 //! a sampled client that loses its stream mid-round and comes back to finish the round.
 
+mod procs;
 mod support;
 
 use fl_client::{ClientError, run_client};
 use fl_proto::v1::server_message;
-use fl_server::credentials::{Digest, EnrollmentList};
 use fl_server::output::RoundMetrics;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
-
-/// Writes an enrollment file for clients `client-0..` with tokens `token-0..`.
-fn enroll(path: &Path, count: usize) -> EnrollmentList {
-    let mut list = EnrollmentList::default();
-    for i in 0..count {
-        let token = Digest::of(format!("token-{i}").as_bytes());
-        list.enroll(&format!("client-{i}"), Some(token), None)
-            .unwrap();
-    }
-    std::fs::write(path, list.to_toml()).unwrap();
-    list
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_rejoin() {
     let out = std::env::temp_dir().join(format!("fl-revoke-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     let file = out.join("clients.toml");
-    let list = enroll(&file, 3);
+    let list = procs::enroll_numbered(&file, 3);
     let mut config = support::evil_config(&out.join("run"));
     config.server.rounds = 1000;
     config.server.enrollment = Some(file.clone());

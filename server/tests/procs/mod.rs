@@ -117,3 +117,17 @@ pub fn start_client(name: &str, addr: &str, args: &[&str]) -> Reaper {
             .unwrap(),
     )
 }
+
+/// Writes an enrollment file at `path` naming `client-0` .. `client-{count - 1}`, each with the
+/// token `token-{i}` (as its digest); returns the list.
+pub fn enroll_numbered(path: &Path, count: usize) -> fl_server::credentials::EnrollmentList {
+    use fl_server::credentials::{Digest, EnrollmentList};
+    let mut list = EnrollmentList::default();
+    for i in 0..count {
+        let token = Digest::of(format!("token-{i}").as_bytes());
+        list.enroll(&format!("client-{i}"), Some(token), None)
+            .unwrap();
+    }
+    std::fs::write(path, list.to_toml()).unwrap();
+    list
+}
