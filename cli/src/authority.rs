@@ -8,6 +8,7 @@ use fl_common::authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
     read_key_file,
 };
+use fl_common::policy::{FederationPolicy, MinDegree};
 use fl_server::output::write_atomic;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,10 @@ pub enum AuthorityCommand {
         #[arg(long)]
         list: PathBuf,
     },
+    /// Sign the federation policy every client enforces whatever the server asks
+    /// (docs/src/reference/policy.md): the fewest clients, neighbours and threshold of a secure
+    /// round, the distributed noise floor, and the epsilon limits of client-side modes.
+    Policy(PolicyArgs),
     /// Check a certificate (and that a revocation list, if given, does not revoke it) under the
     /// authority's public key.
     Verify {
@@ -69,6 +74,65 @@ pub enum AuthorityCommand {
         #[arg(long)]
         revocations: Option<PathBuf>,
     },
+}
+
+/// `fl authority policy`'s rules.
+#[derive(Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// The authority's secret key file.
+    #[arg(long)]
+    key: PathBuf,
+    /// The federation's id, bound into every secure round's task.
+    #[arg(long)]
+    federation: String,
+    /// The fewest admitted clients |U1| of a secure round.
+    #[arg(long)]
+    min_clients: u64,
+    /// The fewest neighbours k of a client, or `complete`.
+    #[arg(long)]
+    min_degree: String,
+    /// The smallest Shamir threshold as a fraction of k (above 2/3).
+    #[arg(long, default_value_t = 0.7)]
+    min_threshold: f64,
+    /// Distributed noise: each client's noise standard deviation is at least this many times
+    /// the round's clip bound S (0: no floor).
+    #[arg(long, default_value_t = 0.0)]
+    min_noise_multiplier: f64,
+    /// Client-side modes: the largest epsilon of one release.
+    #[arg(long)]
+    max_release_epsilon: f64,
+    /// Client-side modes: the largest composed epsilon of one client over the federation's
+    /// life.
+    #[arg(long)]
+    max_total_epsilon: f64,
+    /// The largest absolute value of a received model's parameters.
+    #[arg(long, default_value_t = fl_common::policy::DEFAULT_MAX_MODEL_MAGNITUDE)]
+    max_model_magnitude: f64,
+    /// The policy file to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl PolicyArgs {
+    /// The policy the flags describe.
+    fn policy(&self) -> anyhow::Result<FederationPolicy> {
+        let min_degree = match self.min_degree.as_str() {
+            "complete" => MinDegree::Complete,
+            k => MinDegree::AtLeast(k.parse().with_context(|| {
+                format!("--min-degree {k}: a whole number of 2 or more, or \"complete\"")
+            })?),
+        };
+        Ok(FederationPolicy {
+            federation: self.federation.clone(),
+            min_clients: self.min_clients,
+            min_degree,
+            min_threshold: self.min_threshold,
+            min_noise_multiplier: self.min_noise_multiplier,
+            max_release_epsilon: self.max_release_epsilon,
+            max_total_epsilon: self.max_total_epsilon,
+            max_model_magnitude: self.max_model_magnitude,
+        })
+    }
 }
 
 /// Runs one `fl authority` command; returns what to print.
@@ -113,6 +177,21 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
             write_atomic(&list, signed.to_toml().as_bytes())
                 .with_context(|| format!("writing {}", list.display()))?;
             Ok(format!("{name} revoked (list serial {serial})"))
+        }
+        AuthorityCommand::Policy(args) => {
+            let authority = Authority::from_secret(&read_key(&args.key, "authority key")?);
+            let signed = authority
+                .sign_policy(args.policy()?)
+                .map_err(anyhow::Error::msg)?;
+            write_atomic(&args.out, signed.to_toml().as_bytes())
+                .with_context(|| format!("writing {}", args.out.display()))?;
+            let tolerated = signed.policy.tolerated_compromised();
+            Ok(format!(
+                "federation {:?} policy signed in {} (both secrets of every honest client stay \
+                 hidden from a server holding up to {tolerated} compromised clients)",
+                signed.policy.federation,
+                args.out.display()
+            ))
         }
         AuthorityCommand::Verify {
             authority,

@@ -7,9 +7,10 @@
 use crate::ClientPrivacy;
 use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureContext, SecureRound, Step};
+use crate::state::ClientState;
 use crate::trainer::Trainer;
 use fl_common::model::Model;
-use fl_common::privacy::LocalLedger;
+use fl_common::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy};
 use fl_common::secagg::{
     Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
 };
@@ -87,7 +88,7 @@ fn prepare(
         _ => None,
     };
     let digest = work.task.secure_digest(&work.received);
-    let ready = match (computed, work.task.secure.zip(digest)) {
+    let ready = match (computed, work.task.secure.as_ref().zip(digest)) {
         (Ok(Computed::Plain { values, .. }), Some((task, digest))) => {
             let tag = RoundTag { round, digest };
             let (state, keys) = SecureRound::start((me, tag), task, &values, context);
@@ -123,9 +124,11 @@ pub(crate) struct Engine {
     pub(crate) rounds_trained: u64,
     pub(crate) tasks_refused: u64,
     pub(crate) last_refusal: Option<String>,
-    /// What this client's local releases have cost it, at the delta of its releases.
-    pub(crate) spent: LocalLedger,
-    pub(crate) spent_delta: f64,
+    /// What this client's local releases have cost it, and the secure attempts it took part
+    /// in (on disk when it has a state file).
+    pub(crate) state: ClientState,
+    /// The federation's rules, when the authority signed a policy.
+    policy: Option<Arc<FederationPolicy>>,
 }
 
 impl Engine {
@@ -143,6 +146,7 @@ impl Engine {
             secure_context: SecureContext {
                 credentials: None,
                 oracle,
+                policy: None,
             },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,
@@ -150,9 +154,22 @@ impl Engine {
             rounds_trained: 0,
             tasks_refused: 0,
             last_refusal: None,
-            spent: LocalLedger::default(),
-            spent_delta: 0.0,
+            state: ClientState::in_memory(),
+            policy: None,
         }
+    }
+
+    /// The engine of a client of the federation whose `policy` it holds (if any), remembering
+    /// what it spent and took part in in `state`.
+    pub(crate) fn remembering(
+        mut self,
+        policy: Option<Arc<FederationPolicy>>,
+        state: ClientState,
+    ) -> Self {
+        self.secure_context.policy = policy.clone();
+        self.policy = policy;
+        self.state = state;
+        self
     }
 
     /// The engine of a client that signs secure rounds with `credentials` (and takes part in no
@@ -201,6 +218,7 @@ impl Engine {
                 received.len()
             ));
         }
+        self.check_values(&received)?;
         self.trainer.check(&task.model)?;
         match &self.model {
             Some(first) if *first != task.model => {
@@ -226,6 +244,14 @@ impl Engine {
         }
         if let Some(secure) = &task.secure {
             check_combination(task.local.is_some(), task.admm.is_some())?;
+            if let Some(p) = &self.policy
+                && p.federation != secure.federation
+            {
+                return Err(format!(
+                    "the round is of federation {:?}, this client's policy is of {:?}",
+                    secure.federation, p.federation
+                ));
+            }
             match (secure.signed, self.secure_context.credentials.is_some()) {
                 (false, true) => {
                     return Err(
@@ -244,14 +270,19 @@ impl Engine {
                 _ => {}
             }
         }
-        task.local = task.local.map(|m| m.tightened(&self.privacy.limits));
+        task.local = task.local.map(|m| m.tightened(&self.limits()));
         if let Some(m) = &task.local {
             m.check(d).map_err(|e| e.to_string())?;
+            let release = m.accounted_release().map_err(|e| e.to_string())?;
+            self.state.check(&release)?;
         }
         if self.trainer.built_in().is_none()
             && let Some(reason) = needs_built_in(&task)
         {
             return Err(reason);
+        }
+        if let Some(secure) = &task.secure {
+            self.state.take_part(secure.run, task.round)?;
         }
         let seed = self.shuffle.random();
         Ok(Work {
@@ -259,6 +290,35 @@ impl Engine {
             received,
             seed,
         })
+    }
+
+    /// The client's own limits, tightened by the federation policy's largest epsilon per
+    /// release: in a signed federation a client without flags follows the policy, not the task.
+    fn limits(&self) -> fl_common::privacy::ClientLimits {
+        let mut limits = self.privacy.limits;
+        if let Some(p) = &self.policy {
+            let own = limits.epsilon.unwrap_or(f64::INFINITY);
+            limits.epsilon = Some(own.min(p.max_release_epsilon));
+        }
+        limits
+    }
+
+    /// Refuses a received tensor with a value that is not finite or beyond the policy's
+    /// max_model_magnitude (or [`DEFAULT_MAX_MODEL_MAGNITUDE`]), before any of this client's
+    /// examples is touched: such a model could make training fail for some examples only, and
+    /// the failure would tell the server about them.
+    fn check_values(&self, received: &[f32]) -> Result<(), String> {
+        let bound =
+            (self.policy.as_ref()).map_or(DEFAULT_MAX_MODEL_MAGNITUDE, |p| p.max_model_magnitude);
+        let within = |v: &f32| v.is_finite() && f64::from(v.abs()) <= bound;
+        match received.iter().position(|v| !within(v)) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "the received model's value {i} is {} (not finite, or beyond the bound {bound} \
+                 on a model's values): refused before training",
+                received[i]
+            )),
+        }
     }
 
     /// Round `work`'s computation as one job for a training slot, needing nothing of the
@@ -296,10 +356,10 @@ impl Engine {
                     message: keys,
                 }
             }
-            Ok(Ready::Upload(computed)) => {
-                self.record(round, &computed);
-                Outgoing::Upload { round, computed }
-            }
+            Ok(Ready::Upload(computed)) => match self.record(round, &computed) {
+                Ok(()) => Outgoing::Upload { round, computed },
+                Err(reason) => self.refuse(round, reason),
+            },
             Err(reason) => self.refuse(round, reason),
         }
     }
@@ -341,21 +401,22 @@ impl Engine {
         }
     }
 
-    /// Adds a result's local release, if any, to what this client has spent.
-    fn record(&mut self, round: u64, computed: &Computed) {
+    /// Adds a result's local release, if any, to what this client has spent (refused past its
+    /// cap; remembered on disk before the release is sent).
+    fn record(&mut self, round: u64, computed: &Computed) -> Result<(), String> {
         let Some(release) = computed.release() else {
-            return;
+            return Ok(());
         };
-        self.spent.record(release);
-        self.spent_delta = self.spent_delta.max(release.delta);
+        self.state.record(release)?;
         tracing::info!(
             round,
             mechanism = release.kind.name(),
             epsilon = release.epsilon,
-            releases = self.spent.releases(),
-            composed_epsilon = self.spent.epsilon(self.spent_delta),
+            releases = self.state.releases(),
+            composed_epsilon = self.state.epsilon(),
             "local privacy spent"
         );
+        Ok(())
     }
 }
 
@@ -450,6 +511,7 @@ mod tests {
                 epsilon: Some(0.5),
                 ..ClientLimits::default()
             },
+            max_total_epsilon: None,
         };
         let laplace = Some(LocalMechanism::Laplace {
             epsilon: 2.0,
@@ -492,20 +554,25 @@ mod tests {
         }
     }
 
-    /// The server may be the adversary: what a failing trainer says stays on the client, and the
-    /// refusal that travels is a fixed text.
+    /// To a trusted curator a failing trainer's refusal is a fixed text (what the trainer says
+    /// stays on the client); where the server is the adversary (a local mechanism) nothing is
+    /// refused: the zero update goes through the mechanism, a release like any other.
     #[test]
-    fn a_trainer_failure_sends_a_fixed_reason() {
+    fn a_trainer_failure_sends_a_fixed_reason_or_the_protected_zero_update() {
         for local in [None, gaussian(2.0)] {
             let mut engine = Engine::new(Arc::new(Leaky), ClientPrivacy::default(), None, None);
             let work = engine.task(task(local), vec![0.0; 8]).unwrap();
             let prepared = engine.job(1, work)();
-            match engine.computed(prepared) {
-                Outgoing::Failed { reason, .. } => {
+            match (local, engine.computed(prepared)) {
+                (None, Outgoing::Failed { reason, .. }) => {
                     assert!(!reason.contains("4711"), "{reason}");
                     assert!(reason.contains("trainer failed"), "{reason}");
                 }
-                other => panic!("not refused: {other:?}"),
+                (Some(_), Outgoing::Upload { computed, .. }) => {
+                    assert_eq!(computed.release().unwrap().epsilon, 2.0);
+                    assert_eq!(engine.state.releases(), 1);
+                }
+                (_, other) => panic!("{local:?}: {other:?}"),
             }
         }
     }

@@ -13,6 +13,7 @@ mod round;
 mod secure;
 mod session;
 mod slots;
+mod state;
 mod trainer;
 mod wire;
 
@@ -26,6 +27,7 @@ pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 use fl_common::data::Dataset;
 pub use fl_common::pace::Pace;
 
+use fl_common::policy::FederationPolicy;
 use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::{Credentials, PlainInputs};
 use std::sync::Arc;
@@ -55,6 +57,9 @@ pub enum ClientError {
     /// This client has no examples.
     #[error("this client has no training examples")]
     NoData,
+    /// This client's state file cannot be read or is of another federation.
+    #[error("{0}")]
+    State(String),
     /// The session ended without a Shutdown (the server went away).
     #[error("the server closed the session without Shutdown")]
     SessionLost,
@@ -107,6 +112,12 @@ pub struct ClientOptions {
     /// authority: with it the client takes part only in signed rounds (the malicious-server
     /// variant, docs/src/explanation/threat-model.md), and without it only in unsigned ones.
     pub credentials: Option<Arc<Credentials>>,
+    /// The federation policy the authority signed (checked against it when loaded): the client
+    /// refuses any task outside it, whatever the server asks.
+    pub policy: Option<Arc<FederationPolicy>>,
+    /// The file where this client remembers what it spent and which secure rounds it took part
+    /// in, across restarts (`None`: memory only).
+    pub state: Option<std::path::PathBuf>,
     /// TLS settings (with an `https://` endpoint).
     pub tls: Option<ClientTls>,
     /// A connection shared with other clients of this process (see [`shared_connections`]);
@@ -132,6 +143,8 @@ impl ClientOptions {
             oracle: None,
             privacy: ClientPrivacy::default(),
             credentials: None,
+            policy: None,
+            state: None,
             tls: None,
             connection: None,
             pace: Pace::Natural,
@@ -146,6 +159,8 @@ pub struct ClientPrivacy {
     pub require: Option<ReleaseKind>,
     /// Limits that tighten the round's mechanism.
     pub limits: ClientLimits,
+    /// The largest composed epsilon of all its local releases (with the policy's, the smaller).
+    pub max_total_epsilon: Option<f64>,
 }
 
 /// What a client did before the server shut the session down.

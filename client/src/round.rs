@@ -75,8 +75,50 @@ pub(crate) fn needs_built_in(task: &Task) -> Option<String> {
     ))
 }
 
-/// Runs the round's local computation with `trainer` and protects the result.
+/// Runs the round's local computation with `trainer` and protects the result. When the server
+/// is the adversary (a local mechanism or secure aggregation) a computation that fails
+/// (diverged, or the trainer failed) is not reported: the failure could depend on the client's
+/// examples. The client sends [`fallback`], the zero update through the same mechanism, and
+/// keeps the reason in its own log.
 pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> {
+    let protected = work.task.local.is_some() || work.task.secure.is_some();
+    match compute_once(work, trainer) {
+        Err(reason) if protected => {
+            tracing::warn!(
+                round = work.task.round,
+                %reason,
+                "the round's computation failed: sending the zero update through the round's \
+                 protection instead (the reason stays on this client)"
+            );
+            fallback(work)
+        }
+        other => other,
+    }
+}
+
+/// The data-independent result of a failed round: the zero update (IADMM: the zero iterate)
+/// through the round's mechanism, or as the plain input of secure aggregation.
+fn fallback(work: &Work) -> Result<Computed, String> {
+    let zeros = vec![0.0; work.task.model.num_params()];
+    let mut noise_rng = StdRng::from_os_rng();
+    match (work.task.local, work.task.admm) {
+        (None, _) => Ok(Computed::Plain {
+            values: zeros,
+            loss: None,
+            examples: 0,
+            evaluation: None,
+        }),
+        (Some(m), Some(step)) => m
+            .protect_admm_step(zeros, step.rho, step.total_examples, &mut noise_rng)
+            .map(Computed::Protected),
+        (Some(m), None) => m
+            .protect_update(zeros, &work.task.config, &mut noise_rng)
+            .map(Computed::Protected),
+    }
+}
+
+/// One attempt at the round's computation: training, then the mechanism.
+fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> {
     let built_in = || {
         let reason = needs_built_in(&work.task).unwrap_or_default();
         trainer.built_in().ok_or(reason)

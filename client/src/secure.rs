@@ -1,6 +1,7 @@
 //! A client's side of a secure-aggregation round, without I/O: quantise and noise the update,
 //! then answer each of the server's stage messages with `fl_common::secagg::ClientRound`.
 
+use fl_common::policy::FederationPolicy;
 use fl_common::privacy::add_discrete_gaussian_noise;
 use fl_common::secagg::{
     ClientRound, Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage,
@@ -38,7 +39,7 @@ impl SecureRound {
     /// plain input, which is never sent.
     pub(crate) fn start(
         (me, tag): (u64, RoundTag),
-        task: SecureTask,
+        task: &SecureTask,
         update: &[f32],
         context: &SecureContext,
     ) -> (Self, StageMessage) {
@@ -46,15 +47,20 @@ impl SecureRound {
         let mut secret = StdRng::from_os_rng();
         let quantizer = task.quantizer;
         let mut codes = quantizer.encode(update, &mut secret);
-        if task.noise_variance > 0 {
-            add_discrete_gaussian_noise(&mut codes, task.noise_variance, &mut secret);
+        // The policy's floor, whatever the task says (docs/src/reference/policy.md).
+        let floor = (context.policy.as_ref())
+            .map_or(0, |p| p.min_noise_variance(quantizer.clip, quantizer.scale));
+        let variance = task.noise_variance.max(floor);
+        if variance > 0 {
+            add_discrete_gaussian_noise(&mut codes, variance, &mut secret);
         }
         let input = quantizer.to_ring(&codes);
         if let Some(oracle) = &context.oracle {
             oracle.record(round, me, input.clone());
         }
         let credentials = context.credentials.clone();
-        let protocol = ClientRound::new((tag, me), quantizer.ring, credentials, &mut secret);
+        let protocol = ClientRound::new((tag, me), quantizer.ring, credentials, &mut secret)
+            .under(context.policy.clone());
         let keys = StageMessage::Keys(protocol.advertise());
         let state = Self {
             round,
@@ -119,4 +125,6 @@ pub(crate) struct SecureContext {
     pub(crate) credentials: Option<Arc<Credentials>>,
     /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
     pub(crate) oracle: Option<Arc<PlainInputs>>,
+    /// The federation's rules: the round's minimums and the distributed noise floor.
+    pub(crate) policy: Option<Arc<FederationPolicy>>,
 }

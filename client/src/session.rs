@@ -5,6 +5,7 @@
 
 use crate::connection::open_session;
 use crate::engine::Engine;
+use crate::state::ClientState;
 use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
 use crate::{ClientError, ClientOptions, ClientReport, LocalData};
@@ -36,8 +37,17 @@ pub async fn run(
     if let Some(seed) = opts.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
+    let federation = opts.policy.as_ref().map_or("", |p| p.federation.as_str());
+    let cap = [
+        opts.privacy.max_total_epsilon,
+        opts.policy.as_ref().map(|p| p.max_total_epsilon),
+    ];
+    let cap = cap.into_iter().flatten().reduce(f64::min);
+    let state =
+        ClientState::open(opts.state.clone(), federation, cap).map_err(ClientError::State)?;
     let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed)
-        .signing_with(opts.credentials.clone());
+        .signing_with(opts.credentials.clone())
+        .remembering(opts.policy.clone(), state);
     let mut held = None;
     loop {
         let (me, outbox, inbound, identity) = open_session(&opts, held.as_ref()).await?;
@@ -65,8 +75,8 @@ fn report(engine: &Engine, shutdown_reason: String) -> ClientReport {
     ClientReport {
         rounds_trained: engine.rounds_trained,
         shutdown_reason,
-        local_releases: engine.spent.releases(),
-        local_epsilon: engine.spent.epsilon(engine.spent_delta),
+        local_releases: engine.state.releases(),
+        local_epsilon: engine.state.epsilon(),
         tasks_refused: engine.tasks_refused,
         last_refusal: engine.last_refusal.clone(),
     }

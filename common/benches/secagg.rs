@@ -52,7 +52,12 @@ fn client(id: u64, rng: &mut StdRng) -> ClientRound {
 
 /// U1 of unsigned clients with these ids.
 fn members(ids: impl IntoIterator<Item = u64>) -> Vec<Member> {
-    (ids.into_iter().map(|id| Member { id, name: None })).collect()
+    (ids.into_iter().map(|id| Member {
+        id,
+        name: None,
+        keys: [0; 32],
+    }))
+    .collect()
 }
 
 fn mask_expansion(c: &mut Criterion) {

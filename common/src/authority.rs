@@ -118,6 +118,11 @@ impl Authority {
         })
     }
 
+    /// The authority's signature over a domain-separated `payload` (the federation policy's).
+    pub(crate) fn sign_payload(&self, payload: &[u8]) -> [u8; 64] {
+        self.key.sign(payload).to_bytes()
+    }
+
     /// The signed list of revoked `names`, numbered `serial` (a newer list has a larger one).
     pub fn revocations(
         &self,
@@ -157,6 +162,20 @@ impl AuthorityKey {
         let signature = Signature::from_bytes(&certificate.signature);
         (self.0.verify_strict(&payload, &signature))
             .map_err(|_| AuthorityError::Signature("the identity certificate"))
+    }
+
+    /// Checks that this authority signed `payload` (strict verification), naming `what` when
+    /// it did not.
+    pub fn verify_payload(
+        &self,
+        payload: &[u8],
+        signature: &[u8; 64],
+        what: &'static str,
+    ) -> Result<(), AuthorityError> {
+        (self
+            .0
+            .verify_strict(payload, &Signature::from_bytes(signature)))
+        .map_err(|_| AuthorityError::Signature(what))
     }
 
     /// Checks that this authority signed `list`.

@@ -15,6 +15,7 @@ pub mod data;
 pub mod generated_docs;
 pub mod model;
 pub mod pace;
+pub mod policy;
 pub mod privacy;
 pub mod report;
 pub mod rng;

@@ -26,7 +26,7 @@ pub struct Task {
 }
 
 /// How a client enters a secure-aggregation round with its update.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SecureTask {
     /// The fixed-point code: clip to S, scale by gamma, round into the ring.
     pub quantizer: Quantizer,
@@ -35,6 +35,10 @@ pub struct SecureTask {
     /// The round is signed (the malicious-server variant): every client signs its keys with a
     /// certified identity, and survivors sign U1 and U3 before any share is revealed.
     pub signed: bool,
+    /// The federation's id (its policy's; empty without a policy).
+    pub federation: String,
+    /// The server process's run id: with the federation and the round, the attempt.
+    pub run: u64,
 }
 
 /// One inexact-ADMM primal step's parameters.
@@ -80,11 +84,12 @@ impl Task {
     /// and lists with a u32 length first; docs/src/reference/protocol.md, "Task digest"):
     /// `"flp.v1 task"`, round u64, the model's text, its tensors (name, then the shape's u64
     /// dimensions), E u32, B u32, the bits of eta (f32) u32, s u32, the ring's b u32, the bits
-    /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), then the tensor's
-    /// values as little-endian f32 after their count u64.
+    /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), the federation id
+    /// (a string), the run id u64, then the tensor's values as little-endian f32 after their
+    /// count u64.
     pub fn secure_digest(&self, tensor: &[f32]) -> Option<TaskDigest> {
         use sha2::{Digest, Sha256};
-        let secure = self.secure?;
+        let secure = self.secure.as_ref()?;
         let mut h = Sha256::new();
         let text = |h: &mut Sha256, s: &str| {
             h.update((s.len() as u32).to_be_bytes());
@@ -117,6 +122,8 @@ impl Task {
             h.update(v.to_be_bytes());
         }
         h.update([u8::from(secure.signed)]);
+        text(&mut h, &secure.federation);
+        h.update(secure.run.to_be_bytes());
         h.update((tensor.len() as u64).to_be_bytes());
         let mut bytes = Vec::with_capacity(4 * 4096);
         for block in tensor.chunks(4096) {

@@ -152,7 +152,11 @@ fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy
              trainer (the fl-client binary) does",
         ));
     }
-    Ok(ClientPrivacy { require, limits })
+    Ok(ClientPrivacy {
+        require,
+        limits,
+        max_total_epsilon: None,
+    })
 }
 
 /// Runs the client on a runtime of its own, letting Python handle signals meanwhile.

@@ -136,6 +136,7 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
                         .map(|m| fl_common::secagg::Member {
                             id: m.client_id,
                             name: m.name.clone(),
+                            keys: m.keys.as_slice().try_into().unwrap(),
                         })
                         .collect(),
                     neighbours: hood

@@ -1,12 +1,14 @@
 //! Signed secure aggregation end to end: a server configured with the federation authority's
-//! public key (`secagg.authority`) and clients with certified identities run exact rounds, one
-//! client dropping after it shared its keys, over real gRPC streams; a client without an
-//! identity is refused by the signed round and does not spoil it.
+//! public key (`secagg.authority`) and its signed policy (`secagg.policy`), and clients with
+//! certified identities holding the same policy, run exact rounds, one client dropping after it
+//! shared its keys, over real gRPC streams; a client without an identity is refused by the
+//! signed round and does not spoil it.
 
 mod support;
 
 use fl_client::{ClientOptions, TrainingSlots, run_client};
 use fl_common::authority::{Authority, Identity};
+use fl_common::policy::{FederationPolicy, MinDegree};
 use fl_common::secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::config::{DropoutStage, PrivacyMode};
 use std::sync::Arc;
@@ -27,6 +29,26 @@ async fn signed_rounds_are_exact_with_a_dropout_and_refuse_an_uncertified_client
     c.privacy.mode = PrivacyMode::SecAgg;
     c.privacy.clip_bound = 10.0;
     c.secagg.authority = Some(authority_pub);
+    // The policy: at least 4 admitted clients, 3 neighbours, t >= 0.7 k. Five certified
+    // clients, of which at least 0.7 x 6 = 5 must survive each stage, meet it.
+    let policy = FederationPolicy {
+        federation: "hospitals".into(),
+        min_clients: 4,
+        min_degree: MinDegree::AtLeast(3),
+        min_threshold: 0.7,
+        min_noise_multiplier: 0.0,
+        max_release_epsilon: 4.0,
+        max_total_epsilon: 40.0,
+        max_model_magnitude: 1e4,
+    };
+    let signed = authority.sign_policy(policy.clone()).unwrap();
+    let policy_file = out.join("policy.toml");
+    std::fs::write(&policy_file, signed.to_toml()).unwrap();
+    c.secagg.policy = Some(policy_file);
+    c.secagg.threshold = 0.7;
+    c.secagg.min_survivors = 0.6;
+    c.validate_for_server().unwrap();
+    let policy = Arc::new(policy);
     c.secagg.stage_timeout_secs = 20.0;
     c.secagg.sim_dropout = 0.2;
     c.secagg.sim_dropout_stage = DropoutStage::AfterShares;
@@ -47,6 +69,7 @@ async fn signed_rounds_are_exact_with_a_dropout_and_refuse_an_uncertified_client
                 let certificate = authority.certify(&name, &identity.public()).unwrap();
                 let credentials = Credentials::new(identity, certificate, verifier.clone());
                 opts.credentials = Some(Arc::new(credentials.unwrap()));
+                opts.policy = Some(policy.clone());
             }
             tokio::spawn(run_client(opts, support::client_data(&data, i)))
         })

@@ -7,6 +7,8 @@
 //!
 //! `cargo test malicious` runs them all.
 
+mod honest;
+mod policy;
 mod scripted;
 
 use fl_common::authority::{Authority, Identity};

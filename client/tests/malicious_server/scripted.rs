@@ -2,6 +2,7 @@
 //! server whose every message the test writes, and helpers to read what the clients answer.
 
 use fl_common::authority::{Authority, Identity};
+use fl_common::policy::{FederationPolicy, MinDegree};
 use fl_common::secagg::{
     AdvertisedKeys, ClientRound, Credentials, GraphKind, Member, Neighbourhood, Ring, RoundTag,
     ServerStage, StageMessage, Verifier, derive_graph,
@@ -85,7 +86,34 @@ pub(crate) struct Setup {
     pub(crate) authority: Authority,
     pub(crate) sessions: mpsc::Receiver<Peer>,
     pub(crate) processes: Vec<Child>,
+    /// Each process's arguments, to start it again.
+    commands: Vec<Vec<std::ffi::OsString>>,
     pub(crate) server: tokio::task::JoinHandle<()>,
+}
+
+/// How the clients of a setup are started.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fleet {
+    /// Each holds an identity certified by the setup's authority.
+    pub(crate) signed: bool,
+    /// The federation policy, which the setup's authority signs and every client loads
+    /// (`--policy`, with a state folder of its own); needs `signed`.
+    pub(crate) policy: Option<FederationPolicy>,
+}
+
+/// A policy for these tests: at least 4 clients and 3 neighbours, t >= 0.7 k, each client's
+/// noise at least z = 1 times S, 4 per release and 10 in all.
+pub(crate) fn policy() -> FederationPolicy {
+    FederationPolicy {
+        federation: "hospitals".into(),
+        min_clients: 4,
+        min_degree: MinDegree::AtLeast(3),
+        min_threshold: 0.7,
+        min_noise_multiplier: 1.0,
+        max_release_epsilon: 4.0,
+        max_total_epsilon: 10.0,
+        max_model_magnitude: 1e4,
+    }
 }
 
 impl Drop for Setup {
@@ -95,6 +123,13 @@ impl Drop for Setup {
             let _ = p.wait();
         }
         self.server.abort();
+        if std::thread::panicking() {
+            // What the clients said, beside the failure.
+            for i in 0..self.commands.len() {
+                let log = std::fs::read_to_string(self.dir.join(format!("client-{i}.log")));
+                eprintln!("client {i}'s log:\n{}", log.unwrap_or_default());
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -102,21 +137,31 @@ impl Drop for Setup {
 /// Starts the scripted server and `n` fl-client processes, certified (`signed`) or not, with
 /// a few examples each.
 pub(crate) async fn setup(test: &str, n: usize, signed: bool) -> Setup {
+    setup_fleet(
+        test,
+        n,
+        Fleet {
+            signed,
+            policy: None,
+        },
+    )
+    .await
+}
+
+/// Starts the scripted server and `n` fl-client processes as `fleet` says, each with a few
+/// examples of its own (process i's differ from process j's).
+pub(crate) async fn setup_fleet(test: &str, n: usize, fleet: Fleet) -> Setup {
     let dir = std::env::temp_dir().join(format!("fl-malicious-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let authority = Authority::generate().unwrap();
     let authority_pub = dir.join("authority.pub");
     write_hex(&authority_pub, &authority.public().to_bytes());
-    let mut rows = String::new();
-    for i in 0..30 {
-        let features: Vec<String> = (0..FEATURES)
-            .map(|j| format!("{}", (i * 7 + j) % 5))
-            .collect();
-        rows.push_str(&format!("{},{}\n", i % CLASSES, features.join(",")));
-    }
-    let data = dir.join("data.csv");
-    std::fs::write(&data, rows).unwrap();
+    let policy_file = fleet.policy.map(|p| {
+        let file = dir.join("policy.toml");
+        std::fs::write(&file, authority.sign_policy(p).unwrap().to_toml()).unwrap();
+        file
+    });
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -132,12 +177,20 @@ pub(crate) async fn setup(test: &str, n: usize, signed: bool) -> Setup {
             .serve_with_incoming(incoming)
             .await;
     });
-    let mut processes = Vec::new();
+    let mut commands = Vec::new();
     for i in 0..n {
         let mut command = Command::new(env!("CARGO_BIN_EXE_fl-client"));
         command.args(["--server", &endpoint, "--connect-timeout", "30"]);
-        command.arg("--data").arg(format!("csv:{}", data.display()));
-        if signed {
+        command
+            .arg("--data")
+            .arg(format!("csv:{}", data_of(&dir, i).display()));
+        command
+            .arg("--state-dir")
+            .arg(dir.join(format!("state-{i}")));
+        if let Some(file) = &policy_file {
+            command.arg("--policy").arg(file);
+        }
+        if fleet.signed {
             let name = format!("hospital-{i}");
             let identity = Identity::generate().unwrap();
             let key = dir.join(format!("{name}.key"));
@@ -152,17 +205,43 @@ pub(crate) async fn setup(test: &str, n: usize, signed: bool) -> Setup {
                 .arg("--certificate")
                 .arg(&cert);
         }
-        let log = std::fs::File::create(dir.join(format!("client-{i}.log"))).unwrap();
-        command.stdout(Stdio::null()).stderr(log);
-        processes.push(command.spawn().unwrap());
+        commands.push(command.get_args().map(|a| a.to_owned()).collect::<Vec<_>>());
     }
+    let processes = (commands.iter().enumerate())
+        .map(|(i, args)| spawn(&dir, i, args))
+        .collect();
     Setup {
         dir,
         authority,
         sessions,
         processes,
+        commands,
         server,
     }
+}
+
+/// Process `i`'s examples: 30 rows, its own.
+fn data_of(dir: &Path, i: usize) -> PathBuf {
+    let mut rows = String::new();
+    for r in 0..30 {
+        let features: Vec<String> = (0..FEATURES)
+            .map(|j| format!("{}", (r * 7 + j + 3 * i) % 5))
+            .collect();
+        rows.push_str(&format!("{},{}\n", (r + i) % CLASSES, features.join(",")));
+    }
+    let data = dir.join(format!("data-{i}.csv"));
+    std::fs::write(&data, rows).unwrap();
+    data
+}
+
+/// Starts fl-client with `args`, its log in the setup's folder.
+fn spawn(dir: &Path, i: usize, args: &[std::ffi::OsString]) -> Child {
+    let log = (std::fs::OpenOptions::new().create(true).append(true))
+        .open(dir.join(format!("client-{i}.log")))
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fl-client"));
+    command.args(args).stdout(Stdio::null()).stderr(log);
+    command.spawn().unwrap()
 }
 
 pub(crate) fn write_hex(path: &Path, bytes: &[u8]) {
@@ -170,6 +249,14 @@ pub(crate) fn write_hex(path: &Path, bytes: &[u8]) {
 }
 
 impl Setup {
+    /// Kills process `i` and starts it again as it was first started (same state folder).
+    pub(crate) fn restart(&mut self, i: usize) {
+        let p = &mut self.processes[i];
+        let _ = p.kill();
+        let _ = p.wait();
+        *p = spawn(&self.dir, i, &self.commands[i]);
+    }
+
     /// The sessions of all `n` clients, by id.
     pub(crate) async fn peers(&mut self, n: usize) -> BTreeMap<u64, Peer> {
         let mut peers = BTreeMap::new();
@@ -212,6 +299,11 @@ pub(crate) fn ring() -> Ring {
 
 /// Round 1's task: logistic regression, one epoch, a secure round (`signed` or not).
 pub(crate) fn task(signed: bool) -> RoundTask {
+    task_in(signed, "", 1)
+}
+
+/// Round 1's task (as [`task`]) in `federation`, of the server's `run`.
+pub(crate) fn task_in(signed: bool, federation: &str, run: u64) -> RoundTask {
     RoundTask {
         round: 1,
         model: Some(ModelSpec {
@@ -232,6 +324,8 @@ pub(crate) fn task(signed: bool) -> RoundTask {
             scale: 1000.0,
             noise_variance: 0,
             signed,
+            federation: federation.into(),
+            run,
         }),
         ..Default::default()
     }
@@ -254,7 +348,7 @@ pub(crate) async fn send_stage(peer: &Peer, stage: &ServerStage) {
 /// Sends `peer` the task and `model`.
 pub(crate) async fn send_task(peer: &Peer, task: &RoundTask, model: &[f32]) {
     send(peer, server_message::Body::Task(task.clone())).await;
-    for chunk in fl_proto::encode_chunks(1, model) {
+    for chunk in fl_proto::encode_chunks(task.round, model) {
         send(peer, server_message::Body::ModelChunk(chunk)).await;
     }
 }
@@ -294,10 +388,17 @@ pub(crate) async fn answer(peer: &mut Peer) -> Answer {
             (r.shares.iter()).map(|s| s.try_into().unwrap()).collect(),
         )),
         Body::MaskedInputHeader(h) => {
+            let mut words = fl_proto::TensorAssembler::new(h.round, h.num_words, h.num_chunks)
+                .expect("a masked-input header");
+            let mut received = None;
             for _ in 0..h.num_chunks {
-                next(peer).await.expect("a chunk");
+                match next(peer).await.expect("a chunk") {
+                    Body::UpdateChunk(c) => received = words.push_words(c).unwrap(),
+                    other => panic!("a chunk expected, got {other:?}"),
+                }
             }
-            Answer::Stage(StageMessage::Masked(Vec::new()))
+            let y = fl_proto::ring_elements(ring(), &received.expect("every chunk")).unwrap();
+            Answer::Stage(StageMessage::Masked(y))
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -331,10 +432,7 @@ pub(crate) fn honest_hoods(
     t: usize,
 ) -> BTreeMap<u64, Neighbourhood> {
     let mut members: Vec<Member> = (adverts.iter())
-        .map(|a| Member {
-            id: a.client,
-            name: a.signed.as_ref().map(|s| s.certificate.name.clone()),
-        })
+        .map(|a| Member::of(a, a.signed.as_ref().map(|s| s.certificate.name.clone())))
         .collect();
     members.sort_by_key(|m| m.id);
     let keys: BTreeMap<u64, &AdvertisedKeys> = adverts.iter().map(|a| (a.client, a)).collect();

@@ -237,6 +237,21 @@ impl LocalMechanism {
         }
     }
 
+    /// The release one upload under this mechanism records, as far as accounting goes (a
+    /// client checks its total before it trains): the Gaussian one exactly; the Laplace one
+    /// with sensitivity 1, since a pure release composes by its epsilon alone.
+    pub fn accounted_release(&self) -> Result<Release, AccountingError> {
+        Ok(match *self {
+            Self::Gaussian {
+                epsilon,
+                delta,
+                clip,
+            } => Release::gaussian(epsilon, delta, clip)?,
+            Self::Laplace { epsilon, .. } => Release::laplace(epsilon, 1.0),
+            Self::SignDs { epsilon, .. } => Release::signds(epsilon),
+        })
+    }
+
     /// Checks that `release` is of this kind, claims no more than this round allows, and that
     /// its noise gives what it claims. The server cannot see whether the noise was really added:
     /// a client that adds less only exposes itself.

@@ -23,8 +23,30 @@ use std::sync::{Arc, Mutex};
 const KEYS_DOMAIN: &[u8] = b"flp.v1 secagg keys";
 /// Domain string of a signed survivor set.
 const SURVIVORS_DOMAIN: &[u8] = b"flp.v1 secagg survivors";
-/// Domain string of the digest of the admitted clients.
-const MEMBERS_DOMAIN: &[u8] = b"flp.v1 secagg members";
+/// Domain string of the digest of the admitted clients and their keys (the key transcript).
+const MEMBERS_DOMAIN: &[u8] = b"flp.v1 secagg transcript";
+/// Domain string of the digest of one key advertisement.
+const ADVERT_DOMAIN: &[u8] = b"flp.v1 secagg advert";
+
+impl AdvertisedKeys {
+    /// H(advert): SHA-256 of `"flp.v1 secagg advert"`, the client id u64, c_pk, s_pk, then u8 1
+    /// and the 64-byte signature when signed, or u8 0.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(ADVERT_DOMAIN);
+        h.update(self.client.to_be_bytes());
+        h.update(self.cipher_public);
+        h.update(self.mask_public);
+        match &self.signed {
+            Some(s) => {
+                h.update([1]);
+                h.update(s.signature);
+            }
+            None => h.update([0]),
+        }
+        h.finalize().into()
+    }
+}
 
 /// The bytes a key advertisement's signature covers.
 pub fn keys_payload(tag: &RoundTag, keys: &AdvertisedKeys) -> Vec<u8> {
@@ -37,9 +59,10 @@ pub fn keys_payload(tag: &RoundTag, keys: &AdvertisedKeys) -> Vec<u8> {
     out
 }
 
-/// H(U1): SHA-256 of `"flp.v1 secagg members"`, round, H(task), u32 count, then each member's
-/// id u64 and name (u16 length and UTF-8 bytes; length 0 for a client without a certificate),
-/// in increasing order of id.
+/// H(U1), the attempt's key transcript: SHA-256 of `"flp.v1 secagg transcript"`, round, H(task),
+/// u32 count, then each member's id u64, name (u16 length and UTF-8 bytes; length 0 for a
+/// client without a certificate) and H(advert) (32 bytes), in increasing order of id. Every
+/// honest member's keys are fresh in each attempt, so no two attempts share it.
 pub fn members_digest(tag: &RoundTag, members: &[Member]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(MEMBERS_DOMAIN);
@@ -51,6 +74,7 @@ pub fn members_digest(tag: &RoundTag, members: &[Member]) -> [u8; 32] {
         let name = m.name.as_deref().unwrap_or("");
         h.update((name.len() as u16).to_be_bytes());
         h.update(name.as_bytes());
+        h.update(m.keys);
     }
     h.finalize().into()
 }

@@ -5,6 +5,7 @@
 //! unrevoked identity, refuses a neighbour set that is not the one derived from U1, signs the
 //! survivor set it is given and reveals only once t of its neighbours signed the same sets.
 
+use super::SecAggError;
 use super::binding::{self, Credentials};
 use super::graph::{self, GraphKind};
 use super::keys::{self, KeyPair, RoundTag, SecretKind, share_commitment};
@@ -15,8 +16,8 @@ use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
 use super::server::Stage;
 use super::shamir::{self, SHARE_BYTES, Share};
-use super::{SecAggError, check_stage};
 use crate::authority::IdentityKey;
+use crate::policy::FederationPolicy;
 use rand::{CryptoRng, Rng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct ClientRound {
     members: [u8; 32],
     /// U3, as this client signed it.
     survivors: BTreeSet<u64>,
+    /// The federation's rules on the round's size, graph and threshold, if the client has them.
+    policy: Option<Arc<FederationPolicy>>,
 }
 
 impl ClientRound {
@@ -91,7 +94,15 @@ impl ClientRound {
             credentials,
             members: [0; 32],
             survivors: BTreeSet::new(),
+            policy: None,
         }
+    }
+
+    /// The round under the federation's `policy`: a neighbourhood outside its minimums (|U1|,
+    /// k, t) is refused before anything is shared.
+    pub fn under(mut self, policy: Option<Arc<FederationPolicy>>) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Tests only: the shares this client holds of `owner`'s (s_sk, b), as a client the server
@@ -106,8 +117,17 @@ impl ClientRound {
         self.credentials.is_some()
     }
 
-    fn expect(&self, stage: Stage) -> Result<(), SecAggError> {
-        check_stage(self.tag.round, self.stage, stage)
+    /// Refuses the server's `message` unless this client is at `stage`, the one that message
+    /// follows: a message sent twice, early or late names itself.
+    fn expect(&self, stage: Stage, message: &'static str) -> Result<(), SecAggError> {
+        if self.stage == stage {
+            return Ok(());
+        }
+        Err(SecAggError::OutOfOrder {
+            round: self.tag.round,
+            message,
+            stage: self.stage,
+        })
     }
 
     /// Stage 0: the public keys to advertise, signed when the client has credentials.
@@ -139,22 +159,40 @@ impl ClientRound {
         Ok(())
     }
 
-    /// Checks U1 as told (increasing ids, this client in it under its own name, names unique
-    /// in a signed round) and that `neighbours` is this client's neighbour set in the graph
-    /// derived from it; keeps H(U1).
+    /// Checks U1 as told (increasing ids, this client in it under its own name and its own
+    /// advertisement's digest, names unique in a signed round, each neighbour under the digest
+    /// of the keys it was sent) and that `neighbours` is this client's neighbour set in the
+    /// graph derived from it; keeps H(U1), the attempt's key transcript.
     fn check_members(
         &mut self,
         members: &[Member],
-        neighbours: &BTreeSet<u64>,
+        neighbours: &BTreeMap<u64, AdvertisedKeys>,
     ) -> Result<(), SecAggError> {
         let refuse = |problem: String| Err(SecAggError::Refused(problem));
         if members.windows(2).any(|w| w[0].id >= w[1].id) {
             return refuse("the admitted clients are not listed once each by id".into());
         }
         let own_name = self.credentials.as_ref().map(|c| &c.certificate.name);
+        let own_keys = self.advertise().digest();
         match members.iter().find(|m| m.id == self.me) {
-            Some(m) if m.name.as_ref() == own_name => {}
-            _ => return refuse("the admitted clients leave out this client or misname it".into()),
+            Some(m) if m.name.as_ref() == own_name && m.keys == own_keys => {}
+            _ => {
+                return refuse(
+                    "the admitted clients leave out this client, misname it or misstate its keys"
+                        .into(),
+                );
+            }
+        }
+        let listed = |k: &AdvertisedKeys| {
+            members
+                .iter()
+                .any(|m| m.id == k.client && m.keys == k.digest())
+        };
+        if let Some(k) = neighbours.values().find(|k| !listed(k)) {
+            return refuse(format!(
+                "neighbour {} is not in the admitted clients with the keys it was sent with",
+                k.client
+            ));
         }
         if own_name.is_some() {
             let names: BTreeSet<Option<&String>> =
@@ -164,7 +202,8 @@ impl ClientRound {
             }
         }
         let derived = graph::derive(&self.tag, GraphKind::Regular(neighbours.len()), members);
-        if derived.get(&self.me) != Some(neighbours) {
+        let ids: BTreeSet<u64> = neighbours.keys().copied().collect();
+        if derived.get(&self.me) != Some(&ids) {
             return refuse(
                 "the neighbour set is not the one derived from the admitted clients".into(),
             );
@@ -207,10 +246,15 @@ impl ClientRound {
         hood: Neighbourhood,
         rng: &mut R,
     ) -> Result<Vec<SealedShares>, SecAggError> {
-        self.expect(Stage::AdvertiseKeys)?;
+        self.expect(Stage::AdvertiseKeys, "neighbours")?;
         self.check_threshold(hood.threshold, hood.neighbours.len())?;
+        if let Some(policy) = &self.policy {
+            (policy.check_round(hood.members.len(), hood.neighbours.len(), hood.threshold))
+                .map_err(SecAggError::Refused)?;
+        }
         let (n, t) = (hood.neighbours.len(), hood.threshold);
         let mut neighbours = BTreeMap::new();
+        let mut adverts = BTreeMap::new();
         for k in &hood.neighbours {
             let peer = self.peer(k, &hood.members)?;
             if k.client == self.me || neighbours.insert(k.client, peer).is_some() {
@@ -219,8 +263,9 @@ impl ClientRound {
                     k.client
                 )));
             }
+            adverts.insert(k.client, k.clone());
         }
-        self.check_members(&hood.members, &neighbours.keys().copied().collect())?;
+        self.check_members(&hood.members, &adverts)?;
         let holders: Vec<u64> = neighbours.keys().copied().collect();
         let key_shares = shamir::split(&self.mask.secret.to_bytes(), t, &holders, rng)?;
         let mask_shares = shamir::split(&self.self_mask, t, &holders, rng)?;
@@ -308,7 +353,7 @@ impl ClientRound {
     /// the neighbours whose shares do not (forged, altered or misaddressed). This client will hold
     /// nothing of theirs and not mask with them: to it they dropped.
     pub fn check_shares(&mut self, incoming: &[SealedShares]) -> Result<Vec<u64>, SecAggError> {
-        self.expect(Stage::ShareKeys)?;
+        self.expect(Stage::ShareKeys, "share-inbox")?;
         let mut refused = BTreeSet::new();
         for sealed in incoming {
             if !self.neighbours.contains_key(&sealed.from) {
@@ -341,7 +386,7 @@ impl ClientRound {
     /// y_u = x_u + PRG(b_u) + sum_{v in P} (+PRG(s_uv) if u < v, −PRG(s_uv) if u > v).
     /// Refuses to mask with fewer than t neighbours.
     pub fn masked_input(&mut self, proceed: &Proceed, x: &[u64]) -> Result<Vec<u64>, SecAggError> {
-        self.expect(Stage::CheckShares)?;
+        self.expect(Stage::CheckShares, "proceed")?;
         let named = proceed.excluded.iter().chain(&proceed.unpaired);
         if let Some(v) = named.clone().find(|v| !self.neighbours.contains_key(v)) {
             return Err(SecAggError::Refused(format!(
@@ -407,7 +452,7 @@ impl ClientRound {
     /// refuses a survivor list without this client or with fewer than t members, and refuses
     /// outright in a signed round, which reveals only after the consistency check.
     pub fn unmask(&mut self, survivors: &[u64]) -> Result<Vec<RevealedShare>, SecAggError> {
-        self.expect(Stage::MaskedInput)?;
+        self.expect(Stage::MaskedInput, "survivors")?;
         if self.credentials.is_some() {
             return Err(SecAggError::Refused(
                 "a signed round reveals shares only after t neighbours signed the survivor set"
@@ -421,7 +466,7 @@ impl ClientRound {
     /// The consistency check of a signed round: signs (round, H(task), H(U1), U3) for the
     /// survivor list it is given, which it will not sign again nor reveal for any other.
     pub fn endorse(&mut self, survivors: &[u64]) -> Result<[u8; 64], SecAggError> {
-        self.expect(Stage::MaskedInput)?;
+        self.expect(Stage::MaskedInput, "survivors")?;
         let Some(credentials) = self.credentials.clone() else {
             return Err(SecAggError::Refused(
                 "this client has no identity to sign with".into(),
@@ -446,7 +491,7 @@ impl ClientRound {
         &mut self,
         endorsements: &[(u64, [u8; 64])],
     ) -> Result<Vec<RevealedShare>, SecAggError> {
-        self.expect(Stage::Consistency)?;
+        self.expect(Stage::Consistency, "endorsements")?;
         let payload = self.survivors_payload();
         let mut signers = BTreeSet::new();
         for (signer, signature) in endorsements {

@@ -98,7 +98,12 @@ mod tests {
     }
 
     fn members(ids: impl IntoIterator<Item = u64>) -> Vec<Member> {
-        (ids.into_iter().map(|id| Member { id, name: None })).collect()
+        (ids.into_iter().map(|id| Member {
+            id,
+            name: None,
+            keys: [0; 32],
+        }))
+        .collect()
     }
 
     #[test]
@@ -141,6 +146,7 @@ mod tests {
                 .map(|i| Member {
                     id: first + i,
                     name: Some(format!("site-{i}")),
+                    keys: [0; 32],
                 })
                 .collect()
         };

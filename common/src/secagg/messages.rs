@@ -25,6 +25,21 @@ pub struct Member {
     pub id: u64,
     /// The name its certificate gives it, when keys are signed.
     pub name: Option<String>,
+    /// The digest of its key advertisement as the server received it
+    /// ([`AdvertisedKeys::digest`]): fresh in every attempt, so that what survivors sign binds
+    /// the attempt's whole key transcript.
+    pub keys: [u8; 32],
+}
+
+impl Member {
+    /// The member that advertised `keys`, under the certified `name` if any.
+    pub fn of(keys: &AdvertisedKeys, name: Option<String>) -> Self {
+        Self {
+            id: keys.client,
+            name,
+            keys: keys.digest(),
+        }
+    }
 }
 
 /// After stage 0, server → client: its neighbours' keys and the Shamir threshold.

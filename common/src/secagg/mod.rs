@@ -78,6 +78,16 @@ pub enum SecAggError {
         /// The stage the message belongs to.
         got: Stage,
     },
+    /// A server message the client did not expect now: sent twice, early or late.
+    #[error("round {round}: a {message} message arrived while this client is at {stage}")]
+    OutOfOrder {
+        /// The round.
+        round: u64,
+        /// The kind of the server's message.
+        message: &'static str,
+        /// Where this client is in the round.
+        stage: Stage,
+    },
     /// The sender is not a participant of this stage.
     #[error("client {0} is not taking part in this stage of the round")]
     NotParticipant(u64),
@@ -162,19 +172,6 @@ pub enum SecAggError {
     /// A secret could not be shared or recovered.
     #[error(transparent)]
     Shamir(#[from] ShamirError),
-}
-
-/// Refuses a message for stage `got` while `current` is in progress.
-fn check_stage(round: u64, current: Stage, got: Stage) -> Result<(), SecAggError> {
-    if current == got {
-        Ok(())
-    } else {
-        Err(SecAggError::WrongStage {
-            round,
-            expected: current,
-            got,
-        })
-    }
 }
 
 #[cfg(test)]

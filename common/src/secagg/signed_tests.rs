@@ -63,10 +63,7 @@ fn hoods(
     t: usize,
 ) -> BTreeMap<u64, Neighbourhood> {
     let members: Vec<Member> = (adverts.iter())
-        .map(|a| Member {
-            id: a.client,
-            name: a.signed.as_ref().map(|s| s.certificate.name.clone()),
-        })
+        .map(|a| Member::of(a, a.signed.as_ref().map(|s| s.certificate.name.clone())))
         .collect();
     let graph = derive_graph(tag, kind, &members);
     let keys: BTreeMap<u64, &AdvertisedKeys> = adverts.iter().map(|a| (a.client, a)).collect();
@@ -395,11 +392,23 @@ fn inconsistent_dropout_claims_get_no_reveal_in_a_signed_round() {
     let signatures: BTreeMap<u64, [u8; 64]> = (clients.iter_mut())
         .map(|(&u, c)| (u, c.endorse(&claimed(u)).unwrap()))
         .collect();
+    // A client signs once: a second survivor set is refused, and the refusal names it.
+    let twice = clients
+        .get_mut(&1)
+        .unwrap()
+        .endorse(&claimed(1))
+        .unwrap_err();
+    assert_eq!(
+        twice.to_string(),
+        "round 1: a survivors message arrived while this client is at consistency"
+    );
     // The server's clients sign whatever it asks: here the set each victim was told.
-    let members: Vec<Member> = (1..=7)
-        .map(|id| Member {
-            id,
-            name: Some(format!("site-{id}")),
+    let members: Vec<Member> = (clients.values())
+        .map(|c| {
+            Member::of(
+                &c.advertise(),
+                Some(format!("site-{}", c.advertise().client)),
+            )
         })
         .collect();
     let h_u1 = members_digest(&tag(1), &members);

@@ -329,11 +329,18 @@ fn stale_replayed_and_malformed_stage_messages_are_refused() {
             st.clients.get_mut(&u).unwrap().unmask(&survivors).unwrap(),
         );
     }
-    // A client answering the unmasking stage twice is refused by itself and by the server.
-    assert!(matches!(
-        st.clients.get_mut(&1).unwrap().unmask(&survivors),
-        Err(SecAggError::WrongStage { .. })
-    ));
+    // A client answering the unmasking stage twice is refused by itself, naming the message,
+    // and by the server.
+    let again = st
+        .clients
+        .get_mut(&1)
+        .unwrap()
+        .unmask(&survivors)
+        .unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        "round 4: a survivors message arrived while this client is at unmasking"
+    );
     unmasking.receive_reveal(1, reveals[&1].clone()).unwrap();
     assert_eq!(
         unmasking.receive_reveal(1, reveals[&1].clone()),
@@ -386,7 +393,13 @@ fn clients_refuse_unsafe_server_requests() {
         .collect();
     let hood = Neighbourhood {
         threshold: 2,
-        members: (1..6).map(|id| Member { id, name: None }).collect(),
+        members: (1..6)
+            .map(|id| Member {
+                id,
+                name: None,
+                keys: [0; 32],
+            })
+            .collect(),
         neighbours: peers,
     };
     assert!(matches!(

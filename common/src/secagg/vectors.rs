@@ -6,12 +6,13 @@
 use super::binding::{keys_payload, members_digest, survivors_payload};
 use super::graph::{GraphKind, derive};
 use super::keys::{self, KeyPair, RoundTag, SecretKind, pair_seed, share_commitment};
-use super::messages::{AdvertisedKeys, Member};
+use super::messages::{AdvertisedKeys, Member, Signed};
 use super::prg::expand;
 use super::ring::Ring;
 use super::shamir::{self, Share};
 use crate::authority::{Authority, Identity};
 use crate::model::{LocalConfig, ModelSpec};
+use crate::policy::{FederationPolicy, MinDegree};
 use crate::task::{SecureTask, Task};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -24,7 +25,8 @@ const FILE: &str = concat!(
 );
 
 /// The fixed task: logistic regression 2 -> 2, E = 1, B = 10, eta = 0.1, a signed round in
-/// Z_2^32 with S = 1, gamma = 1000, no noise; the model's six values.
+/// Z_2^32 with S = 1, gamma = 1000, no noise, federation "hospitals", run 42; the model's six
+/// values.
 fn task() -> (Task, Vec<f32>) {
     let task = Task {
         round: 7,
@@ -44,6 +46,8 @@ fn task() -> (Task, Vec<f32>) {
             },
             noise_variance: 0,
             signed: true,
+            federation: "hospitals".into(),
+            run: 42,
         }),
         admm: None,
         evaluate: false,
@@ -106,11 +110,26 @@ fn compute() -> BTreeMap<String, toml::Value> {
     };
     let payload = keys_payload(&tag, &keys);
     put("keys_payload", hex(&payload));
-    put("keys_signature", hex(&identity.sign(&payload)));
+    let signature = identity.sign(&payload);
+    put("keys_signature", hex(&signature));
+    let signed = AdvertisedKeys {
+        signed: Some(Box::new(Signed {
+            certificate,
+            signature,
+        })),
+        ..keys
+    };
+    put("advert_digest_3", hex(&signed.digest()));
+    // U1: client 3 with its signed advertisement, 5 and 9 with digests 0x05.. and 0x09...
     let members: Vec<Member> = [(3, "hospital-1"), (5, "hospital-2"), (9, "hospital-3")]
         .map(|(id, name)| Member {
             id,
             name: Some(name.into()),
+            keys: if id == 3 {
+                signed.digest()
+            } else {
+                [id as u8; 32]
+            },
         })
         .into();
     let h_u1 = members_digest(&tag, &members);
@@ -123,6 +142,7 @@ fn compute() -> BTreeMap<String, toml::Value> {
         .map(|i| Member {
             id: 100 + i,
             name: Some(format!("site-{i}")),
+            keys: [0; 32],
         })
         .collect();
     let graph = derive(&tag, GraphKind::Regular(4), &sites);
@@ -131,6 +151,19 @@ fn compute() -> BTreeMap<String, toml::Value> {
         toml::Value::String(format!("{u}: {}", ns.join(" ")))
     });
     put("graph_regular4_sites", toml::Value::Array(rows.collect()));
+    let policy = FederationPolicy {
+        federation: "hospitals".into(),
+        min_clients: 10,
+        min_degree: MinDegree::AtLeast(8),
+        min_threshold: 0.75,
+        min_noise_multiplier: 0.5,
+        max_release_epsilon: 4.0,
+        max_total_epsilon: 50.0,
+        max_model_magnitude: 1e4,
+    };
+    put("policy_payload", hex(&policy.payload()));
+    let signed = authority.sign_policy(policy).unwrap();
+    put("policy_signature", hex(&signed.signature));
     out
 }
 

@@ -163,6 +163,28 @@ pub fn ring_elements(ring: Ring, words: &[u32]) -> Result<Vec<u64>, WireError> {
     }
 }
 
+/// A neighbourhood message: U1 with each member's advertisement digest, and the neighbours'
+/// keys.
+fn neighbourhood(n: &v1::SecAggNeighbours) -> Result<Neighbourhood, WireError> {
+    let neighbours = (n.neighbours.iter())
+        .map(AdvertisedKeys::try_from)
+        .collect::<Result<_, _>>()?;
+    let members = (n.members.iter())
+        .map(|m| {
+            Ok(Member {
+                id: m.client_id,
+                name: m.name.clone(),
+                keys: bytes32(&m.keys, "a member's advertisement digest")?,
+            })
+        })
+        .collect::<Result<_, WireError>>()?;
+    Ok(Neighbourhood {
+        threshold: n.threshold as usize,
+        members,
+        neighbours,
+    })
+}
+
 /// A server's secure-aggregation stage message as (its round, the stage), or `None` for a body
 /// of another kind.
 pub fn server_stage(
@@ -170,23 +192,9 @@ pub fn server_stage(
 ) -> Option<Result<(u64, ServerStage), WireError>> {
     use v1::server_message::Body;
     let stage = match body {
-        Body::SecaggNeighbours(n) => (n.neighbours.iter())
-            .map(AdvertisedKeys::try_from)
-            .collect::<Result<_, _>>()
-            .map(|neighbours| {
-                let members = (n.members.iter())
-                    .map(|m| Member {
-                        id: m.client_id,
-                        name: m.name.clone(),
-                    })
-                    .collect();
-                let hood = Neighbourhood {
-                    threshold: n.threshold as usize,
-                    members,
-                    neighbours,
-                };
-                (n.round, ServerStage::Neighbours(hood))
-            }),
+        Body::SecaggNeighbours(n) => {
+            neighbourhood(n).map(|hood| (n.round, ServerStage::Neighbours(hood)))
+        }
         Body::SecaggEndorsements(e) => (e.endorsements.iter())
             .map(|e| Ok((e.client_id, bytes64(&e.signature, "signature")?)))
             .collect::<Result<_, _>>()
@@ -267,6 +275,7 @@ pub fn server_stage_body(round: u64, stage: &ServerStage) -> v1::server_message:
                 .map(|m| v1::Member {
                     client_id: m.id,
                     name: m.name.clone(),
+                    keys: m.keys.to_vec(),
                 })
                 .collect(),
         }),

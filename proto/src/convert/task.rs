@@ -127,7 +127,7 @@ impl TryFrom<&v1::RoundTask> for Task {
         let local = (t.local_privacy.as_ref())
             .map(LocalMechanism::try_from)
             .transpose()?;
-        let secure = t.secagg.map(secure_task).transpose()?;
+        let secure = t.secagg.clone().map(secure_task).transpose()?;
         let admm = match t.admm {
             None => None,
             Some(a) if a.rho > 0.0 && a.rho.is_finite() && a.total_examples > 0 => Some(AdmmStep {
@@ -180,6 +180,8 @@ fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
         },
         noise_variance: task.noise_variance,
         signed: task.signed,
+        federation: task.federation,
+        run: task.run,
     })
 }
 
@@ -193,12 +195,14 @@ impl From<&Task> for v1::RoundTask {
             config: Some(task.config.into()),
             num_values: 0,
             num_chunks: 0,
-            secagg: task.secure.map(|s| v1::SecAggTask {
+            secagg: task.secure.as_ref().map(|s| v1::SecAggTask {
                 ring_bits: s.quantizer.ring.bits(),
                 clip_bound: s.quantizer.clip,
                 scale: s.quantizer.scale,
                 noise_variance: s.noise_variance,
                 signed: s.signed,
+                federation: s.federation.clone(),
+                run: s.run,
             }),
             local_privacy: task.local.map(v1::LocalPrivacy::from),
             admm: task.admm.map(|a| v1::AdmmTask {

@@ -168,6 +168,8 @@ fn tasks_cross_the_wire_unchanged_and_bad_ones_are_refused() {
             },
             noise_variance: 12,
             signed: true,
+            federation: "hospitals".into(),
+            run: 9,
         }),
         admm: Some(AdmmStep {
             rho: 2.0,

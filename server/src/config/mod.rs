@@ -140,8 +140,15 @@ impl RunConfig {
     /// Checks what only a server needs and a simulation fills in itself: IADMM's public I, and
     /// the stable identities DP-FTRL needs.
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
-        // The authority's files are read before anything starts.
+        // The authority's files are read before anything starts, and the policy checked against
+        // every round's size.
         self.secagg.verifier()?;
+        if let Some(policy) = self.secagg.policy()? {
+            let fewest = (1..=self.server.rounds.max(1))
+                .map(|r| self.clients_at(r))
+                .min();
+            self.secagg.check_policy(&policy, fewest.unwrap_or(0))?;
+        }
         if self.secagg.sim_signed {
             return Err(ConfigError::Invalid(
                 "secagg.sim_signed is for fl sim, which makes its own authority: a server signs \

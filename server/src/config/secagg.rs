@@ -1,6 +1,7 @@
 //! `[secagg]`: secure aggregation.
 
 use super::ConfigError;
+use fl_common::policy::{FederationPolicy, MinDegree, SignedPolicy};
 use fl_common::privacy::Neighbours;
 use fl_common::secagg::{GraphKind, Stage, Verifier, auto_degree};
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,64 @@ impl SecAggSection {
             .map_err(|e| ConfigError::Invalid(format!("secagg.authority: {e}")))
     }
 
+    /// The federation policy, verified under `secagg.authority`, when `secagg.policy` is set.
+    pub fn policy(&self) -> Result<Option<FederationPolicy>, ConfigError> {
+        let (Some(policy), Some(authority)) = (&self.policy, &self.authority) else {
+            return Ok(None);
+        };
+        (SignedPolicy::read_verified(policy, authority))
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid(format!("secagg.policy: {e}")))
+    }
+
+    /// Refuses a configuration whose rounds `policy`'s clients would refuse: a threshold
+    /// fraction below its minimum, a graph sparser than its fewest neighbours, or fewer
+    /// admitted clients than its minimum when only `min_survivors` of the `m` sampled remain.
+    pub fn check_policy(&self, policy: &FederationPolicy, m: usize) -> Result<(), ConfigError> {
+        let id = &policy.federation;
+        let refuse = |what: String| {
+            Err(ConfigError::Invalid(format!(
+                "federation {id:?} policy: {what}"
+            )))
+        };
+        if self.threshold < policy.min_threshold {
+            return refuse(format!(
+                "secagg.threshold = {} is below the policy's min_threshold = {}",
+                self.threshold, policy.min_threshold
+            ));
+        }
+        let fewest = (self.min_survivors * m as f64).ceil() as u64;
+        if fewest < policy.min_clients {
+            return refuse(format!(
+                "a round may go on with {fewest} clients (secagg.min_survivors of {m}), the \
+                 policy's min_clients is {}: raise secagg.min_survivors or the clients per round",
+                policy.min_clients
+            ));
+        }
+        let k = match self.settings_graph(m) {
+            GraphKind::Complete => None,
+            GraphKind::Regular(k) => Some(k as u64),
+        };
+        match (policy.min_degree, k) {
+            (MinDegree::Complete, Some(k)) => refuse(format!(
+                "the policy asks for the complete graph, secagg.graph is regular (k = {k})"
+            )),
+            (MinDegree::AtLeast(min), Some(k)) if k < min => refuse(format!(
+                "secagg.degree gives k = {k}, the policy's min_degree is {min}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The graph of a round of `m` clients.
+    fn settings_graph(&self, m: usize) -> GraphKind {
+        match self.graph {
+            SecAggGraph::Complete => GraphKind::Complete,
+            SecAggGraph::Regular if self.degree == 0 => GraphKind::Regular(auto_degree(m)),
+            SecAggGraph::Regular => GraphKind::Regular(self.degree),
+        }
+    }
+
     /// The settings the secure collection runs its rounds by.
     pub fn settings(&self) -> Result<SecureSettings, ConfigError> {
         Ok(SecureSettings {
@@ -66,6 +125,7 @@ impl SecAggSection {
             stage_timeout: Duration::from_secs_f64(self.stage_timeout_secs),
             dropout: (self.sim_dropout, self.sim_dropout_stage),
             verifier: self.verifier()?.map(Arc::new),
+            policy: self.policy()?.map(Arc::new),
         })
     }
 }
@@ -113,6 +173,11 @@ pub struct SecAggSection {
     pub authority: Option<PathBuf>,
     /// The authority's signed revocation list (`fl authority revoke`), with `authority`.
     pub revocations: Option<PathBuf>,
+    /// The federation policy the authority signed (`fl authority policy`), with `authority`:
+    /// checked at start-up against this configuration (threshold, graph, fewest admitted
+    /// clients) and each round against its distributed noise; its federation id goes into every
+    /// task. Clients hold the same file and refuse rounds outside it.
+    pub policy: Option<PathBuf>,
     /// `fl sim` only: sign the rounds with an authority made for the simulation (its public key
     /// in `RUN/sim-authority.pub`, its secret never written), each simulated client certified.
     pub sim_signed: bool,
@@ -134,6 +199,7 @@ impl Default for SecAggSection {
             sim_dropout_stage: DropoutStage::AfterShares,
             authority: None,
             revocations: None,
+            policy: None,
             sim_signed: false,
         }
     }
@@ -176,6 +242,10 @@ impl SecAggSection {
             (
                 self.revocations.is_none() || self.authority.is_some(),
                 "secagg.revocations is the authority's list: set it with secagg.authority",
+            ),
+            (
+                self.policy.is_none() || self.authority.is_some(),
+                "secagg.policy is signed by the authority: set it with secagg.authority",
             ),
             (
                 self.neighbours == Neighbours::ReplaceOne || self.noise == SecAggNoise::Distributed,
@@ -233,6 +303,8 @@ pub struct SecureSettings {
     /// Signed rounds (the malicious-server variant): the federation authority's checks of the
     /// clients' certificates and signatures.
     pub verifier: Option<Arc<Verifier>>,
+    /// The federation policy, when the authority signed one.
+    pub policy: Option<Arc<FederationPolicy>>,
 }
 
 impl SecureSettings {

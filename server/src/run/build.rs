@@ -301,6 +301,7 @@ impl Builder<'_> {
             clip: plan.clip,
             dim: self.dim,
             oracle,
+            run: rand::Rng::random(&mut StdRng::from_os_rng()),
         });
         let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
             SecureNoise::None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),

@@ -6,6 +6,7 @@ use anyhow::bail;
 use clap::Parser;
 use fl_client::{ClientOptions, ClientPrivacy, ClientTls};
 use fl_common::data::DataSource;
+use fl_common::policy::{FederationPolicy, SignedPolicy};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::Credentials;
 use std::path::PathBuf;
@@ -97,6 +98,21 @@ pub(crate) struct Args {
     /// refused.
     #[arg(long, requires = "authority")]
     pub(crate) revocations: Option<PathBuf>,
+    /// The federation policy the authority signed (`fl authority policy`), with --authority:
+    /// the client refuses any task outside it (fewest clients, neighbours and threshold of a
+    /// secure round, distributed noise floor, epsilon per release and in total), whatever the
+    /// server asks. Checked before the first connection.
+    #[arg(long, requires = "authority")]
+    pub(crate) policy: Option<PathBuf>,
+    /// The largest composed epsilon of all this client's local releases, over restarts (with
+    /// --policy, the smaller of this and the policy's); a release past it is refused.
+    #[arg(long)]
+    pub(crate) max_total_epsilon: Option<f64>,
+    /// Where each client of this process remembers, across restarts, the local privacy it
+    /// spent and the secure rounds it took part in (one file per federation and client name),
+    /// when it has a --policy or --max-total-epsilon.
+    #[arg(long, default_value = "fl-client-state")]
+    pub(crate) state_dir: PathBuf,
 }
 
 /// `--privacy` values.
@@ -150,13 +166,59 @@ impl Args {
             clip: self.clip_bound,
         };
         limits.check()?;
+        if let Some(total) = self.max_total_epsilon
+            && !(total > 0.0 && total.is_finite())
+        {
+            bail!("--max-total-epsilon {total}: a positive number");
+        }
         let require = match self.privacy {
             Protection::Follow => None,
             Protection::LdpGaussian => Some(ReleaseKind::Gaussian),
             Protection::LdpLaplace => Some(ReleaseKind::Laplace),
             Protection::Signds => Some(ReleaseKind::SignDs),
         };
-        Ok(ClientPrivacy { require, limits })
+        Ok(ClientPrivacy {
+            require,
+            limits,
+            max_total_epsilon: self.max_total_epsilon,
+        })
+    }
+
+    /// The federation policy, verified under the authority, if given.
+    pub(crate) fn policy(&self) -> anyhow::Result<Option<Arc<FederationPolicy>>> {
+        let (Some(policy), Some(authority)) = (&self.policy, &self.authority) else {
+            return Ok(None);
+        };
+        let policy = SignedPolicy::read_verified(policy, authority).map_err(anyhow::Error::msg)?;
+        Ok(Some(Arc::new(policy)))
+    }
+
+    /// The state file of the client `name` under `policy`, when it has something to remember
+    /// across restarts (a policy or a total cap).
+    pub(crate) fn state_file(
+        &self,
+        name: &str,
+        policy: Option<&FederationPolicy>,
+    ) -> Option<PathBuf> {
+        if policy.is_none() && self.max_total_epsilon.is_none() {
+            return None;
+        }
+        let federation = policy.map_or("local", |p| p.federation.as_str());
+        let safe = |s: &str| -> String {
+            (s.chars())
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
+        Some(
+            self.state_dir
+                .join(format!("{}--{}.json", safe(federation), safe(name))),
+        )
     }
 }
 

@@ -40,6 +40,7 @@ async fn run() -> anyhow::Result<()> {
     }
     let privacy = args.privacy()?;
     let credentials = args.credentials()?;
+    let policy = args.policy()?;
     let tls = args.tls()?;
     let source = args.data.clone();
     let data = Arc::new(
@@ -63,6 +64,8 @@ async fn run() -> anyhow::Result<()> {
         let signing = (privacy, credentials.clone());
         let mut opts = options(&args, name, Some(index as u64), signing, tls.clone());
         opts.training_slots = slots.clone();
+        opts.state = args.state_file(&opts.name, policy.as_deref());
+        opts.policy = policy.clone();
         opts.pace = args.speeds.pace(args.partition_seed, index as u64);
         opts.connection = connections
             .get(i / fl_client::CLIENTS_PER_CONNECTION)

@@ -71,11 +71,8 @@ impl AdvertiseKeys {
     pub fn close(self) -> Result<(ShareKeys, BTreeMap<u64, Neighbourhood>), SecAggError> {
         let base = self.base;
         base.enough(Stage::AdvertiseKeys, self.keys.len())?;
-        let members: Vec<Member> = (self.keys.keys())
-            .map(|&id| Member {
-                id,
-                name: self.names.get(&id).cloned(),
-            })
+        let members: Vec<Member> = (self.keys.iter())
+            .map(|(id, keys)| Member::of(keys, self.names.get(id).cloned()))
             .collect();
         let neighbours = graph::derive(&base.tag, self.graph_kind, &members);
         let degree = neighbours.values().map(BTreeSet::len).min().unwrap_or(0);

@@ -85,6 +85,10 @@ pub(crate) struct Prepared {
     pub calibration: Option<Calibration>,
     /// The secure round is signed (the malicious-server variant).
     pub signed: bool,
+    /// The federation id its task carries (its policy's; empty without one).
+    pub federation: String,
+    /// This server process's run id, which its task carries.
+    pub run: u64,
 }
 
 /// One of the two ways results come in.

@@ -35,6 +35,10 @@ pub(crate) struct SecureCollection {
     pub dim: usize,
     /// Simulation only: the plain inputs, to measure the error of the unmasked sum.
     pub oracle: Option<Arc<PlainInputs>>,
+    /// This process's run id, drawn from the OS when the run's pipeline is built (again on
+    /// resume): with the federation and the round it names one attempt, which clients take
+    /// part in once.
+    pub run: u64,
 }
 
 /// Clients gone from a round: disconnected, failed, refused, or dropped by the injector.
@@ -70,9 +74,28 @@ impl SecureCollection {
             })
             .map_err(ServerError::Calibration)?,
         };
+        if let Some(policy) = &self.settings.policy {
+            let q = calibration.quantizer;
+            let floor = policy.min_noise_variance(q.clip, q.scale);
+            let variance = calibration.ddg.map_or(0, |d| d.client_variance);
+            if variance < floor {
+                return Err(ServerError::Config(crate::config::ConfigError::Invalid(
+                    format!(
+                        "federation {:?} policy: each client's noise variance must be at least \
+                     {floor} levels (min_noise_multiplier = {}), this round's calibration gives \
+                     {variance}: use secagg.noise = \"distributed\" with a larger \
+                     privacy.noise_multiplier",
+                        policy.federation, policy.min_noise_multiplier
+                    ),
+                )));
+            }
+        }
         Ok(Prepared {
             calibration: Some(calibration),
             signed: self.settings.verifier.is_some(),
+            federation: (self.settings.policy.as_ref())
+                .map_or_else(String::new, |p| p.federation.clone()),
+            run: self.run,
         })
     }
 

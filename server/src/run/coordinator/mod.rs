@@ -474,6 +474,8 @@ impl Coordinator {
                 quantizer: c.quantizer,
                 noise_variance: c.ddg.map_or(0, |d| d.client_variance),
                 signed: planned.prepared.signed,
+                federation: planned.prepared.federation.clone(),
+                run: planned.prepared.run,
             }),
             admm: instructions.admm,
             evaluate: self.config.eval.federated_at(ctx.round),

@@ -1,0 +1,195 @@
+//! What a client remembers across its own restarts, so that a server cannot make it start over:
+//! the local privacy it has spent (its releases composed, [`LocalLedger`]) against its total
+//! cap, and the secure-round attempts it took part in, each (federation, run, round) once.
+//!
+//! Kept in memory for every client, and in a small JSON file when the client has one
+//! (`fl-client --state-dir`; one file per federation and client name). The file is written
+//! whole (to a temporary name, then renamed) before the upload or key advertisement it
+//! records leaves the client: a crash loses at most an attempt that never started, never a
+//! spend that was sent.
+
+use fl_common::privacy::{LocalLedger, Release};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The file's contents.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Remembered {
+    /// The federation the file is for (its policy's id; empty without a policy).
+    federation: String,
+    /// The releases made.
+    spent: LocalLedger,
+    /// The largest delta of those releases, at which they compose.
+    delta: f64,
+    /// For each run id of a server process, the last secure round taken part in.
+    attempts: BTreeMap<u64, u64>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct ClientState {
+    file: Option<PathBuf>,
+    remembered: Remembered,
+    /// The largest composed epsilon this client releases up to, if capped.
+    cap: Option<f64>,
+}
+
+impl ClientState {
+    /// The state of a client of `federation` capped at `cap`, read from `file` when it exists
+    /// (a missing file is a client's first start; an unreadable one, or one of another
+    /// federation, is an error: starting over would forget what was spent).
+    pub(crate) fn open(
+        file: Option<PathBuf>,
+        federation: &str,
+        cap: Option<f64>,
+    ) -> Result<Self, String> {
+        let fresh = Remembered {
+            federation: federation.into(),
+            ..Remembered::default()
+        };
+        let remembered = match &file {
+            Some(path) if path.exists() => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading the client state {}: {e}", path.display()))?;
+                let read: Remembered = serde_json::from_str(&text)
+                    .map_err(|e| format!("the client state {}: {e}", path.display()))?;
+                if read.federation != federation {
+                    return Err(format!(
+                        "the client state {} is of federation {:?}, not {federation:?}",
+                        path.display(),
+                        read.federation
+                    ));
+                }
+                read
+            }
+            _ => fresh,
+        };
+        Ok(Self {
+            file,
+            remembered,
+            cap,
+        })
+    }
+
+    /// A state kept in memory only, with no cap.
+    pub(crate) fn in_memory() -> Self {
+        Self {
+            file: None,
+            remembered: Remembered::default(),
+            cap: None,
+        }
+    }
+
+    /// Writes the file, if the client has one.
+    fn save(&self) -> Result<(), String> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let text = serde_json::to_string_pretty(&self.remembered).expect("the state serialises");
+        let tmp = path.with_extension("json.tmp");
+        let fail = |e: std::io::Error| format!("writing the client state {}: {e}", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        std::fs::write(&tmp, text).map_err(fail)?;
+        std::fs::rename(&tmp, path).map_err(fail)
+    }
+
+    /// Takes part in the secure round (`run`, `round`) of this client's federation: refused
+    /// when this client already took part in this round or a later one of the same run (an
+    /// attempt is signed once; an aborted one is re-run as a new round number). Remembered
+    /// before it returns.
+    pub(crate) fn take_part(&mut self, run: u64, round: u64) -> Result<(), String> {
+        let last = self.remembered.attempts.get(&run).copied();
+        if let Some(last) = last.filter(|&last| round <= last) {
+            return Err(format!(
+                "this client already took part in round {last} of run {run:016x}: a secure \
+                 round is taken part in once, and rounds only go forward"
+            ));
+        }
+        self.remembered.attempts.insert(run, round);
+        self.save()
+    }
+
+    /// What the releases made so far compose to, with `release` added, at their largest delta.
+    fn with(&self, release: &Release) -> (LocalLedger, f64, f64) {
+        let mut spent = self.remembered.spent.clone();
+        spent.record(release);
+        let delta = self.remembered.delta.max(release.delta);
+        let epsilon = spent.epsilon(delta);
+        (spent, delta, epsilon)
+    }
+
+    /// Refuses `release` when it would take this client past its cap.
+    pub(crate) fn check(&self, release: &Release) -> Result<(), String> {
+        let (_, _, epsilon) = self.with(release);
+        match self.cap {
+            Some(cap) if epsilon > cap => Err(format!(
+                "this client's local privacy budget is spent: one more release at epsilon {} \
+                 would bring its total to {epsilon:.4}, above its cap of {cap}",
+                release.epsilon
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records `release` (checked against the cap first), remembered before it returns.
+    pub(crate) fn record(&mut self, release: &Release) -> Result<(), String> {
+        self.check(release)?;
+        let (spent, delta, _) = self.with(release);
+        self.remembered.spent = spent;
+        self.remembered.delta = delta;
+        self.save()
+    }
+
+    /// Releases made.
+    pub(crate) fn releases(&self) -> u64 {
+        self.remembered.spent.releases()
+    }
+
+    /// Their composed epsilon (0 with none).
+    pub(crate) fn epsilon(&self) -> f64 {
+        self.remembered.spent.epsilon(self.remembered.delta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fl-state-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("hospitals--site-1.json")
+    }
+
+    /// The cap holds across a restart: what was spent is read back, and a release past the
+    /// cap is refused.
+    #[test]
+    fn spend_and_attempts_survive_a_restart() {
+        let path = file("restart");
+        let release = Release::laplace(2.0, 1.0);
+        let mut state = ClientState::open(Some(path.clone()), "hospitals", Some(5.0)).unwrap();
+        state.record(&release).unwrap();
+        state.record(&release).unwrap();
+        state.take_part(7, 3).unwrap();
+        let mut again = ClientState::open(Some(path.clone()), "hospitals", Some(5.0)).unwrap();
+        assert_eq!(again.releases(), 2);
+        assert_eq!(again.epsilon(), 4.0);
+        let refused = again.record(&release).unwrap_err();
+        assert!(refused.contains("budget is spent"), "{refused}");
+        assert!(
+            again
+                .take_part(7, 3)
+                .unwrap_err()
+                .contains("already took part")
+        );
+        assert!(again.take_part(7, 2).is_err());
+        again.take_part(7, 4).unwrap();
+        again.take_part(8, 1).unwrap();
+        let other = ClientState::open(Some(path.clone()), "elsewhere", None).unwrap_err();
+        assert!(other.contains("federation"), "{other}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+}
