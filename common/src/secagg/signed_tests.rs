@@ -471,3 +471,66 @@ fn a_remembered_certificate_lends_its_signature_to_no_other() {
         strict.check_certificate(&genuine).unwrap_err();
     }
 }
+
+/// One attempt of a signed round of 5 clients with the given `credentials` (same names, ids
+/// and task every time), run to the survivors' signatures: the clients and what each signed.
+fn attempt_to_consistency(
+    credentials: &BTreeMap<u64, Arc<Credentials>>,
+    rng: &mut StdRng,
+) -> (BTreeMap<u64, ClientRound>, BTreeMap<u64, [u8; 64]>) {
+    let mut clients: BTreeMap<u64, ClientRound> = (credentials.iter())
+        .map(|(&u, c)| {
+            (
+                u,
+                ClientRound::new((tag(1), u), ring(), Some(c.clone()), rng),
+            )
+        })
+        .collect();
+    let adverts: Vec<AdvertisedKeys> = clients.values().map(ClientRound::advertise).collect();
+    let mut sealed = Vec::new();
+    for (u, hood) in hoods(&tag(1), &adverts, GraphKind::Complete, 3) {
+        sealed.extend(clients.get_mut(&u).unwrap().share_keys(hood, rng).unwrap());
+    }
+    let survivors: Vec<u64> = clients.keys().copied().collect();
+    let mut signatures = BTreeMap::new();
+    for (&u, c) in clients.iter_mut() {
+        let inbox: Vec<SealedShares> = sealed.iter().filter(|s| s.to == u).cloned().collect();
+        assert!(c.check_shares(&inbox).unwrap().is_empty());
+        c.masked_input(&Proceed::default(), &[u; 8]).unwrap();
+        signatures.insert(u, c.endorse(&survivors).unwrap());
+    }
+    (clients, signatures)
+}
+
+/// A round run again with the same ids, names, round and task (a server re-running it, or a
+/// client that lost its memory of the first attempt): the first attempt's survivor-set
+/// signatures do not verify in the second, because what survivors sign binds the attempt's
+/// key transcript, fresh in each attempt. The second attempt's own signatures do.
+#[test]
+fn endorsements_of_one_attempt_do_not_verify_in_another() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let fed = Federation::new();
+    let credentials: BTreeMap<u64, Arc<Credentials>> = (1..=5)
+        .map(|u| (u, fed.credentials(&format!("site-{u}"))))
+        .collect();
+    let (_, first) = attempt_to_consistency(&credentials, &mut rng);
+    let (mut clients, second) = attempt_to_consistency(&credentials, &mut rng);
+    let others = |signed: &BTreeMap<u64, [u8; 64]>| -> Endorsements {
+        (signed.iter())
+            .filter(|&(&v, _)| v != 1)
+            .map(|(&v, &s)| (v, s))
+            .collect()
+    };
+    let mut replayed = clients.remove(&1).unwrap();
+    let refused = replayed.reveal_endorsed(&others(&first));
+    assert!(
+        matches!(refused, Err(SecAggError::Unauthenticated { .. })),
+        "{refused:?}"
+    );
+    let honest = clients.get_mut(&2).unwrap();
+    let fresh: Endorsements = (second.iter())
+        .filter(|&(&v, _)| v != 2)
+        .map(|(&v, &s)| (v, s))
+        .collect();
+    assert_eq!(honest.reveal_endorsed(&fresh).unwrap().len(), 4);
+}

@@ -335,4 +335,41 @@ mod tests {
         c.privacy.noise_multiplier = 3.0.into();
         c.validate().unwrap();
     }
+
+    /// A configuration whose rounds the policy's clients would refuse is refused at start-up,
+    /// naming the rule.
+    #[test]
+    fn a_configuration_outside_the_policy_is_refused() {
+        let policy = FederationPolicy {
+            federation: "hospitals".into(),
+            min_clients: 10,
+            min_degree: MinDegree::AtLeast(8),
+            min_threshold: 0.75,
+            min_noise_multiplier: 0.0,
+            max_release_epsilon: 4.0,
+            max_total_epsilon: 40.0,
+            max_model_magnitude: 1e4,
+        };
+        let s = SecAggSection {
+            threshold: 0.8,
+            min_survivors: 0.5,
+            ..SecAggSection::default()
+        };
+        s.check_policy(&policy, 20).unwrap();
+        let e = s.check_policy(&policy, 18).unwrap_err().to_string();
+        assert!(e.contains("min_clients is 10"), "{e}");
+        let low = SecAggSection {
+            threshold: 0.7,
+            ..s.clone()
+        };
+        let e = low.check_policy(&policy, 20).unwrap_err().to_string();
+        assert!(e.contains("min_threshold"), "{e}");
+        let sparse = SecAggSection {
+            graph: SecAggGraph::Regular,
+            degree: 6,
+            ..s.clone()
+        };
+        let e = sparse.check_policy(&policy, 20).unwrap_err().to_string();
+        assert!(e.contains("min_degree is 8"), "{e}");
+    }
 }
