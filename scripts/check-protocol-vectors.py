@@ -36,7 +36,7 @@ def check(name, value):
 
 # Task digest: logistic regression 2 -> 2 ("2-2"), tensors "layers.0.weight" [2, 2] and
 # "layers.0.bias" [2], E = 1, B = 10, eta = 0.1f, s = 0, b = 32, S = 1.0,
-# gamma = 1000.0, sigma^2 = 0, signed = 1, the six values.
+# gamma = 1000.0, sigma^2 = 0, signed = 1, federation "hospitals", run 42, the six values.
 def task_digest(tensor_names):
     h = hashlib.sha256(b"flp.v1 task" + u64(7) + text("2-2"))
     h.update(u32(len(tensor_names)))
@@ -44,6 +44,7 @@ def task_digest(tensor_names):
         h.update(text(name) + u32(len(shape)) + b"".join(u64(n) for n in shape))
     h.update(u32(1) + u32(10) + struct.pack(">f", 0.1) + u32(0))
     h.update(u32(32) + struct.pack(">d", 1.0) + struct.pack(">d", 1000.0) + u64(0) + b"\x01")
+    h.update(text("hospitals") + u64(42))
     values = [0.5, -0.25, 1.0, 0.0, 2.0, -3.0]
     h.update(u64(len(values)) + b"".join(struct.pack("<f", v) for v in values))
     return h.hexdigest()
@@ -90,16 +91,28 @@ certificate = b"flp.v1 identity certificate" + u16(10) + b"hospital-1" + identit
 check("certificate_signature", authority.sign(certificate).hex())
 keys = b"flp.v1 secagg keys" + round_tag + u64(3) + raw(v.public_key()) + raw(u.public_key())
 check("keys_payload", keys.hex())
-check("keys_signature", identity.sign(keys).hex())
-members = [(3, "hospital-1"), (5, "hospital-2"), (9, "hospital-3")]
-h = hashlib.sha256(b"flp.v1 secagg members" + round_tag + u32(len(members)))
-for id_, name in members:
-    h.update(u64(id_) + u16(len(name)) + name.encode())
+keys_signature = identity.sign(keys)
+check("keys_signature", keys_signature.hex())
+advert = hashlib.sha256(b"flp.v1 secagg advert" + u64(3) + raw(v.public_key()) + raw(u.public_key())
+                        + b"\x01" + keys_signature).digest()
+check("advert_digest_3", advert.hex())
+members = [(3, "hospital-1", advert), (5, "hospital-2", bytes([5] * 32)),
+           (9, "hospital-3", bytes([9] * 32))]
+h = hashlib.sha256(b"flp.v1 secagg transcript" + round_tag + u32(len(members)))
+for id_, name, digest_of_keys in members:
+    h.update(u64(id_) + u16(len(name)) + name.encode() + digest_of_keys)
 check("members_digest", h.hexdigest())
 survivors = (b"flp.v1 secagg survivors" + round_tag + h.digest() + u32(3)
              + u64(3) + u64(5) + u64(9))
 check("survivors_payload", survivors.hex())
 check("survivors_signature", identity.sign(survivors).hex())
+
+# The federation policy "hospitals": 10 clients, 8 neighbours, t >= 0.75 k, z = 0.5, 4 per
+# release, 50 in all, values within 1e4.
+policy = (b"flp.v1 federation policy" + u16(9) + b"hospitals" + u64(10) + u64(8)
+          + b"".join(struct.pack(">d", x) for x in [0.75, 0.5, 4.0, 50.0, 1e4]))
+check("policy_payload", policy.hex())
+check("policy_signature", authority.sign(policy).hex())
 
 # The graph: places SHA-256("flp.v1 secagg graph" || round || H(task) || 0x01 || u16 || name),
 # U1 in increasing order of place, each joined to the k/2 = 2 next on either side.

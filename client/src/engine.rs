@@ -14,7 +14,7 @@ use fl_common::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy};
 use fl_common::secagg::{
     Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
 };
-use fl_common::task::Task;
+use fl_common::task::{SecureTask, Task};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -244,31 +244,7 @@ impl Engine {
         }
         if let Some(secure) = &task.secure {
             check_combination(task.local.is_some(), task.admm.is_some())?;
-            if let Some(p) = &self.policy
-                && p.federation != secure.federation
-            {
-                return Err(format!(
-                    "the round is of federation {:?}, this client's policy is of {:?}",
-                    secure.federation, p.federation
-                ));
-            }
-            match (secure.signed, self.secure_context.credentials.is_some()) {
-                (false, true) => {
-                    return Err(
-                        "this client takes part only in signed secure rounds, and the \
-                                server runs unsigned ones (it has no secagg.authority)"
-                            .into(),
-                    );
-                }
-                (true, false) => {
-                    return Err(
-                        "the round is signed and this client has no identity to sign \
-                                with (give it --authority, --identity and --certificate)"
-                            .into(),
-                    );
-                }
-                _ => {}
-            }
+            self.check_secure(secure)?;
         }
         task.local = task.local.map(|m| m.tightened(&self.limits()));
         if let Some(m) = &task.local {
@@ -290,6 +266,32 @@ impl Engine {
             received,
             seed,
         })
+    }
+
+    /// A secure round's federation and signing against this client's: its policy's federation,
+    /// and signed exactly when this client has an identity.
+    fn check_secure(&self, secure: &SecureTask) -> Result<(), String> {
+        if let Some(p) = &self.policy
+            && p.federation != secure.federation
+        {
+            return Err(format!(
+                "the round is of federation {:?}, this client's policy is of {:?}",
+                secure.federation, p.federation
+            ));
+        }
+        match (secure.signed, self.secure_context.credentials.is_some()) {
+            (false, true) => Err(
+                "this client takes part only in signed secure rounds, and the \
+                                  server runs unsigned ones (it has no secagg.authority)"
+                    .into(),
+            ),
+            (true, false) => Err(
+                "the round is signed and this client has no identity to sign \
+                                  with (give it --authority, --identity and --certificate)"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The client's own limits, tightened by the federation policy's largest epsilon per

@@ -14,7 +14,7 @@ use super::SecAggError;
 use super::keys::RoundTag;
 use super::messages::{AdvertisedKeys, Member, Signed};
 use crate::authority::{AuthorityError, AuthorityKey, Identity, IdentityCertificate};
-use crate::authority::{IdentityKey, RevocationList, read_key_file};
+use crate::authority::{IdentityKey, RevocationList, SignedBy, read_key_file, verify_all};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -163,6 +163,40 @@ impl Verifier {
         }
     }
 
+    /// [`Verifier::check_keys`] for every advertisement of `keys` at once: each certificate, then
+    /// every signature in one batch ([`verify_all`]); the first failure names its client.
+    pub fn check_all_keys<'a>(
+        &self,
+        tag: &RoundTag,
+        keys: &'a [AdvertisedKeys],
+    ) -> Result<Vec<&'a IdentityCertificate>, SecAggError> {
+        let mut certificates = Vec::with_capacity(keys.len());
+        for k in keys {
+            let bad = |reason: String| SecAggError::Unauthenticated {
+                client: k.client,
+                reason,
+            };
+            let signed =
+                (k.signed.as_ref()).ok_or_else(|| bad("its keys are not signed".into()))?;
+            self.check_certificate(&signed.certificate).map_err(bad)?;
+            certificates.push(&signed.certificate);
+        }
+        let payloads: Vec<Vec<u8>> = keys.iter().map(|k| keys_payload(tag, k)).collect();
+        let signed: Vec<SignedBy<'_>> = (keys.iter().zip(&payloads))
+            .filter_map(|(k, p)| {
+                k.signed
+                    .as_ref()
+                    .map(|s| (s.certificate.identity, p.as_slice(), s.signature))
+            })
+            .collect();
+        let what = "the key advertisement (keys, round or task differ from what was signed)";
+        verify_all(&signed, what).map_err(|(i, e)| SecAggError::Unauthenticated {
+            client: keys[i].client,
+            reason: e.to_string(),
+        })?;
+        Ok(certificates)
+    }
+
     /// A key advertisement signed for this round and task by a certified, unrevoked identity;
     /// returns its certificate.
     pub fn check_keys<'a>(
@@ -170,17 +204,8 @@ impl Verifier {
         tag: &RoundTag,
         keys: &'a AdvertisedKeys,
     ) -> Result<&'a IdentityCertificate, SecAggError> {
-        let bad = |reason: String| SecAggError::Unauthenticated {
-            client: keys.client,
-            reason,
-        };
-        let signed = (keys.signed.as_ref()).ok_or_else(|| bad("its keys are not signed".into()))?;
-        self.check_certificate(&signed.certificate).map_err(bad)?;
-        let what = "the key advertisement (keys, round or task differ from what was signed)";
-        (signed.certificate.identity)
-            .verify(&keys_payload(tag, keys), &signed.signature, what)
-            .map_err(|e| bad(e.to_string()))?;
-        Ok(&signed.certificate)
+        let mut checked = self.check_all_keys(tag, std::slice::from_ref(keys))?;
+        Ok(checked.remove(0))
     }
 }
 
@@ -196,6 +221,15 @@ pub fn check_survivors(
             client: signer,
             reason: e.to_string(),
         }
+    })
+}
+
+/// [`check_survivors`] for many signatures over one survivor set at once ([`verify_all`]);
+/// `signers[i]` made `signed[i]`.
+pub fn check_all_survivors(signers: &[u64], signed: &[SignedBy<'_>]) -> Result<(), SecAggError> {
+    verify_all(signed, "the survivor set").map_err(|(i, e)| SecAggError::Unauthenticated {
+        client: signers[i],
+        reason: e.to_string(),
     })
 }
 

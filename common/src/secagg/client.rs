@@ -212,28 +212,34 @@ impl ClientRound {
         Ok(())
     }
 
-    /// A neighbour's keys, checked in a signed round against its certificate, its signature
-    /// and the name U1 gives it.
-    fn peer(&self, keys: &AdvertisedKeys, members: &[Member]) -> Result<Peer, SecAggError> {
-        let identity = match &self.credentials {
-            None => None,
+    /// The neighbours' keys, checked in a signed round against their certificates, their
+    /// signatures (in one batch) and the names U1 gives them.
+    fn peers(&self, hood: &Neighbourhood) -> Result<Vec<Peer>, SecAggError> {
+        let certificates = match &self.credentials {
+            None => vec![None; hood.neighbours.len()],
             Some(c) => {
-                let certificate = c.verifier.check_keys(&self.tag, keys)?;
-                let listed = members.iter().find(|m| m.id == keys.client);
+                let checked = c.verifier.check_all_keys(&self.tag, &hood.neighbours)?;
+                checked.into_iter().map(Some).collect()
+            }
+        };
+        let mut peers = Vec::with_capacity(hood.neighbours.len());
+        for (keys, certificate) in hood.neighbours.iter().zip(certificates) {
+            if let Some(certificate) = certificate {
+                let listed = hood.members.iter().find(|m| m.id == keys.client);
                 if listed.and_then(|m| m.name.as_ref()) != Some(&certificate.name) {
                     return Err(SecAggError::Unauthenticated {
                         client: keys.client,
                         reason: "its certificate names another client".into(),
                     });
                 }
-                Some(certificate.identity)
             }
-        };
-        Ok(Peer {
-            cipher_public: PublicKey::from(keys.cipher_public),
-            mask_public: PublicKey::from(keys.mask_public),
-            identity,
-        })
+            peers.push(Peer {
+                cipher_public: PublicKey::from(keys.cipher_public),
+                mask_public: PublicKey::from(keys.mask_public),
+                identity: certificate.map(|c| c.identity),
+            });
+        }
+        Ok(peers)
     }
 
     /// Stage 1: Shamir-shares s_sk_u and b_u among the neighbours (threshold t) and seals each
@@ -255,8 +261,7 @@ impl ClientRound {
         let (n, t) = (hood.neighbours.len(), hood.threshold);
         let mut neighbours = BTreeMap::new();
         let mut adverts = BTreeMap::new();
-        for k in &hood.neighbours {
-            let peer = self.peer(k, &hood.members)?;
+        for (k, peer) in hood.neighbours.iter().zip(self.peers(&hood)?) {
             if k.client == self.me || neighbours.insert(k.client, peer).is_some() {
                 return Err(SecAggError::Refused(format!(
                     "neighbour list repeats client {} or names this client",
@@ -494,6 +499,7 @@ impl ClientRound {
         self.expect(Stage::Consistency, "endorsements")?;
         let payload = self.survivors_payload();
         let mut signers = BTreeSet::new();
+        let (mut order, mut signed) = (Vec::new(), Vec::with_capacity(self.threshold));
         for (signer, signature) in endorsements {
             if signers.len() == self.threshold {
                 break;
@@ -506,8 +512,10 @@ impl ClientRound {
                         "a survivor-set signature of client {signer}, not a surviving neighbour"
                     ))
                 })?;
-            binding::check_survivors(*signer, &identity, &payload, signature)?;
-            signers.insert(*signer);
+            if signers.insert(*signer) {
+                order.push(*signer);
+                signed.push((identity, payload.as_slice(), *signature));
+            }
         }
         if signers.len() < self.threshold {
             return Err(SecAggError::Refused(format!(
@@ -516,6 +524,7 @@ impl ClientRound {
                 self.threshold
             )));
         }
+        binding::check_all_survivors(&order, &signed)?;
         let survivors = std::mem::take(&mut self.survivors);
         Ok(self.reveal(&survivors))
     }
