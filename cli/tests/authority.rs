@@ -91,3 +91,50 @@ fn a_certificate_verifies_under_its_authority_until_revoked() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("hospital-1 is revoked"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `fl authority policy` signs a policy that verifies under its authority only, says how many
+/// compromised clients it tolerates, and refuses one that protects nobody.
+#[test]
+fn a_policy_is_signed_by_its_authority() {
+    let dir = std::env::temp_dir().join(format!("fl-authority-policy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (authority, other) = (dir.join("authority"), dir.join("other"));
+    for d in [&authority, &other] {
+        assert!(fl(&["init", "--dir", path(d)]).status.success());
+    }
+    let out = dir.join("policy.toml");
+    let key = authority.join("authority.key");
+    let policy = |threshold: &str| {
+        fl(&[
+            "policy",
+            "--key",
+            path(&key),
+            "--federation",
+            "hospitals",
+            "--min-clients",
+            "100",
+            "--min-degree",
+            "24",
+            "--min-threshold",
+            threshold,
+            "--max-release-epsilon",
+            "4",
+            "--max-total-epsilon",
+            "50",
+            "--out",
+            path(&out),
+        ])
+    };
+    let signed = policy("0.7");
+    assert!(signed.status.success(), "{signed:?}");
+    let said = String::from_utf8_lossy(&signed.stdout);
+    assert!(said.contains("up to 9 compromised clients"), "{said}");
+    let read =
+        |by: &Path| fl_common::policy::SignedPolicy::read_verified(&out, &by.join("authority.pub"));
+    assert_eq!(read(&authority).unwrap().min_clients, 100);
+    assert!(read(&other).unwrap_err().contains("does not verify"));
+    let weak = policy("0.6");
+    assert!(!weak.status.success());
+    assert!(String::from_utf8_lossy(&weak.stderr).contains("above 2/3"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -50,14 +50,11 @@ fn client(id: u64, rng: &mut StdRng) -> ClientRound {
     ClientRound::new((TAG, id), ring(), None, rng)
 }
 
-/// U1 of unsigned clients with these ids.
-fn members(ids: impl IntoIterator<Item = u64>) -> Vec<Member> {
-    (ids.into_iter().map(|id| Member {
-        id,
-        name: None,
-        keys: [0; 32],
-    }))
-    .collect()
+/// U1 of unsigned clients with these advertisements, in increasing order of id.
+fn members<'a>(adverts: impl IntoIterator<Item = &'a AdvertisedKeys>) -> Vec<Member> {
+    let mut members: Vec<Member> = adverts.into_iter().map(|a| Member::of(a, None)).collect();
+    members.sort_by_key(|m| m.id);
+    members
 }
 
 fn mask_expansion(c: &mut Criterion) {
@@ -81,7 +78,7 @@ fn inbox(me: &ClientRound, k: usize, rng: &mut StdRng) -> (Vec<AdvertisedKeys>, 
         adverts.push(peer.advertise());
         let hood = Neighbourhood {
             threshold: 2,
-            members: members([0, v + 1, 1_000_000]),
+            members: members([&me.advertise(), &peer.advertise(), &other]),
             neighbours: vec![me.advertise(), other.clone()],
         };
         let from_peer = peer.share_keys(hood, rng).unwrap();
@@ -112,9 +109,10 @@ fn client_round(c: &mut Criterion) {
                     (me, adverts, sealed)
                 },
                 |(mut me, adverts, sealed)| {
+                    let own = me.advertise();
                     let hood = Neighbourhood {
                         threshold: t,
-                        members: members(0..=k as u64),
+                        members: members(adverts.iter().chain([&own])),
                         neighbours: adverts,
                     };
                     black_box(me.share_keys(hood, &mut rng).unwrap());
