@@ -22,6 +22,7 @@ pub use connection::{
 };
 pub use session::{run, run_client};
 pub use slots::TrainingSlots;
+pub use state::state_file;
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
 use fl_common::data::Dataset;

@@ -8,9 +8,28 @@
 //! records leaves the client: a crash loses at most an attempt that never started, never a
 //! spend that was sent.
 
+use fl_common::policy::FederationPolicy;
 use fl_common::privacy::{LocalLedger, Release};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The state file of the client `name` in the folder `dir`: `FEDERATION--NAME.json`, the
+/// federation being `policy`'s id (`local` without one), every character other than an ASCII
+/// letter, digit, `-` or `.` written `_`.
+pub fn state_file(dir: &Path, policy: Option<&FederationPolicy>, name: &str) -> PathBuf {
+    let federation = policy.map_or("local", |p| p.federation.as_str());
+    let safe = |s: &str| -> String {
+        (s.chars())
+            .map(
+                |c| match c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    true => c,
+                    false => '_',
+                },
+            )
+            .collect()
+    };
+    dir.join(format!("{}--{}.json", safe(federation), safe(name)))
+}
 
 /// The file's contents.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -157,6 +176,29 @@ impl ClientState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_files_are_named_by_federation_and_client_in_safe_characters() {
+        let dir = Path::new("state");
+        let policy = FederationPolicy {
+            federation: "hospitals/2026".into(),
+            min_clients: 4,
+            min_degree: fl_common::policy::MinDegree::Complete,
+            min_threshold: 0.7,
+            min_noise_multiplier: 0.0,
+            max_release_epsilon: 4.0,
+            max_total_epsilon: 10.0,
+            max_model_magnitude: 100.0,
+        };
+        assert_eq!(
+            state_file(dir, Some(&policy), "site 1"),
+            dir.join("hospitals_2026--site_1.json")
+        );
+        assert_eq!(
+            state_file(dir, None, "a.b-c"),
+            dir.join("local--a.b-c.json")
+        );
+    }
 
     fn file(test: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("fl-state-{test}-{}", std::process::id()));

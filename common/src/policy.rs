@@ -299,11 +299,11 @@ impl SignedPolicy {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// A policy for tests: at least 4 clients, 3 neighbours, t >= 0.7 k.
-    pub(crate) fn policy() -> FederationPolicy {
+    fn policy() -> FederationPolicy {
         FederationPolicy {
             federation: "hospitals".into(),
             min_clients: 4,

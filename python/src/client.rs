@@ -5,7 +5,8 @@
 
 use crate::errors::to_py;
 use crate::trainer::PyTrainer;
-use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls};
+use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls, state_file};
+use fl_common::policy::{FederationPolicy, SignedPolicy};
 use fl_common::privacy::{ClientLimits, ReleaseKind};
 use fl_common::secagg::Credentials;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
@@ -24,6 +25,11 @@ const SIGNAL_POLL: Duration = Duration::from_millis(200);
 /// which only tighten the round's mechanism. `authority` (the federation authority's public key
 /// file), `identity` and `certificate` (this client's identity key and its certificate) make it
 /// take part in signed secure-aggregation rounds only; `revocations` is the authority's list.
+/// `policy` (with `authority`) is the federation policy the authority signed: the client refuses
+/// any task outside it. `max_total_epsilon` caps the composed epsilon of all local releases (with
+/// a policy, the smaller of the two); with either, the spend and the secure rounds taken part in
+/// are remembered across restarts in `state_dir` (default `fl-client-state`), one file per
+/// federation and `name`.
 #[pyclass(module = "fl_client")]
 pub(crate) struct Client {
     opts: ClientOptions,
@@ -35,7 +41,8 @@ impl Client {
     #[pyo3(signature = (
         server, *, token=None, ca=None, cert=None, key=None, tls_domain=None,
         privacy="follow", epsilon=None, delta=None, clip_bound=None, name=None,
-        connect_timeout=240.0, authority=None, identity=None, certificate=None, revocations=None
+        connect_timeout=240.0, authority=None, identity=None, certificate=None, revocations=None,
+        policy=None, max_total_epsilon=None, state_dir=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, each optional.
     fn new(
@@ -55,7 +62,11 @@ impl Client {
         identity: Option<PathBuf>,
         certificate: Option<PathBuf>,
         revocations: Option<PathBuf>,
+        policy: Option<PathBuf>,
+        max_total_epsilon: Option<f64>,
+        state_dir: Option<PathBuf>,
     ) -> PyResult<Self> {
+        let policy = federation_policy(policy, authority.as_deref())?;
         let credentials = match (authority, identity, certificate) {
             (None, None, None) if revocations.is_none() => None,
             (Some(authority), Some(identity), Some(certificate)) => {
@@ -74,7 +85,8 @@ impl Client {
             delta,
             clip: clip_bound,
         };
-        let privacy = client_privacy(privacy, limits)?;
+        let mut privacy = client_privacy(privacy, limits)?;
+        privacy.max_total_epsilon = max_total_epsilon;
         let tls = match (ca, cert, key) {
             (None, None, None) => None,
             (Some(ca), cert, key) => {
@@ -93,10 +105,16 @@ impl Client {
                 "connect_timeout must be seconds >= 0",
             ));
         }
+        let name = name.unwrap_or_else(|| "python".into());
+        let remembers = policy.is_some() || max_total_epsilon.is_some();
+        let state_dir = state_dir.unwrap_or_else(|| "fl-client-state".into());
+        let state = remembers.then(|| state_file(&state_dir, policy.as_deref(), &name));
         Ok(Self {
             opts: ClientOptions {
                 token: token.unwrap_or_default(),
-                name: name.unwrap_or_else(|| "python".into()),
+                name,
+                policy,
+                state,
                 connect_timeout: Duration::from_secs_f64(connect_timeout),
                 privacy,
                 credentials,
@@ -134,6 +152,21 @@ impl Client {
         let opts = self.opts.clone();
         let report = py.detach(|| run_interruptible(opts, trainer))?;
         report_dict(py, &report)
+    }
+}
+
+/// The federation policy in the file `policy`, verified under the authority's public key in
+/// the file `authority`.
+fn federation_policy(
+    policy: Option<PathBuf>,
+    authority: Option<&std::path::Path>,
+) -> PyResult<Option<Arc<FederationPolicy>>> {
+    match (policy, authority) {
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(PyValueError::new_err("policy needs authority")),
+        (Some(policy), Some(authority)) => (SignedPolicy::read_verified(&policy, authority))
+            .map(|p| Some(Arc::new(p)))
+            .map_err(PyValueError::new_err),
     }
 }
 

@@ -4,6 +4,7 @@ clients releases the exact sum, and ldp-gaussian from Python adds the noise it c
 import math
 
 import numpy as np
+import pytest
 from conftest import run_clients
 
 import fl_client
@@ -84,3 +85,38 @@ def test_ldp_gaussian_from_python_adds_the_claimed_noise(start_server):
     # five of them bound it; the mean has standard deviation 1 / sqrt(D) = 0.011.
     assert abs(noise.var() - 1) < 5 * math.sqrt(2 / D), noise.var()
     assert abs(noise.mean()) < 5 / math.sqrt(D), noise.mean()
+
+
+def test_the_total_epsilon_cap_holds_across_a_restart(start_server, tmp_path):
+    config = '[privacy]\nmode = "ldp-gaussian"\n[local]\nepsilon = 4.0\ndelta = 1e-5\n'
+    zero = np.zeros(D, dtype=np.float32)
+
+    def capped():
+        client = fl_client.Client(
+            server.url, max_total_epsilon=5.0, state_dir=str(tmp_path), connect_timeout=30
+        )
+        return (client, recording(zero, []), 100)
+
+    # Two releases at epsilon 4 compose past 5: the first is made, the second refused.
+    server = start_server(
+        "--model", "logistic", "--clients", "1", "--clients-per-round", "1", "--rounds", "2",
+        config=config,
+    )
+    [first] = run_clients([capped()])
+    server.wait()
+    assert (first["local_releases"], first["tasks_refused"]) == (1, 1), first
+    assert (tmp_path / "local--python.json").exists()
+    # A restarted client reads what it spent (its one release): it refuses from the first round.
+    server = start_server(
+        "--model", "logistic", "--clients", "1", "--clients-per-round", "1", "--rounds", "1",
+        config=config,
+    )
+    [again] = run_clients([capped()])
+    server.wait()
+    assert (again["rounds_trained"], again["tasks_refused"]) == (0, 1), again
+    assert (again["local_releases"], again["local_epsilon"]) == (1, 4.0), again
+
+
+def test_a_policy_needs_its_authority():
+    with pytest.raises(ValueError, match="policy needs authority"):
+        fl_client.Client("http://127.0.0.1:1", policy="policy.toml")

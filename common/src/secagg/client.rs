@@ -68,6 +68,8 @@ pub struct ClientRound {
     survivors: BTreeSet<u64>,
     /// The federation's rules on the round's size, graph and threshold, if the client has them.
     policy: Option<Arc<FederationPolicy>>,
+    /// This client's advertisement, signed once when the round is made.
+    advert: AdvertisedKeys,
 }
 
 impl ClientRound {
@@ -80,12 +82,22 @@ impl ClientRound {
         credentials: Option<Arc<Credentials>>,
         rng: &mut R,
     ) -> Self {
+        let (cipher, mask) = (KeyPair::generate(rng), KeyPair::generate(rng));
+        let mut advert = AdvertisedKeys {
+            client: me,
+            cipher_public: cipher.public.to_bytes(),
+            mask_public: mask.public.to_bytes(),
+            signed: None,
+        };
+        if let Some(c) = &credentials {
+            c.sign_keys(&tag, &mut advert);
+        }
         Self {
             tag,
             me,
             ring,
-            cipher: KeyPair::generate(rng),
-            mask: KeyPair::generate(rng),
+            cipher,
+            mask,
             self_mask: rng.random(),
             stage: Stage::AdvertiseKeys,
             threshold: 0,
@@ -95,6 +107,7 @@ impl ClientRound {
             members: [0; 32],
             survivors: BTreeSet::new(),
             policy: None,
+            advert,
         }
     }
 
@@ -132,16 +145,7 @@ impl ClientRound {
 
     /// Stage 0: the public keys to advertise, signed when the client has credentials.
     pub fn advertise(&self) -> AdvertisedKeys {
-        let mut keys = AdvertisedKeys {
-            client: self.me,
-            cipher_public: self.cipher.public.to_bytes(),
-            mask_public: self.mask.public.to_bytes(),
-            signed: None,
-        };
-        if let Some(c) = &self.credentials {
-            c.sign_keys(&self.tag, &mut keys);
-        }
-        keys
+        self.advert.clone()
     }
 
     /// Refuses a threshold t with `n` neighbours below [`min_threshold`] or above n.
@@ -173,7 +177,7 @@ impl ClientRound {
             return refuse("the admitted clients are not listed once each by id".into());
         }
         let own_name = self.credentials.as_ref().map(|c| &c.certificate.name);
-        let own_keys = self.advertise().digest();
+        let own_keys = self.advert.digest();
         match members.iter().find(|m| m.id == self.me) {
             Some(m) if m.name.as_ref() == own_name && m.keys == own_keys => {}
             _ => {
@@ -183,10 +187,10 @@ impl ClientRound {
                 );
             }
         }
+        // U1 is sorted by id (checked above), so each neighbour is found by a binary search.
         let listed = |k: &AdvertisedKeys| {
-            members
-                .iter()
-                .any(|m| m.id == k.client && m.keys == k.digest())
+            (members.binary_search_by_key(&k.client, |m| m.id))
+                .is_ok_and(|i| members[i].keys == k.digest())
         };
         if let Some(k) = neighbours.values().find(|k| !listed(k)) {
             return refuse(format!(
@@ -201,9 +205,9 @@ impl ClientRound {
                 return refuse("the admitted clients' names are missing or repeated".into());
             }
         }
-        let derived = graph::derive(&self.tag, GraphKind::Regular(neighbours.len()), members);
-        let ids: BTreeSet<u64> = neighbours.keys().copied().collect();
-        if derived.get(&self.me) != Some(&ids) {
+        let kind = GraphKind::Regular(neighbours.len());
+        let derived = graph::neighbours_of(&self.tag, kind, members, self.me);
+        if !derived.is_some_and(|d| d.iter().eq(neighbours.keys())) {
             return refuse(
                 "the neighbour set is not the one derived from the admitted clients".into(),
             );

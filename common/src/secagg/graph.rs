@@ -57,13 +57,26 @@ fn place(tag: &RoundTag, member: &Member) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// The degree of a `kind` graph over `n` members: n - 1 for the complete graph, k rounded up to
+/// even and capped at n - 1 for a regular one.
+fn degree(kind: GraphKind, n: usize) -> usize {
+    match kind {
+        GraphKind::Complete => n.saturating_sub(1),
+        GraphKind::Regular(k) => (k + k % 2).min(n.saturating_sub(1)),
+    }
+}
+
+/// The members' ids in the round's cyclic order (by place).
+fn cyclic_order(tag: &RoundTag, members: &[Member]) -> Vec<u64> {
+    let mut order: Vec<([u8; 32], u64)> = members.iter().map(|m| (place(tag, m), m.id)).collect();
+    order.sort_unstable();
+    order.into_iter().map(|(_, id)| id).collect()
+}
+
 /// Each member's neighbour set (members have distinct ids).
 pub fn derive(tag: &RoundTag, kind: GraphKind, members: &[Member]) -> BTreeMap<u64, BTreeSet<u64>> {
     let n = members.len();
-    let k = match kind {
-        GraphKind::Complete => n.saturating_sub(1),
-        GraphKind::Regular(k) => (k + k % 2).min(n.saturating_sub(1)),
-    };
+    let k = degree(kind, n);
     let mut neighbours: BTreeMap<u64, BTreeSet<u64>> =
         members.iter().map(|m| (m.id, BTreeSet::new())).collect();
     if k + 1 >= n {
@@ -73,16 +86,37 @@ pub fn derive(tag: &RoundTag, kind: GraphKind, members: &[Member]) -> BTreeMap<u
         }
         return neighbours;
     }
-    let mut order: Vec<([u8; 32], u64)> = members.iter().map(|m| (place(tag, m), m.id)).collect();
-    order.sort_unstable();
-    for (i, &(_, a)) in order.iter().enumerate() {
+    let order = cyclic_order(tag, members);
+    for (i, &a) in order.iter().enumerate() {
         for offset in 1..=k / 2 {
-            let b = order[(i + offset) % n].1;
+            let b = order[(i + offset) % n];
             neighbours.get_mut(&a).expect("listed").insert(b);
             neighbours.get_mut(&b).expect("listed").insert(a);
         }
     }
     neighbours
+}
+
+/// `me`'s neighbour set in [`derive`]'s graph, without deriving the others' (a client checks
+/// only its own): the k/2 members on either side of it in the cyclic order. `None` when `me` is
+/// not a member.
+pub fn neighbours_of(
+    tag: &RoundTag,
+    kind: GraphKind,
+    members: &[Member],
+    me: u64,
+) -> Option<BTreeSet<u64>> {
+    let n = members.len();
+    let k = degree(kind, n);
+    members.iter().find(|m| m.id == me)?;
+    if k + 1 >= n {
+        return Some(members.iter().map(|m| m.id).filter(|&b| b != me).collect());
+    }
+    let order = cyclic_order(tag, members);
+    let i = order.iter().position(|&a| a == me)?;
+    let around =
+        (1..=k / 2).flat_map(|offset| [order[(i + offset) % n], order[(i + n - offset) % n]]);
+    Some(around.collect())
 }
 
 #[cfg(test)]
@@ -116,6 +150,26 @@ mod tests {
             assert_eq!(ns.len(), k);
             assert!(!ns.contains(a));
             assert!(ns.iter().all(|b| g[b].contains(a)));
+        }
+    }
+
+    /// One member's neighbours, derived alone, are its row of the whole graph.
+    #[test]
+    fn one_members_neighbours_match_the_whole_graph() {
+        for (ids, kind) in [
+            (members(0..50), GraphKind::Regular(6)),
+            (members(0..50), GraphKind::Regular(7)),
+            (members(0..9), GraphKind::Regular(8)),
+            (members(3..40), GraphKind::Complete),
+        ] {
+            let g = derive(&tag(4), kind, &ids);
+            for m in &ids {
+                assert_eq!(
+                    neighbours_of(&tag(4), kind, &ids, m.id).as_ref(),
+                    Some(&g[&m.id])
+                );
+            }
+            assert_eq!(neighbours_of(&tag(4), kind, &ids, 1000), None);
         }
     }
 

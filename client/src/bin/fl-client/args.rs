@@ -203,22 +203,7 @@ impl Args {
         if policy.is_none() && self.max_total_epsilon.is_none() {
             return None;
         }
-        let federation = policy.map_or("local", |p| p.federation.as_str());
-        let safe = |s: &str| -> String {
-            (s.chars())
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect()
-        };
-        Some(
-            self.state_dir
-                .join(format!("{}--{}.json", safe(federation), safe(name))),
-        )
+        Some(fl_client::state_file(&self.state_dir, policy, name))
     }
 }
 
