@@ -127,14 +127,24 @@ async fn run() -> anyhow::Result<ExitCode> {
         },
         Command::Revoke(args) => enroll::revoke(&args)?,
         Command::Authority(command) => println!("{}", authority::run(command)?),
-        Command::Plot { run } => plot::plot_run(&run, &run.display().to_string())?,
+        Command::Plot { run } => {
+            for file in plot::plot_run(&run, &run.display().to_string())? {
+                println!("wrote {}", file.display());
+            }
+        }
         Command::Compare {
             runs,
             x,
             title,
             out,
-        } => plot::compare_runs(&runs, x, &title, &out)?,
-        Command::SweepPlot { table, title, out } => plot::plot_sweep(&table, &title, &out)?,
+        } => {
+            plot::compare_runs(&runs, x, &title, &out)?;
+            println!("wrote {}", out.display());
+        }
+        Command::SweepPlot { table, title, out } => {
+            plot::plot_sweep(&table, &title, &out)?;
+            println!("wrote {}", out.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

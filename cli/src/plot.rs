@@ -253,18 +253,19 @@ fn budget(run: &Path) -> Option<(String, f64)> {
 }
 
 /// Writes `accuracy.svg`, and `privacy.svg` when the run is private, with its budget as a
-/// dashed line.
-pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
+/// dashed line; returns the files written.
+pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<Vec<std::path::PathBuf>> {
     let one = |points| vec![(String::new(), points)];
+    let accuracy = run.join("accuracy.svg");
     line_chart(
-        &run.join("accuracy.svg"),
+        &accuracy,
         Chart::per_round(title, "test accuracy"),
         one(accuracy_along(run, XAxis::Round)?),
     )?;
     let epsilon = read_series(run, "epsilon")?;
     let delta = read_series(run, "delta")?;
     if epsilon.is_empty() {
-        return Ok(());
+        return Ok(vec![accuracy]);
     }
     let budget = budget(run);
     // One of the two is the budget's fixed value; plot the one that grows.
@@ -295,11 +296,9 @@ pub fn plot_run(run: &Path, title: &str) -> anyhow::Result<()> {
         guide: guide.map(|y| ("budget".to_owned(), y)),
         ..Chart::per_round(title, y_desc)
     };
-    line_chart(
-        &run.join("privacy.svg"),
-        chart,
-        vec![(y_desc.to_owned(), points)],
-    )
+    let privacy = run.join("privacy.svg");
+    line_chart(&privacy, chart, vec![(y_desc.to_owned(), points)])?;
+    Ok(vec![accuracy, privacy])
 }
 
 #[cfg(test)]

@@ -43,17 +43,36 @@ pub enum Question {
 }
 
 /// `fl privacy ledger --verify`: the chain, and the head of the checkpoint beside the ledger.
+/// The ledger `given` names: the file, or `ledger.jsonl` in the run folder; an error naming
+/// the path when there is none.
+fn ledger_file(given: std::path::PathBuf) -> anyhow::Result<std::path::PathBuf> {
+    let file = match given.is_dir() {
+        true => given.join("ledger.jsonl"),
+        false => given,
+    };
+    if !file.is_file() {
+        bail!(
+            "{} does not exist: give a run folder that holds a ledger.jsonl (one written by a \
+             private run that completed a round), or the ledger file itself",
+            file.display()
+        );
+    }
+    Ok(file)
+}
+
 fn verify_ledger(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(std::path::Path::new("."));
     let anchor = match fl_server::checkpoint::Checkpoint::exists(dir) {
         true => {
-            fl_server::checkpoint::Checkpoint::read(dir)?
+            fl_server::checkpoint::Checkpoint::read(dir)
+                .with_context(|| format!("reading the checkpoint in {}", dir.display()))?
                 .progress
                 .ledger
         }
         false => None,
     };
-    let (entries, head) = fl_server::ledger::verify(file, anchor.as_ref())?;
+    let (entries, head) = fl_server::ledger::verify(file, anchor.as_ref())
+        .with_context(|| format!("verifying {}", file.display()))?;
     let out = json!({"verified": true, "lines": entries.len(), "head": head.digest,
                      "checkpoint_checked": anchor.is_some(), "ledger": file});
     print(&out, json);
@@ -192,10 +211,7 @@ pub fn run(question: Question) -> anyhow::Result<()> {
             accountant,
             json,
         } => {
-            let file = match file.is_dir() {
-                true => file.join("ledger.jsonl"),
-                false => file,
-            };
+            let file = ledger_file(file)?;
             if verify {
                 return verify_ledger(&file, json);
             }

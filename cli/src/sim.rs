@@ -168,8 +168,15 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
         config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
     }
     let out = config.server.out.clone();
-    let tokens = client_tokens(&mut config, shares.len())?;
-    let credentials = sim_credentials(&mut config, shares.len())?;
+    // The server removes a folder it could not start in; what fails before it is removed here.
+    let existed = out.read_dir().is_ok_and(|mut d| d.next().is_some());
+    let prepared = client_tokens(&mut config, shares.len())
+        .and_then(|t| Ok((t, sim_credentials(&mut config, shares.len())?)));
+    let (tokens, credentials) = prepared.inspect_err(|_| {
+        if checkpoint.is_none() {
+            let _ = run_dir::discard_unstarted(&out, existed);
+        }
+    })?;
     let seed = config.server.seed;
     let (speeds, fleet_seed) = (config.server.sim_speeds, config.data.partition_seed);
     let join_timeout_secs = config.server.join_timeout_secs;

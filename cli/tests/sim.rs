@@ -119,6 +119,27 @@ fn private_sim_reports_its_privacy_and_plots_it() {
     assert_eq!(summary["clip_mode"], "fixed");
     assert!(summary["epsilon"].as_f64().unwrap() > 0.0);
     assert_eq!(summary["delta"], 1e-5);
+    // `fl plot` says what it wrote; a ledger that is not there is named.
+    let fl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fl"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let plotted = fl(&["plot", out.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&plotted.stdout);
+    for file in ["accuracy.svg", "privacy.svg"] {
+        let line = format!("wrote {}", out.join(file).display());
+        assert!(said.lines().any(|l| l == line), "{said}");
+    }
+    std::fs::remove_file(out.join("ledger.jsonl")).unwrap();
+    let missing = fl(&["privacy", "ledger", out.to_str().unwrap(), "--verify"]);
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        said.contains(&out.join("ledger.jsonl").display().to_string()),
+        "{said}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -282,9 +282,6 @@ async fn run() -> anyhow::Result<ExitCode> {
         .map_or("fl-server".into(), |s| s.to_string_lossy().into_owned());
     let (resume, mut config) = start(args)?;
     fl_server::check_start(&config, resume.as_ref().map(|(_, c)| c))?;
-    if config.server.out.as_os_str().is_empty() {
-        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
-    }
     // The server evaluates a built-in network on the test set; it cannot run an external model.
     let test = match config.model.is_external() {
         true => None,
@@ -298,6 +295,11 @@ async fn run() -> anyhow::Result<ExitCode> {
     };
     let listener = (tokio::net::TcpListener::bind(&config.server.listen).await)
         .with_context(|| format!("the gRPC server cannot listen on {}", config.server.listen))?;
+    // Only now, with the test data read and the address bound, is an unnamed run's folder made
+    // (a start-up that fails after this removes it: `run_dir::discard_unstarted`).
+    if config.server.out.as_os_str().is_empty() {
+        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+    }
     // The bound address on stdout, for scripts and tests that asked for port 0.
     println!("listening on {}", listener.local_addr()?);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);

@@ -340,3 +340,73 @@ fn a_server_refuses_before_it_listens() {
     assert!(!dir.join("external-run").exists(), "a half-made run folder");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A start-up that fails, on a busy port or without its test data, leaves no run folder and no
+/// `runs/latest`; a start-up that succeeds makes both.
+#[test]
+fn a_failed_start_up_leaves_no_run_folder() {
+    let cwd = std::env::temp_dir().join(format!("fl-failed-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cwd);
+    std::fs::create_dir_all(&cwd).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let server = |listen: &str, data: &str| {
+        let mut command = Command::new(bin("fl-server"));
+        command.current_dir(&cwd);
+        command.args(["--listen", listen, "--model", "logistic", "--data", data]);
+        command.args([
+            "--clients",
+            "1",
+            "--clients-per-round",
+            "1",
+            "--rounds",
+            "1",
+        ]);
+        command
+    };
+    let runs = cwd.join("runs");
+    let listing = || -> Vec<String> {
+        (std::fs::read_dir(&runs).into_iter().flatten().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    for (listen, data, cause) in [
+        (busy_addr.as_str(), procs::mnist(), "cannot listen"),
+        (
+            "127.0.0.1:0",
+            "mnist:no-such-folder".into(),
+            "no-such-folder",
+        ),
+    ] {
+        let failed = server(listen, &data).output().unwrap();
+        let said = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success());
+        assert!(said.contains(cause), "{said}");
+        assert_eq!(listing(), Vec::<String>::new(), "after: {said}");
+    }
+    drop(busy);
+    // A server that starts (and then waits for its client) makes its folder and the link.
+    let mut started = procs::Reaper(
+        (server("127.0.0.1:0", &procs::mnist()).stdout(std::process::Stdio::piped()))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(started.0.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("listening on"), "{line}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_link(runs.join("latest")).is_err() {
+        assert!(std::time::Instant::now() < deadline, "no runs/latest");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let latest = std::fs::read_link(runs.join("latest")).unwrap();
+    assert!(runs.join(&latest).is_dir());
+    assert_eq!(listing().len(), 2, "{:?}", listing());
+    drop(started);
+    std::fs::remove_dir_all(&cwd).unwrap();
+}

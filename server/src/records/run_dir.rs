@@ -4,8 +4,10 @@
 //! starts in such a folder: the operator resumes it (`--resume DIR`) or replaces it
 //! (`--overwrite`), and a replaced run's privacy ledger is kept beside the new one under a
 //! name of its own ([`clear_for_overwrite`]), never deleted. Without a folder named (no `--out`
-//! and no `server.out`), each run gets a new one, `runs/NAME-YYYYMMDD-HHMMSS` in UTC, and
-//! `runs/latest` points to it ([`fresh`]).
+//! and no `server.out`), each run gets a new one, `runs/NAME-YYYYMMDD-HHMMSS` in UTC ([`fresh`]),
+//! and once the run has started (everything bound, its records opened) `runs/latest` points to
+//! it ([`mark_latest`]). A run that fails to start leaves no folder and does not move the link
+//! ([`discard_unstarted`]).
 
 use crate::records::checkpoint;
 use std::io::{Error, ErrorKind};
@@ -96,10 +98,9 @@ fn remove_if_present(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// A new folder for a run named `name` (the configuration file's stem), in [`ROOT`];
-/// `ROOT/latest` is pointed at it (on Unix, as a relative symbolic link, unless `latest` is
-/// something other than a link, which is left alone).
+/// A new folder for a run named `name` (the configuration file's stem), in [`ROOT`].
 /// The folder is created here (and is empty): two runs started in the same second get two.
+/// [`mark_latest`] points `ROOT/latest` at it once the run has started.
 pub fn fresh(name: &str) -> std::io::Result<PathBuf> {
     fresh_in(Path::new(ROOT), name)
 }
@@ -109,10 +110,7 @@ fn fresh_in(root: &Path, name: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(root)?;
     for dir in candidates(root, name, "")? {
         match std::fs::create_dir(&dir) {
-            Ok(()) => {
-                point_latest(root, &dir);
-                return Ok(dir);
-            }
+            Ok(()) => return Ok(dir),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -143,6 +141,15 @@ fn candidates(
         1 => dir.join(format!("{base}{suffix}")),
         n => dir.join(format!("{base}-{n}{suffix}")),
     }))
+}
+
+/// Points `runs/latest` at `dir` when `dir` is a folder of [`ROOT`] (on Unix, as a relative
+/// symbolic link, unless `latest` is something other than a link, which is left alone): called
+/// once a run has started there.
+pub fn mark_latest(dir: &Path) {
+    if dir.parent() == Some(Path::new(ROOT)) {
+        point_latest(Path::new(ROOT), dir);
+    }
 }
 
 /// Points `root/latest` at `dir`: a new link made beside it and renamed over it, so that runs
@@ -202,7 +209,8 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Runs started in the same second get folders of their own; `latest` points to the last.
+    /// Runs started in the same second get folders of their own; `latest` moves only when a run
+    /// is marked started, to the last one marked.
     #[test]
     fn new_runs_get_folders_of_their_own() {
         let root = std::env::temp_dir().join(format!("fl-run-fresh-{}", std::process::id()));
@@ -210,6 +218,9 @@ mod tests {
         let second = fresh_in(&root, "quickstart").unwrap();
         assert_ne!(first, second);
         assert!(first.is_dir() && second.is_dir());
+        assert!(std::fs::symlink_metadata(root.join(LATEST)).is_err());
+        point_latest(&root, &first);
+        point_latest(&root, &second);
         #[cfg(unix)]
         assert_eq!(
             std::fs::read_link(root.join(LATEST)).unwrap(),

@@ -54,7 +54,12 @@ pub(crate) async fn run_server(
     let existed = out.exists();
     let started = start(listener, config, test, oracle, stop, checkpoint.as_ref()).await;
     let (coordinator, serving, done_tx) = match started {
-        Ok(started) => started,
+        Ok(started) => {
+            if checkpoint.is_none() {
+                run_dir::mark_latest(&out);
+            }
+            started
+        }
         Err(e) => {
             if checkpoint.is_none()
                 && let Err(e) = run_dir::discard_unstarted(&out, existed)
