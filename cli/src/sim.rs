@@ -244,6 +244,10 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     }
     let summary = server.await??;
     progress.finish();
+    // An interrupted server tells its clients to reconnect; these ones end with this process.
+    if summary.stopped_by == StoppedBy::Interrupted {
+        clients.abort_all();
+    }
     // Clients end on the server's Shutdown; failures were logged as they happened.
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
     {

@@ -64,14 +64,17 @@ pub enum ClientError {
     /// The session ended without a Shutdown (the server went away).
     #[error("the server closed the session without Shutdown")]
     SessionLost,
+    /// The server stopped to be resumed from its checkpoint (its Shutdown's reason).
+    #[error("{0}")]
+    ServerResuming(String),
 }
 
 impl ClientError {
-    /// Whether the server went away (crashed, restarted, lost the connection) rather than
-    /// refused this client: the client then joins again.
+    /// Whether the server went away (crashed, restarted, lost the connection, stopped to be
+    /// resumed) rather than refused this client: the client then joins again.
     pub fn is_lost_server(&self) -> bool {
         match self {
-            Self::SessionLost => true,
+            Self::SessionLost | Self::ServerResuming(_) => true,
             Self::Status(s) => matches!(
                 s.code(),
                 Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal

@@ -10,7 +10,7 @@ use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
 use crate::{ClientError, ClientOptions, ClientReport, LocalData};
 use fl_common::task::Task;
-use fl_proto::v1::{ClientMessage, RoundTask, ServerMessage, server_message};
+use fl_proto::v1::{ClientMessage, RoundTask, ServerMessage, ShutdownKind, server_message};
 use fl_proto::{TensorAssembler, server_stage};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -121,6 +121,9 @@ impl Session<'_> {
                     if let Some(received) = assembler.push(chunk).map_err(protocol)? {
                         self.on_tensor(received).await?;
                     }
+                }
+                server_message::Body::Shutdown(s) if s.kind() == ShutdownKind::Resuming => {
+                    return Err(ClientError::ServerResuming(s.reason));
                 }
                 server_message::Body::Shutdown(s) => return Ok(s.reason),
                 _ => unreachable!("stage messages are read above"),

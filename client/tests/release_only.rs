@@ -126,6 +126,7 @@ impl Federation for FakeCurator {
                     let shutdown = Shutdown {
                         round: 1,
                         reason: "recorded".into(),
+                        ..Shutdown::default()
                     };
                     let _ = tx
                         .send(Ok(send(server_message::Body::Shutdown(shutdown))))

@@ -7,7 +7,7 @@ use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig, ServerSection};
 use fl_server::credentials::Token;
 use fl_server::output::StoppedBy;
-use fl_server::run_dir;
+use fl_server::{ServerError, run_dir};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -304,32 +304,42 @@ async fn run() -> anyhow::Result<ExitCode> {
     println!("listening on {}", listener.local_addr()?);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let signalled = fl_server::stop_on_signal(stop_tx);
-    let (out, summary) = match resume {
+    let (out, served) = match resume {
         Some((dir, checkpoint)) => {
             let run = (dir.as_path(), checkpoint);
-            let summary = fl_server::resume(listener, run, test, None, None, stop).await?;
-            (dir, summary)
+            let served = fl_server::resume(listener, run, test, None, None, stop).await;
+            (dir, served)
         }
         None => {
             let out = config.server.out.clone();
-            (
-                out,
-                fl_server::serve(listener, config, test, None, None, stop).await?,
-            )
+            let served = fl_server::serve(listener, config, test, None, None, stop).await;
+            (out, served)
         }
+    };
+    let signal = async { signalled.await.ok().flatten().unwrap_or("a signal") };
+    let summary = match served {
+        // Stopped while waiting for its clients: the checkpoint (round 0, or the resumed
+        // run's) is where a resume starts.
+        Err(ServerError::Interrupted) => {
+            let signal = signal.await;
+            println!(
+                "interrupted by {signal} before a round, run folder {}",
+                out.display()
+            );
+            return Ok(interrupted(signal, &out));
+        }
+        served => served?,
     };
     let accuracy =
         (summary.test_accuracy).map_or("none (external model)".into(), |a| format!("{a:.4}"));
     if summary.stopped_by == StoppedBy::Interrupted {
-        let signal = signalled.await.ok().flatten().unwrap_or("a signal");
+        let signal = signal.await;
         println!(
             "interrupted by {signal} after {} rounds, test accuracy {accuracy}, run folder {}",
             summary.rounds_completed,
             out.display()
         );
-        println!("resume with: fl-server --resume {}", out.display());
-        // 128 + the signal's number, as a shell reports a command a signal ended.
-        return Ok(ExitCode::from(if signal == "SIGTERM" { 143 } else { 130 }));
+        return Ok(interrupted(signal, &out));
     }
     println!(
         "done: {} rounds, test accuracy {accuracy}, run folder {}",
@@ -337,6 +347,13 @@ async fn run() -> anyhow::Result<ExitCode> {
         out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints how to resume the run in `out`, stopped by `signal`; its exit code: 128 + the
+/// signal's number, as a shell reports a command a signal ended (143 for SIGTERM, else 130).
+fn interrupted(signal: &str, out: &Path) -> ExitCode {
+    println!("resume with: fl-server --resume {}", out.display());
+    ExitCode::from(if signal == "SIGTERM" { 143 } else { 130 })
 }
 
 #[cfg(test)]

@@ -153,9 +153,7 @@ fn sigterm_stops_a_training_server_in_order() {
         assert!(std::time::Instant::now() < deadline, "no round recorded");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // SAFETY: kill(2) on our own child's pid; no memory is involved.
-    let sent = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(sent, 0);
+    signal(&server, libc::SIGTERM);
     let status = wait(&mut server, Duration::from_secs(30));
     assert_eq!(status.signal(), None, "killed by the signal: {status:?}");
     // Ended by itself, saying it was interrupted (128 + SIGTERM's 15) and how to resume.
@@ -173,7 +171,100 @@ fn sigterm_stops_a_training_server_in_order() {
     assert!((2..1000).contains(&rounds), "{summary}");
     assert_eq!(summary["stopped_by"], "interrupted");
     assert!(out.join("checkpoint.safetensors").is_file());
-    assert!(wait(&mut client, Duration::from_secs(30)).success());
+    // Told the server will be resumed, the clients wait to reconnect instead of exiting.
+    assert!(client.0.try_wait().unwrap().is_none(), "the client exited");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Sends `signal` to `child`.
+fn signal(child: &procs::Reaper, signal: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let sent = unsafe { libc::kill(child.0.id() as libc::pid_t, signal) };
+    assert_eq!(sent, 0);
+}
+
+/// What the server printed on stdout after its address line.
+fn stdout_of(server: &mut procs::Reaper) -> String {
+    let mut said = String::new();
+    std::io::Read::read_to_string(server.0.stdout.as_mut().unwrap(), &mut said).unwrap();
+    said
+}
+
+/// Ctrl-C before the first round and again in the middle of the run: each time the server
+/// exits 130 with its resume command, the client process (never restarted) waits, and the
+/// resumed server finishes the run with it.
+#[test]
+fn interrupted_servers_resume_with_the_same_client_processes() {
+    let out = std::env::temp_dir().join(format!("fl-interrupt-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let (addr, data, out_arg) = (
+        procs::reusable_address(),
+        procs::mnist(),
+        out.display().to_string(),
+    );
+    let fresh = [
+        "--listen",
+        &addr,
+        "--clients",
+        "2",
+        "--clients-per-round",
+        "2",
+        "--rounds",
+        "3",
+        "--model",
+        "logistic",
+        "--data",
+        &data,
+        "--out",
+        &out_arg,
+    ];
+    let resume = ["--resume", out_arg.as_str(), "--listen", &addr];
+    let interrupt = |server: &mut procs::Reaper, when: &str| {
+        signal(server, libc::SIGINT);
+        assert_eq!(wait(server, Duration::from_secs(30)).code(), Some(130));
+        let said = stdout_of(server);
+        assert!(said.contains(when), "{said}");
+        assert!(
+            said.contains(&format!("resume with: fl-server --resume {out_arg}")),
+            "{said}"
+        );
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let until = |done: &dyn Fn() -> bool| {
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Round 0's checkpoint is written once the server has started (its signal handler set).
+    let (mut server, _) = start_server("interrupt-1", &fresh);
+    until(&|| out.join("checkpoint.safetensors").is_file());
+    interrupt(&mut server, "before a round");
+
+    let (mut server, _) = start_server("interrupt-2", &resume);
+    let mut client = start_client(
+        "interrupt-client",
+        &addr,
+        &["--partition", "iid:2:0", "--simulate", "2"],
+    );
+    let rounds =
+        || std::fs::read_to_string(out.join("metrics.jsonl")).map_or(0, |m| m.lines().count());
+    until(&|| rounds() >= 1);
+    interrupt(&mut server, "interrupted by SIGINT after");
+    assert!(client.0.try_wait().unwrap().is_none(), "the client exited");
+
+    let (mut server, _) = start_server("interrupt-3", &resume);
+    assert!(wait(&mut server, Duration::from_secs(120)).success());
+    assert!(wait(&mut client, Duration::from_secs(60)).success());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            summary["rounds_completed"].as_u64(),
+            summary["stopped_by"].as_str()
+        ),
+        (Some(3), Some("rounds"))
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -200,7 +291,7 @@ fn resume_existing_continues_the_run_in_its_folder() {
     let run_past = |name: &str, lines: usize| {
         let args = ["--config", config.to_str().unwrap(), "--resume-existing"];
         let (mut server, addr) = start_server(name, &args);
-        let mut client = start_client(name, &addr, &["--partition", "iid:2:0", "--simulate", "2"]);
+        let client = start_client(name, &addr, &["--partition", "iid:2:0", "--simulate", "2"]);
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while read().lines().count() <= lines {
             assert!(
@@ -209,11 +300,10 @@ fn resume_existing_continues_the_run_in_its_folder() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        let sent = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(sent, 0);
+        signal(&server, libc::SIGTERM);
         assert_eq!(wait(&mut server, Duration::from_secs(30)).code(), Some(143));
-        assert!(wait(&mut client, Duration::from_secs(30)).success());
+        // The client waits for the server's return; the next start has a new port.
+        drop(client);
         read()
     };
     let before = run_past("resume-existing-1", 1);

@@ -455,6 +455,7 @@ pub(crate) async fn shut_down(setup: &mut Setup, peers: &BTreeMap<u64, Peer>) {
         let shutdown = Shutdown {
             round: 1,
             reason: "the script is over".into(),
+            ..Shutdown::default()
         };
         send(peer, server_message::Body::Shutdown(shutdown)).await;
     }

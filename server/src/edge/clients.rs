@@ -14,6 +14,7 @@ use fl_common::secagg::ServerStage;
 use fl_common::task::Task;
 use fl_proto::Frame;
 use fl_proto::v1::RoundTask;
+use fl_proto::v1::ShutdownKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -219,12 +220,17 @@ impl Clients {
         self.refused.swap(0, Ordering::Relaxed)
     }
 
-    /// Tells every connected client that training is over and releases their streams.
-    pub(crate) fn shutdown_all(&self, round: u64) {
+    /// Tells every connected client that training is over, or (`resuming`) that the server
+    /// stops to be resumed and they should reconnect, and releases their streams.
+    pub(crate) fn shutdown_all(&self, round: u64, resuming: bool) {
+        let kind = match resuming {
+            true => ShutdownKind::Resuming,
+            false => ShutdownKind::Finished,
+        };
         let mut registry = self.shared.registry();
         for id in registry.connected() {
             if let Some(outbox) = registry.outbox(id) {
-                send_all(outbox, vec![wire::shutdown(round, "training finished")]);
+                send_all(outbox, vec![wire::shutdown(round, kind)]);
             }
         }
         registry.disconnect_all();

@@ -327,6 +327,7 @@ mod tests {
             body: Some(server_message::Body::Shutdown(Shutdown {
                 round: 1,
                 reason: reason.into(),
+                ..Shutdown::default()
             })),
         })
     }

@@ -4,7 +4,7 @@
 
 use fl_common::secagg::ServerStage;
 use fl_common::task::Task;
-use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, server_message};
+use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, ShutdownKind, server_message};
 use fl_proto::{Frame, chunk_count, encode_chunks};
 
 /// A round's task as the wire carries it, without its tensor's size.
@@ -31,10 +31,17 @@ pub(crate) fn stage(round: u64, stage: &ServerStage) -> Frame {
     message(fl_proto::server_stage_body(round, stage))
 }
 
-/// The end of training.
-pub(crate) fn shutdown(round: u64, reason: &str) -> Frame {
-    let reason = reason.to_string();
-    message(server_message::Body::Shutdown(Shutdown { round, reason }))
+/// The end of the session: training finished, or the server stops to be resumed.
+pub(crate) fn shutdown(round: u64, kind: ShutdownKind) -> Frame {
+    let reason = match kind {
+        ShutdownKind::Finished => "training finished",
+        ShutdownKind::Resuming => "the server was interrupted and will be resumed: reconnect",
+    };
+    message(server_message::Body::Shutdown(Shutdown {
+        round,
+        reason: reason.into(),
+        kind: kind.into(),
+    }))
 }
 
 /// The message of `body`, encoded.

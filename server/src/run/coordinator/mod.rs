@@ -195,7 +195,9 @@ impl Coordinator {
             Steps::Buffered(_) => self.buffered(first_round, run).await?,
         };
         self.publish(&mut evaluations).await?;
-        self.clients.shutdown_all(self.config.server.rounds);
+        let resuming = stopped_by == StoppedBy::Interrupted;
+        self.clients
+            .shutdown_all(self.config.server.rounds, resuming);
         let released = self.pipeline.strategy.average().unwrap_or(&global);
         let eval = (evaluations.last).or_else(|| self.test.as_ref().map(|t| t.evaluate(released)));
         self.folder.write_model(&self.model, released)?;
