@@ -103,6 +103,7 @@ impl std::fmt::Debug for Connection {
 
 /// The endpoint of `opts.endpoint` with keep-alive and TLS settings.
 fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
+    check_scheme(&opts.endpoint, opts.tls.is_some())?;
     let connect_error = |source| ClientError::Connect {
         endpoint: opts.endpoint.clone(),
         source,
@@ -125,6 +126,54 @@ fn endpoint(opts: &ClientOptions) -> Result<Endpoint, ClientError> {
         ep = ep.tls_config(config).map_err(connect_error)?;
     }
     Ok(ep)
+}
+
+/// Refuses a server address that cannot work: one without `http://` or `https://`, or
+/// `https://` without TLS settings.
+fn check_scheme(url: &str, tls: bool) -> Result<(), ClientError> {
+    let wrong = |fix: String| Err(ClientError::Endpoint(fix));
+    match url.split_once("://") {
+        None => wrong(format!(
+            "the server address {url:?} has no scheme: write http://{url}, or https://{url} with \
+             the CA certificate (--ca) for a server with TLS"
+        )),
+        Some(("https", _)) if !tls => wrong(format!(
+            "{url} is a TLS address, and this client has no CA certificate to check the server \
+             with: add --ca FILE (the CA that signed the server's certificate)"
+        )),
+        Some(("http" | "https", _)) => Ok(()),
+        Some((scheme, _)) => wrong(format!(
+            "the server address {url:?} has the scheme {scheme}://: use http:// or https://"
+        )),
+    }
+}
+
+/// `e`, a failed attempt to reach the server at `url`, in a person's words when its cause is
+/// a common mistake: nothing listening (retried: the server may be starting), or plain HTTP/2
+/// to a TLS server (not retried).
+fn in_words(e: ClientError, url: &str) -> ClientError {
+    let cause = match &e {
+        ClientError::Connect { .. } | ClientError::Status(_) => fl_common::error_chain(&e),
+        _ => return e,
+    };
+    let refused = [
+        "Connection refused",
+        "ConnectionRefused",
+        "os error 111",
+        "code: 111",
+    ];
+    if refused.iter().any(|r| cause.contains(r)) {
+        return ClientError::Unreachable(format!(
+            "no server answers at {url} (connection refused): start the server, or check the \
+             address and port"
+        ));
+    }
+    if cause.contains("frame with invalid size") || cause.contains("FRAME_SIZE_ERROR") {
+        return ClientError::Endpoint(format!(
+            "the server at {url} speaks TLS: write https:// and give the CA certificate (--ca)"
+        ));
+    }
+    e
 }
 
 /// How a client checks the server and proves itself over TLS.
@@ -193,7 +242,7 @@ where
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
             then(grpc).await
         };
-        match attempt.await {
+        match attempt.await.map_err(|e| in_words(e, &opts.endpoint)) {
             Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
                 failures += 1;
@@ -309,7 +358,7 @@ fn retry_pause(failures: u32, asked: Option<Duration>) -> Duration {
 /// its rate).
 fn is_transient(e: &ClientError) -> bool {
     match e {
-        ClientError::Connect { .. } => true,
+        ClientError::Connect { .. } | ClientError::Unreachable(_) => true,
         ClientError::Status(s) => {
             matches!(
                 s.code(),

@@ -64,6 +64,13 @@ pub enum ClientError {
     /// The session ended without a Shutdown (the server went away).
     #[error("the server closed the session without Shutdown")]
     SessionLost,
+    /// The server address cannot work as given (no scheme, or `https://` without TLS
+    /// settings, or plain HTTP to a TLS server): said with its fix, never retried.
+    #[error("{0}")]
+    Endpoint(String),
+    /// Nothing answers at the server's address yet: said with its fix, retried.
+    #[error("{0}")]
+    Unreachable(String),
     /// The server stopped to be resumed from its checkpoint (its Shutdown's reason).
     #[error("{0}")]
     ServerResuming(String),
@@ -74,7 +81,7 @@ impl ClientError {
     /// resumed) rather than refused this client: the client then joins again.
     pub fn is_lost_server(&self) -> bool {
         match self {
-            Self::SessionLost | Self::ServerResuming(_) => true,
+            Self::SessionLost | Self::ServerResuming(_) | Self::Unreachable(_) => true,
             Self::Status(s) => matches!(
                 s.code(),
                 Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal

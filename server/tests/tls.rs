@@ -98,10 +98,53 @@ async fn only_clients_with_the_federations_certificate_get_in() {
         intruder(&https, Some(tls(&ca_pem, None))),
         intruder(&format!("http://127.0.0.1:{port}"), None),
     ];
+    let mut said = Vec::new();
     for (i, handle) in intruders.into_iter().enumerate() {
         let refused = handle.await.unwrap();
         assert!(refused.is_err(), "intruder {i} got in: {refused:?}");
+        said.push(refused.unwrap_err().to_string());
     }
+    // Plain HTTP/2 to a TLS server is said as its fix, on one line.
+    assert!(
+        said[2].contains("https://") && said[2].contains("--ca"),
+        "{}",
+        said[2]
+    );
+    // So are an https:// address without a CA certificate and an address without a scheme,
+    // both at once: neither can succeed on a retry (the client would wait 600 s).
+    for (endpoint, fix) in [
+        (https.clone(), "--ca"),
+        (format!("127.0.0.1:{port}"), "http://127.0.0.1"),
+    ] {
+        let opts = ClientOptions {
+            connect_timeout: Duration::from_secs(600),
+            ..ClientOptions::new(&endpoint)
+        };
+        let local = LocalData {
+            data: data.clone(),
+            indices: (0..100).collect(),
+        };
+        let at_once = tokio::time::timeout(Duration::from_secs(60), run_client(opts, local));
+        let error = at_once.await.expect("retried").unwrap_err().to_string();
+        assert!(error.contains(fix) && !error.contains('\n'), "{error}");
+    }
+    for line in &said {
+        assert!(!line.contains('\n'), "{line}");
+    }
+    // Nothing listening: retried until the timeout (the server may be starting), then said so.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let opts = ClientOptions {
+        connect_timeout: Duration::from_secs(1),
+        ..ClientOptions::new(&nobody)
+    };
+    let local = LocalData {
+        data: data.clone(),
+        indices: (0..100).collect(),
+    };
+    let error = run_client(opts, local).await.unwrap_err().to_string();
+    assert!(error.contains("start the server"), "{error}");
     // The other CA's certificate does not let a client check the server either.
     let wrong_ca = intruder(
         &https,
