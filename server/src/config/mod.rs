@@ -17,6 +17,7 @@ mod robust;
 mod secagg;
 mod server;
 mod train;
+mod wording;
 
 pub use admm::AdmmSection;
 pub use buffer::{BufferSection, Cadence};
@@ -52,6 +53,23 @@ pub enum ConfigError {
         path: PathBuf,
         /// What the parser said.
         source: toml::de::Error,
+    },
+    /// The file's keys or values do not fit the schema (said in words, with the nearest key to
+    /// an unknown one).
+    #[error("{path}: {message}")]
+    Schema {
+        /// The file.
+        path: PathBuf,
+        /// What does not fit.
+        message: String,
+    },
+    /// A `--set section.key=VALUE` override does not fit the schema.
+    #[error("--set {flag}: {message}")]
+    Override {
+        /// The override as given.
+        flag: String,
+        /// What does not fit (in words, with the nearest key to an unknown one).
+        message: String,
     },
     /// A value is out of range or inconsistent with another.
     #[error("invalid configuration: {0}")]
@@ -111,10 +129,22 @@ impl RunConfig {
         let mut table: toml::Table = toml::from_str(&text).map_err(parse)?;
         let base = path.parent().unwrap_or(Path::new(""));
         resolve_relative_paths(&mut table, base);
+        let schema = |e: toml::de::Error| wording::in_words(e.message());
+        let mut config: RunConfig = table.clone().try_into().map_err(|e| ConfigError::Schema {
+            path: path.to_owned(),
+            message: schema(e),
+        })?;
+        // Each override is tried on its own, so that an error names the flag that caused it.
         for o in overrides {
             apply_override(&mut table, o)?;
+            config = table
+                .clone()
+                .try_into()
+                .map_err(|e| ConfigError::Override {
+                    flag: o.clone(),
+                    message: schema(e),
+                })?;
         }
-        let config: RunConfig = table.try_into().map_err(parse)?;
         config.validate()?;
         Ok(config)
     }
@@ -125,6 +155,11 @@ impl RunConfig {
         (self.train.local_config().check())
             .map_err(|e| ConfigError::Invalid(format!("train.{e}")))?;
         self.model.validate()?;
+        // The ranges of sections this mode does not use too: an out-of-range value is a mistake
+        // wherever it is, and would surprise whoever switches the mode later.
+        self.secagg.validate()?;
+        self.admm.validate()?;
+        self.signds.validate()?;
         self.buffer.validate(self)?;
         self.plan().map(drop)
     }

@@ -59,6 +59,38 @@ fn overrides_set_keys_in_any_section() {
     assert!(set(&["epsilon=2"]).is_err());
     assert!(set(&["local.nonsense=2"]).is_err());
     assert!(set(&["server.clients=0"]).is_err());
+    // An override that does not fit is named by its flag, not blamed on the file, with the key
+    // that was probably meant, or the expected value in words.
+    let typo = set(&["server.rounds=3", "server.clients_per_rnd=20"]).unwrap_err();
+    assert_eq!(
+        typo.to_string(),
+        "--set server.clients_per_rnd=20: unknown field `clients_per_rnd`; did you mean \
+         `clients_per_round`?"
+    );
+    let unused = set(&["secagg.threshold=1.5"]).unwrap_err().to_string();
+    assert!(
+        unused.contains("secagg.threshold must be in (0.5, 1]"),
+        "{unused}"
+    );
+    let negative = set(&["server.rounds=-3"]).unwrap_err().to_string();
+    assert!(
+        negative.starts_with("--set server.rounds=-3: "),
+        "{negative}"
+    );
+    assert!(
+        negative.ends_with("expected a whole number of 0 or more"),
+        "{negative}"
+    );
+    std::fs::write(&path, "[server]\nclients_per_rnd = 20\n").unwrap();
+    let in_file = set(&[]).unwrap_err().to_string();
+    assert!(
+        in_file.starts_with(&path.display().to_string()),
+        "{in_file}"
+    );
+    assert!(
+        in_file.ends_with("did you mean `clients_per_round`?"),
+        "{in_file}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
