@@ -266,8 +266,8 @@ fn main() -> ExitCode {
     }
 }
 
-#[tokio::main]
-async fn run() -> anyhow::Result<ExitCode> {
+/// Logs on stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -276,6 +276,11 @@ async fn run() -> anyhow::Result<ExitCode> {
         // Colours only on a terminal: logs collected by docker or a file stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+#[tokio::main]
+async fn run() -> anyhow::Result<ExitCode> {
+    init_logging();
     let args = Args::parse();
     let name = (args.config.as_deref())
         .and_then(|c| c.file_stem())
