@@ -71,11 +71,10 @@ async fn a_revoked_client_loses_its_session_is_never_sampled_again_and_cannot_re
         .unwrap();
     server.stop.send(true).unwrap();
     let summary = support::finished(server.handle).await;
+    // Stopped as by Ctrl-C, the server told the enrolled clients it will be resumed: they wait
+    // to reconnect (the rounds they trained are in the metrics below).
     for c in [first, second] {
-        // The raw joins gave client-0 a new session key but left its open stream alone.
-        c.await
-            .unwrap()
-            .expect("the enrolled clients finish normally");
+        c.abort();
     }
     let metrics = support::read_metrics(&out.join("run"));
     assert!(metrics.len() >= 4, "{} rounds ran", metrics.len());
