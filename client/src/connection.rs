@@ -2,6 +2,7 @@
 //! clients, retries with jittered back-off, and opening a Session (Join, then Hello; Hello alone
 //! when the client holds an identity).
 
+use crate::tls_probe::speaks_tls;
 use crate::wire::send;
 use crate::{ClientError, ClientOptions, MAX_MESSAGE_BYTES};
 use fl_proto::v1::federation_client::FederationClient;
@@ -150,10 +151,13 @@ fn check_scheme(url: &str, tls: bool) -> Result<(), ClientError> {
 
 /// `e`, a failed attempt to reach the server at `url`, in a person's words when its cause is
 /// a common mistake: nothing listening (retried: the server may be starting), or plain HTTP/2
-/// to a TLS server (not retried).
-fn in_words(e: ClientError, url: &str) -> ClientError {
+/// to a TLS server (not retried), which [`speaks_tls`] tells from a server that is restarting.
+async fn in_words(e: ClientError, url: &str) -> ClientError {
     let cause = match &e {
-        ClientError::Connect { .. } | ClientError::Status(_) => fl_common::error_chain(&e),
+        ClientError::Connect { .. } => fl_common::error_chain(&e),
+        ClientError::Status(s) if fl_proto::retry::retry_after(s).is_none() => {
+            fl_common::error_chain(&e)
+        }
         _ => return e,
     };
     let refused = [
@@ -168,12 +172,26 @@ fn in_words(e: ClientError, url: &str) -> ClientError {
              address and port"
         ));
     }
-    if cause.contains("frame with invalid size") || cause.contains("FRAME_SIZE_ERROR") {
+    if url.starts_with("http://") && broke_the_connection(&e) && speaks_tls(url).await {
         return ClientError::Endpoint(format!(
             "the server at {url} speaks TLS: write https:// and give the CA certificate (--ca)"
         ));
     }
     e
+}
+
+/// True for the errors that plain HTTP/2 to a TLS server ends in (which one depends on timing):
+/// a failed connection, or a call that was cancelled, unavailable, or broke on an HTTP/2
+/// protocol error.
+fn broke_the_connection(e: &ClientError) -> bool {
+    match e {
+        ClientError::Connect { .. } => true,
+        ClientError::Status(s) => matches!(
+            s.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal
+        ),
+        _ => false,
+    }
 }
 
 /// How a client checks the server and proves itself over TLS.
@@ -242,7 +260,11 @@ where
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
             then(grpc).await
         };
-        match attempt.await.map_err(|e| in_words(e, &opts.endpoint)) {
+        let attempt = match attempt.await {
+            Ok(done) => Ok(done),
+            Err(e) => Err(in_words(e, &opts.endpoint).await),
+        };
+        match attempt {
             Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
                 failures += 1;

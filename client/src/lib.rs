@@ -14,6 +14,7 @@ mod secure;
 mod session;
 mod slots;
 mod state;
+mod tls_probe;
 mod trainer;
 mod wire;
 
