@@ -9,6 +9,7 @@
 
 mod connection;
 mod engine;
+mod logging;
 mod round;
 mod secure;
 mod session;
@@ -21,6 +22,7 @@ mod wire;
 pub use connection::{
     CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
 };
+pub use logging::init_logging;
 pub use session::{run, run_client};
 pub use slots::TrainingSlots;
 pub use state::state_file;

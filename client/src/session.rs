@@ -25,15 +25,14 @@ pub async fn run_client(
     if local.indices.is_empty() {
         return Err(ClientError::NoData);
     }
-    run(opts, Arc::new(SgdTrainer::new(local))).await
+    run(opts, SgdTrainer::new(local)).await
 }
 
 /// Runs one client training with `trainer` until the server shuts the session down: the
 /// library's whole client (protocol, reconnection, privacy) around the caller's training code.
-pub async fn run(
-    opts: ClientOptions,
-    trainer: Arc<dyn Trainer>,
-) -> Result<ClientReport, ClientError> {
+/// `examples/rust/src/main.rs` is a complete program built on it.
+pub async fn run(opts: ClientOptions, trainer: impl Trainer) -> Result<ClientReport, ClientError> {
+    let trainer: Arc<dyn Trainer> = Arc::new(trainer);
     if let Some(seed) = opts.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }

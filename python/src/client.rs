@@ -143,12 +143,12 @@ impl Client {
         if !train.bind(py).is_callable() {
             return Err(PyValueError::new_err("train must be callable"));
         }
-        let trainer = Arc::new(PyTrainer {
+        let trainer = PyTrainer {
             train,
             evaluate,
             examples: num_examples,
-        });
-        init_logging();
+        };
+        fl_client::init_logging("warn");
         let opts = self.opts.clone();
         let report = py.detach(|| run_interruptible(opts, trainer))?;
         report_dict(py, &report)
@@ -193,7 +193,7 @@ fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy
 }
 
 /// Runs the client on a runtime of its own, letting Python handle signals meanwhile.
-fn run_interruptible(opts: ClientOptions, trainer: Arc<PyTrainer>) -> PyResult<ClientReport> {
+fn run_interruptible(opts: ClientOptions, trainer: PyTrainer) -> PyResult<ClientReport> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -217,17 +217,6 @@ fn run_interruptible(opts: ClientOptions, trainer: Arc<PyTrainer>) -> PyResult<C
             }
         }
     })
-}
-
-/// Logs of the client library on stderr (`RUST_LOG` filters them; warnings by default), unless
-/// the process already has a subscriber.
-fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// The report as a dict.

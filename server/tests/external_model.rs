@@ -89,7 +89,7 @@ async fn an_external_model_trains_and_is_written_back_under_the_users_names() {
                 connect_timeout: Duration::from_secs(10),
                 ..ClientOptions::new(&server.endpoint)
             };
-            tokio::spawn(run(opts, Arc::new(AddOne)))
+            tokio::spawn(run(opts, AddOne))
         })
         .collect();
     let summary = support::finished(server.handle).await;
@@ -142,7 +142,7 @@ async fn the_built_in_trainer_refuses_an_external_model() {
         connect_timeout: Duration::from_secs(10),
         ..ClientOptions::new(&server.endpoint)
     };
-    let client = tokio::spawn(run(opts, Arc::new(fl_client::SgdTrainer::new(local))));
+    let client = tokio::spawn(run(opts, fl_client::SgdTrainer::new(local)));
     let summary = support::finished(server.handle).await;
     let report = client.await.unwrap().expect("the client finishes normally");
     assert_eq!((report.rounds_trained, report.tasks_refused), (0, 1));

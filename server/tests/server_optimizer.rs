@@ -162,7 +162,7 @@ fn fedadam_survives_a_kill_and_resume() {
             let trainer = AddsC {
                 allowed: allowed.clone(),
             };
-            runtime.spawn(run(opts, Arc::new(trainer)))
+            runtime.spawn(run(opts, trainer))
         })
         .collect();
     // Round `recorded` is checkpointed before its metrics line is written.

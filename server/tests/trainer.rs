@@ -128,9 +128,9 @@ async fn federate(
     let clients: Vec<_> = (0..K)
         .map(|i| {
             let mine: Vec<usize> = (i * 100..(i + 1) * 100).collect();
-            let trainer = Arc::new(LeastSquares {
+            let trainer = LeastSquares {
                 data: data.subset(&mine),
-            });
+            };
             let opts = ClientOptions {
                 name: format!("least-squares-{i}"),
                 connect_timeout: Duration::from_secs(10),

@@ -67,7 +67,7 @@ pub(crate) struct Args {
     /// Largest per-round delta this client accepts (ldp-gaussian).
     #[arg(long)]
     pub(crate) delta: Option<f64>,
-    /// This client's own clip bound C (L2 for ldp-gaussian, per-example L1 for ldp-laplace).
+    /// This client's own clip bound: S (L2) for ldp-gaussian, R (per-example L1) for ldp-laplace.
     #[arg(long)]
     pub(crate) clip_bound: Option<f64>,
     /// PEM certificate of the CA that signed the server's certificate: turns TLS on (use an

@@ -26,14 +26,7 @@ fn main() -> std::process::ExitCode {
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: logs collected by docker or a file stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    fl_client::init_logging("info");
     let args = Args::parse();
     if args.simulate == 0 {
         bail!("--simulate must be at least 1");
