@@ -156,12 +156,16 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let signalled = fl_server::stop_on_signal(stop_tx);
-    let title = format!(
+    let mut title = format!(
         "{} clients, {} per round, {}",
         config.server.clients,
         config.server.clients_per_round,
         String::from(config.data.partition)
     );
+    if config.secagg.sim_signed || config.secagg.authority.is_some() {
+        title.push_str(", secure rounds signed by an authority made for this simulation");
+    }
+    eprintln!("{title}");
     if config.server.out.as_os_str().is_empty() {
         let stem = args.config.as_deref().and_then(Path::file_stem);
         let name = stem.map_or("sim".into(), |s| s.to_string_lossy());

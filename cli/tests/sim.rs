@@ -29,6 +29,9 @@ fn sim(dir: &Path, partition: &str, body: &str) -> (PathBuf, serde_json::Value) 
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{log}");
     assert!(!log.contains("dropping client"), "{log}");
+    // A signed simulation says so as it starts.
+    let signed = log.contains("secure rounds signed by an authority");
+    assert_eq!(signed, body.contains("sim_signed = true"), "{log}");
     let summary =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     (out, summary)
@@ -210,6 +213,7 @@ fn signed_secure_aggregation_runs_in_a_simulation() {
          sim_dropout = 0.1\nsim_dropout_stage = \"after-masked\"",
     );
     let secagg = &summary["secagg"];
+    assert_eq!(secagg["signed"], true, "{summary}");
     assert_eq!(secagg["rounds"], 2, "{summary}");
     assert_eq!(secagg["aborted_rounds"], 0, "{summary}");
     assert_eq!(secagg["max_abs_error"], 0);
@@ -240,6 +244,7 @@ fn distributed_noise_on_a_sparse_graph_is_exact_and_accounted() {
          sim_dropout = 0.1\nsim_dropout_stage = \"after-masked\"",
     );
     let secagg = &summary["secagg"];
+    assert_eq!(secagg["signed"], false, "{summary}");
     assert_eq!(secagg["rounds"], 2, "{summary}");
     assert_eq!(secagg["max_abs_error"], 0);
     assert!(summary["epsilon"].as_f64().unwrap() > 0.0);

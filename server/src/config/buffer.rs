@@ -4,7 +4,7 @@
 use super::{Aggregator, Algorithm, ConfigError, PrivacyMode, RunConfig};
 use serde::{Deserialize, Serialize};
 
-/// When the server steps: after a round of sampled clients, or whenever K updates are buffered.
+/// When the server steps: after a round of sampled clients, or whenever M updates are buffered.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
@@ -13,8 +13,8 @@ pub enum Cadence {
     /// Synchronous rounds: sample m_t clients, wait for them, step.
     #[default]
     Sync,
-    /// Asynchronous buffered aggregation: at most C clients train at once, each on the model
-    /// current when it was sent; the server steps each time K updates are buffered.
+    /// Asynchronous buffered aggregation: at most P clients train at once, each on the model
+    /// current when it was sent; the server steps each time M updates are buffered.
     Async,
 }
 
@@ -22,9 +22,9 @@ pub enum Cadence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BufferSection {
-    /// C: most clients training at once; each free client is sent the current model.
+    /// P: most clients training at once; each free client is sent the current model.
     pub concurrency: usize,
-    /// K: updates buffered before each server step (at most C).
+    /// M: updates buffered before each server step (at most P).
     pub size: usize,
     /// Most server steps between the model an update was trained from and the step it would
     /// enter; an older update is refused. Each update enters with weight 1/sqrt(1 + s), s its
@@ -52,7 +52,7 @@ impl BufferSection {
         let clients = config.server.clients;
         if self.size < 1 || self.size > self.concurrency || self.concurrency > clients {
             return bad(format!(
-                "buffer.size (K = {}) must be at least 1 and at most buffer.concurrency (C = {}), \
+                "buffer.size (M = {}) must be at least 1 and at most buffer.concurrency (P = {}), \
                  itself at most server.clients ({clients})",
                 self.size, self.concurrency
             ));
@@ -100,7 +100,7 @@ mod tests {
     use super::*;
     use crate::config::PrivacyPlan;
 
-    /// An asynchronous run of 100 clients, C = 20, K = 10, in `mode`.
+    /// An asynchronous run of 100 clients, P = 20, M = 10, in `mode`.
     fn in_mode(mode: PrivacyMode) -> RunConfig {
         let mut c = RunConfig::default();
         c.server.aggregation = Cadence::Async;
@@ -130,7 +130,7 @@ mod tests {
         assert!(refused(&iadmm).contains("fedavg"));
     }
 
-    /// K between 1 and C, C at most the clients.
+    /// M between 1 and P, P at most the clients.
     #[test]
     fn the_buffer_fits_its_concurrency_and_the_clients() {
         for (concurrency, size) in [(20, 0), (20, 21), (101, 10)] {
@@ -139,12 +139,12 @@ mod tests {
             c.buffer.size = size;
             assert!(
                 refused(&c).contains("buffer.size"),
-                "C {concurrency}, K {size}"
+                "P {concurrency}, M {size}"
             );
         }
     }
 
-    /// DP-FTRL's trees default to one pass of distinct clients, K per step, and may not ask for
+    /// DP-FTRL's trees default to one pass of distinct clients, M per step, and may not ask for
     /// more distinct clients than there are.
     #[test]
     fn dp_ftrl_trees_are_one_pass_of_distinct_clients() {
@@ -154,7 +154,7 @@ mod tests {
         };
         let mut c = in_mode(PrivacyMode::DpFtrl);
         c.privacy.noise_multiplier = 5.0.into();
-        assert_eq!(tree(&c), 10, "100 clients / K = 10");
+        assert_eq!(tree(&c), 10, "100 clients / M = 10");
         c.privacy.tree_rounds = Some(11);
         assert!(refused(&c).contains("each client enters a tree at most once"));
     }

@@ -11,12 +11,12 @@ pub struct LocalSection {
     pub epsilon: f64,
     /// delta of each upload (`ldp-gaussian`).
     pub delta: f64,
-    /// C: the L2 bound of the update (`ldp-gaussian`) or the L1 bound of each per-example
+    /// S: the L2 bound of the update (`ldp-gaussian`), or R: the L1 bound of each per-example
     /// gradient (`ldp-laplace`).
     pub clip_bound: f64,
-    /// S: the local SGD steps each client runs under `ldp-laplace`, each on a batch of
+    /// J: the local SGD steps each client runs under `ldp-laplace`, each on a batch of
     /// `train.batch_size` examples (fewer when a client has fewer), whatever its number of
-    /// examples: the sensitivity 2 C eta (1/B + S - 1) is then public.
+    /// examples: the sensitivity 2 R eta (1/B + J - 1) is then public.
     pub steps: u64,
 }
 

@@ -102,7 +102,7 @@ impl Federation for FederationService {
             Admission::Anonymous => None,
         };
         let (id, key) = self.shared.registry().join(identity);
-        tracing::info!(
+        tracing::debug!(
             client = id,
             name = %for_log(&req.name),
             enrolled = identity.unwrap_or("-"),

@@ -135,7 +135,7 @@ async fn open_session(
             "superseded by a newer Session for this client",
         ))));
     }
-    tracing::info!(client = id, "session open");
+    tracing::debug!(client = id, "session open");
     let _ = shared.events.send(Event::Connected(id).into()).await;
     let span = tracing::info_span!("session", client = id);
     let reader = async move {
@@ -147,7 +147,7 @@ async fn open_session(
         if was_live {
             let _ = shared.events.send(Event::Disconnected(id).into()).await;
         }
-        tracing::info!(client = id, "session closed");
+        tracing::debug!(client = id, "session closed");
     };
     tokio::spawn(reader.instrument(span));
     Ok(rx)

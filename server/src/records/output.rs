@@ -79,9 +79,9 @@ pub struct RoundMetrics {
 /// A server step of asynchronous buffered aggregation.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct BufferMetrics {
-    /// K: the updates a step waits for.
+    /// M: the updates a step waits for.
     pub size: usize,
-    /// Clients training when the step was taken (at most C).
+    /// Clients training when the step was taken (at most P).
     pub training: usize,
     /// The step's updates by staleness: entry s counts those trained on the model s steps old.
     pub staleness: Vec<u64>,
@@ -199,6 +199,10 @@ impl SecAggSummary {
 /// `summary.json`'s `secagg` object.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct SecAggSummary {
+    /// Whether the rounds were signed: every client certified by the federation authority, the
+    /// variant that holds against a server deviating from the protocol (`secagg.authority`, or
+    /// `secagg.sim_signed` in `fl sim`).
+    pub signed: bool,
     /// Rounds whose secure sum was recovered.
     pub rounds: u64,
     /// Rounds that aborted (too few survivors).

@@ -161,6 +161,7 @@ async fn start(
         initial: start.initial,
         telemetry,
         page,
+        shortfall: Default::default(),
     };
     Ok((coordinator, serving, done_tx))
 }

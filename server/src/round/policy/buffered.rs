@@ -2,7 +2,7 @@
 //! event. No client is sampled: clients arrive when they can, so no amplification by sampling
 //! is claimed. Under DP-FTRL each step is a step of the tree (Kairouz et al. 2021, Alg. 1 with
 //! restarts), and each identity enters a tree at most once ([`TreeMembers`]); the buffered sum
-//! is divided by the public K.
+//! is divided by the public M.
 
 use crate::identity::ids::ClientId;
 use crate::round::buffer::TreeMembers;
@@ -25,9 +25,9 @@ struct Trees {
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct BufferPolicy {
-    /// K: updates per server step.
+    /// M: updates per server step.
     pub size: usize,
-    /// C: most clients training at once.
+    /// P: most clients training at once.
     pub concurrency: usize,
     /// The most steps an update may lag.
     pub max_staleness: u64,
@@ -35,7 +35,7 @@ pub(crate) struct BufferPolicy {
 }
 
 impl BufferPolicy {
-    /// Steps of K = `size` updates without central accounting.
+    /// Steps of M = `size` updates without central accounting.
     pub(crate) fn new(size: usize, concurrency: usize, max_staleness: u64) -> Self {
         Self {
             size,
@@ -104,7 +104,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    /// Trees of 3 steps: the steps run 1, 2, 3 and start again, every step divides by K and
+    /// Trees of 3 steps: the steps run 1, 2, 3 and start again, every step divides by M and
     /// spends its tree step, and no identity enters a tree twice.
     #[test]
     fn one_identity_never_twice_in_a_tree() {

@@ -86,18 +86,39 @@ impl Cohort {
 /// m of the `available` clients, uniformly without replacement (all of them when fewer are
 /// available), from the CSPRNG.
 fn fixed_size(available: &[ClientId], m: usize, rng: &mut StdRng) -> BTreeSet<ClientId> {
-    if m > available.len() {
-        tracing::warn!(
-            available = available.len(),
-            m,
-            "fewer clients available than m"
-        );
-    }
     let m = m.min(available.len());
     rand::seq::index::sample(rng, available.len(), m)
         .into_iter()
         .map(|i| available[i])
         .collect()
+}
+
+/// The log's word on rounds of a fixed size that drew fewer than m clients: said when the
+/// shortage starts or changes, and when it ends, not once per round.
+#[derive(Debug, Default)]
+pub(crate) struct Shortfall {
+    /// (drawn, m) of the last round that was short; `None` when it was not.
+    last: Option<(usize, usize)>,
+}
+
+impl Shortfall {
+    /// Notes that round `round` drew `drawn` of the `m` clients it asked for.
+    pub(crate) fn observe(&mut self, round: u64, drawn: usize, m: usize) {
+        let now = (drawn < m).then_some((drawn, m));
+        if now == self.last {
+            return;
+        }
+        match now {
+            Some((available, m)) => tracing::warn!(
+                round,
+                available,
+                m,
+                "fewer clients available than m: rounds take all of them until more connect"
+            ),
+            None => tracing::info!(round, m, "m clients available again"),
+        }
+        self.last = now;
+    }
 }
 
 /// Each connected client independently with probability q, from the CSPRNG.

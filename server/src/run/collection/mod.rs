@@ -124,6 +124,12 @@ impl Collection {
 
     /// An empty run summary of secure rounds, for a secure collection.
     pub(crate) fn secure_summary(&self) -> Option<SecAggSummary> {
-        matches!(self, Collection::Secure(_)).then(SecAggSummary::default)
+        match self {
+            Collection::Plain(_) => None,
+            Collection::Secure(s) => Some(SecAggSummary {
+                signed: s.signed(),
+                ..SecAggSummary::default()
+            }),
+        }
     }
 }

@@ -55,6 +55,11 @@ struct Stages {
 }
 
 impl SecureCollection {
+    /// Whether this collection's rounds are signed (it checks the clients' certificates).
+    pub(crate) fn signed(&self) -> bool {
+        self.settings.verifier.is_some()
+    }
+
     /// The round's quantisation and noise: the policy's, when it fixed them with its noise, or
     /// a noiseless code for the round's size ([`Calibration::plan`]).
     pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
@@ -92,7 +97,7 @@ impl SecureCollection {
         }
         Ok(Prepared {
             calibration: Some(calibration),
-            signed: self.settings.verifier.is_some(),
+            signed: self.signed(),
             federation: (self.settings.policy.as_ref())
                 .map_or_else(String::new, |p| p.federation.clone()),
             run: self.run,

@@ -1,5 +1,5 @@
-//! The asynchronous loop (FedBuff: Nguyen et al., AISTATS 2022, Alg. 1): at most C clients
-//! train at once, each free client is sent the current model, and each time K updates are
+//! The asynchronous loop (FedBuff: Nguyen et al., AISTATS 2022, Alg. 1): at most P clients
+//! train at once, each free client is sent the current model, and each time M updates are
 //! buffered the server takes a step, which the run records as a round (ledger entry, metrics
 //! line, checkpoint). An update s steps stale enters with weight 1/sqrt(1 + s); one past
 //! `buffer.max_staleness` is refused, and one for a version its sender was never sent ends the
@@ -53,7 +53,7 @@ struct Step {
 }
 
 impl Step {
-    /// Round `round`'s empty buffer of K = `size` over `num_params` values.
+    /// Round `round`'s empty buffer of M = `size` over `num_params` values.
     fn new(round: u64, size: usize, num_params: usize) -> Self {
         Self {
             round,
@@ -215,7 +215,7 @@ impl Coordinator {
         self.clients.add_version(&task, global);
     }
 
-    /// Sends the current model to free clients, chosen at random, until C train.
+    /// Sends the current model to free clients, chosen at random, until P train.
     fn dispatch(
         &mut self,
         step: &mut Step,

@@ -15,12 +15,13 @@ use crate::records::checkpoint::{Checkpoint, Progress};
 use crate::records::output::{
     BufferMetrics, RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary,
 };
+use crate::round::policy::Shortfall;
 use crate::round::strategy::RoundContext;
 use crate::run::build::{Pipeline, Steps};
 use crate::run::collection::{RoundWork, Tally};
 use crate::run::model_setup::TestSet;
 use fl_common::model::{Evaluation, Model, check_model};
-use fl_common::privacy::PrivacyEvent;
+use fl_common::privacy::{PrivacyEvent, Sampling};
 use fl_common::secagg::Calibration;
 use fl_common::task::{SecureTask, Task, TaskDigest};
 use rand::rngs::StdRng;
@@ -61,6 +62,8 @@ pub(crate) struct Coordinator {
     pub telemetry: Arc<Telemetry>,
     /// The live run page, when it is served.
     pub page: Option<Arc<LivePage>>,
+    /// What the log last said of rounds drawing fewer than m clients.
+    pub shortfall: Shortfall,
 }
 
 /// The run's totals, carried across rounds and checkpoints.
@@ -383,7 +386,11 @@ impl Coordinator {
             tracing::error!(round, "no client is connected: training ends");
             return Ok(Err(StoppedBy::Error));
         }
-        let plan = (self.pipeline.steps.rounds()?).plan(round, &connected, &mut self.rng)?;
+        let policy = self.pipeline.steps.rounds()?;
+        let plan = policy.plan(round, &connected, &mut self.rng)?;
+        if policy.sampling() == Sampling::Fixed {
+            (self.shortfall).observe(round, plan.sampled.len(), plan.planned);
+        }
         let prepared = self.pipeline.collection.prepare(&plan)?;
         if !self.spend(round, plan.event.as_ref())? {
             tracing::info!(round, "privacy budget reached: training stops");
