@@ -102,11 +102,12 @@ pub(crate) struct Shortfall {
 }
 
 impl Shortfall {
-    /// Notes that round `round` drew `drawn` of the `m` clients it asked for.
-    pub(crate) fn observe(&mut self, round: u64, drawn: usize, m: usize) {
+    /// Notes that round `round` drew `drawn` of the `m` clients it asked for; true when that
+    /// was worth a log line (the shortage started, changed or ended).
+    pub(crate) fn observe(&mut self, round: u64, drawn: usize, m: usize) -> bool {
         let now = (drawn < m).then_some((drawn, m));
         if now == self.last {
-            return;
+            return false;
         }
         match now {
             Some((available, m)) => tracing::warn!(
@@ -118,6 +119,7 @@ impl Shortfall {
             None => tracing::info!(round, m, "m clients available again"),
         }
         self.last = now;
+        true
     }
 }
 
@@ -135,5 +137,28 @@ fn unnoised(round: u64, sampled: &BTreeSet<ClientId>) -> RoundContext {
         expected_clients: sampled.len().max(1) as f64,
         noise_multiplier: None,
         tree_step: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shortfall;
+
+    #[test]
+    fn a_shortage_is_said_when_it_starts_changes_or_ends_not_every_round() {
+        let mut shortfall = Shortfall::default();
+        // (drawn, m) per round, and whether the log speaks.
+        let rounds = [
+            ((10, 10), false),
+            ((8, 10), true),
+            ((8, 10), false),
+            ((8, 10), false),
+            ((7, 10), true),
+            ((10, 10), true),
+            ((10, 10), false),
+        ];
+        for (round, ((drawn, m), says)) in (1..).zip(rounds) {
+            assert_eq!(shortfall.observe(round, drawn, m), says, "round {round}");
+        }
     }
 }
