@@ -85,6 +85,40 @@ async fn an_update_for_a_version_never_sent_is_refused() {
     assert!(metrics.iter().all(|m| m.completed == 2), "{metrics:?}");
 }
 
+/// A client's evaluation counts only when the model version it trained on asked for one (the
+/// rule of synchronous rounds): figures sent unasked, with federated evaluation off, are in no
+/// step's metrics, and the uploads that carry them still count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_nobody_asked_for_is_not_counted() {
+    fn configure(c: &mut RunConfig) {
+        c.server.aggregation = Cadence::Async;
+        c.buffer = BufferSection {
+            concurrency: 3,
+            size: 2,
+            max_staleness: 4,
+        };
+    }
+    fn unasked(round: u64, n: usize) -> Vec<fl_proto::v1::client_message::Body> {
+        let mut bodies = support::dense_upload(round, &vec![0.0; n], None);
+        if let fl_proto::v1::client_message::Body::UpdateHeader(h) = &mut bodies[0] {
+            h.evaluation = Some(fl_proto::v1::ClientEvaluation {
+                loss: 0.5,
+                accuracy: 0.5,
+                num_examples: 100,
+            });
+        }
+        bodies
+    }
+    let (status, metrics, steps) = support::run_with_evil_client(configure, unasked).await;
+    assert_eq!(status.code(), tonic::Code::Ok, "{status:?}");
+    assert_eq!(steps, 2);
+    assert!(metrics.iter().all(|m| m.completed == 2), "{metrics:?}");
+    assert!(
+        metrics.iter().all(|m| m.federated_eval.is_none()),
+        "{metrics:?}"
+    );
+}
+
 /// DP-FTRL in asynchronous mode, trees of 2 steps of 2 updates over 6 enrolled clients: stopped
 /// while its third step's buffer fills, then resumed to step 5. The ledger holds each step once,
 /// its chain verifies against the checkpoint, and the resumed process starts a new tree.

@@ -90,21 +90,13 @@ pub struct BufferMetrics {
 }
 
 impl BufferMetrics {
-    /// The median staleness of the step's updates, if it has any.
-    pub fn median_staleness(&self) -> Option<u64> {
-        let total: u64 = self.staleness.iter().sum();
-        let mut seen = 0;
-        (self.staleness.iter().enumerate()).find_map(|(s, &n)| {
-            seen += n;
-            (total > 0 && 2 * seen >= total).then_some(s as u64)
-        })
-    }
-
-    /// The largest staleness among the step's updates.
-    pub fn max_staleness(&self) -> Option<u64> {
-        (self.staleness.iter())
-            .rposition(|&n| n > 0)
-            .map(|s| s as u64)
+    /// Counts an update that entered the buffer `staleness` steps stale.
+    pub(crate) fn count(&mut self, staleness: u64) {
+        let s = staleness as usize;
+        if self.staleness.len() <= s {
+            self.staleness.resize(s + 1, 0);
+        }
+        self.staleness[s] += 1;
     }
 }
 

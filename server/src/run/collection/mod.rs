@@ -4,8 +4,11 @@
 //! picks one per run; the coordinator only calls [`Collection::prepare`] and
 //! [`Collection::collect`].
 
+mod intake;
 mod plain;
 mod secure;
+
+pub(crate) use intake::Received;
 
 pub(crate) use plain::PlainCollection;
 pub(crate) use secure::SecureCollection;

@@ -3,15 +3,14 @@
 //! release, to the strategy stack. A sampled client that loses its stream
 //! has `reconnect_grace_secs` to come back (with the same identity) and get its task again.
 
+use super::intake::Received;
 use super::{RoundWork, Tally};
 use crate::edge::clients::{Clients, Next};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
-use crate::round::events::{Declared, Event, UploadHeader, for_log};
+use crate::round::events::{Event, for_log};
 use crate::round::rejection::Rejection;
-use crate::round::strategy::{ClientUpdate, SignUpload, Upload};
-use fl_common::model::CheckedUpdate;
-use fl_common::privacy::Release;
+use crate::round::strategy::Upload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -25,16 +24,6 @@ pub(crate) struct PlainCollection {
     /// Whether uploads are updates u_k = w_k - w_t (FedAvg), whose moments V_c and U_s are
     /// recorded; IADMM's are primal iterates.
     pub update_moments: bool,
-}
-
-/// What an upload says about itself.
-struct Claim {
-    /// The round it is for.
-    round: u64,
-    /// n_k, for plain updates only (the trusted curator's FedAvg weight).
-    num_examples: Option<u64>,
-    /// Its declared local protection.
-    release: Declared,
 }
 
 /// The sampled clients still expected, and those away until a time.
@@ -120,38 +109,11 @@ impl PlainCollection {
         event: Event,
     ) {
         let round = work.ctx.round;
+        let event = match Received::read(event, tally) {
+            Ok(upload) => return self.on_upload(clients, work, (waiting, tally), upload),
+            Err(other) => other,
+        };
         match event {
-            Event::Update {
-                client,
-                header,
-                values,
-                bytes,
-            } => {
-                tally.bytes_up += bytes;
-                self.on_update(clients, work, (waiting, tally), client, header, values);
-            }
-            Event::Sign {
-                client,
-                round: claimed,
-                sign,
-                indices,
-                release,
-                bytes,
-            } => {
-                tally.bytes_up += bytes;
-                let claim = Claim {
-                    round: claimed,
-                    num_examples: None,
-                    release,
-                };
-                on_sign(
-                    clients,
-                    work,
-                    (waiting, tally),
-                    (client, claim),
-                    (sign, indices),
-                );
-            }
             Event::Failed {
                 client,
                 round: r,
@@ -185,159 +147,78 @@ impl PlainCollection {
                     tracing::info!(round, client, "sampled client is back: task sent again");
                 }
             }
+            // Uploads were read above; other clients' stream events change nothing here.
+            Event::Update { .. } | Event::Sign { .. } => {}
             Event::Connected(_) | Event::Disconnected(_) => {}
         }
     }
 
-    /// Admits and absorbs one dense update.
-    fn on_update(
+    /// Admits, checks and absorbs one upload; a refused upload ends its client's stream.
+    fn on_upload(
         &self,
         clients: &Clients,
         work: &mut RoundWork<'_>,
         (waiting, tally): (&mut Waiting, &mut Tally),
-        client: ClientId,
-        header: UploadHeader,
-        values: Vec<f32>,
+        upload: Received,
     ) {
-        // Under a local mechanism only the release travels: every upload weighs 1.
-        let (claim, loss, evaluation) = match header {
-            UploadHeader::Plain {
-                round,
-                num_examples,
-                train_loss,
-                evaluation,
-            } => {
-                let release = None;
-                let num_examples = Some(num_examples);
-                let claim = Claim {
-                    round,
-                    num_examples,
-                    release,
-                };
-                (claim, train_loss, evaluation)
-            }
-            UploadHeader::Released { round, release } => {
-                let num_examples = None;
-                let claim = Claim {
-                    round,
-                    num_examples,
-                    release,
-                };
-                (claim, None, None)
-            }
-        };
-        let num_examples = claim.num_examples;
-        let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
+        let client = upload.client;
+        if !admit(clients, work, &mut waiting.clients, &upload) {
             return;
-        };
-        // Checked once, here: every later pass takes the check and the norm from the type.
-        let values = match CheckedUpdate::new(values) {
-            Ok(values) => values,
-            Err(e) => return clients.reject(client, Rejection::Strategy(e.into())),
-        };
-        if self.update_moments && values.len() == work.global.len() {
-            tally.moments.add(&values);
         }
-        let update = ClientUpdate {
-            client,
-            num_examples: num_examples.unwrap_or(1),
-            values,
-            release,
-            staleness_weight: 1.0,
+        let (upload, reported) = match upload.check(1.0) {
+            Ok(checked) => checked,
+            Err(rejection) => return clients.reject(client, rejection),
         };
-        if absorb(clients, work, client, update.into()) {
-            tally.completed += 1;
-            if let Some(loss) = loss.filter(|l| l.is_finite()) {
-                tally.losses += 1;
-                tally.train_loss_sum += f64::from(loss);
-            }
-            // Only a round that asked for them counts the figures.
-            if let Some((loss, accuracy, n)) = evaluation.filter(|_| work.evaluate) {
-                (tally.federated_eval.get_or_insert_default()).add(loss, accuracy, n);
-            }
+        if let Upload::Dense(update) = &upload
+            && self.update_moments
+            && update.values.len() == work.global.len()
+        {
+            tally.moments.add(&update.values);
+        }
+        match work.strategy.absorb(&work.ctx, upload) {
+            Ok(()) => tally.count(reported, work.evaluate),
+            Err(e) => clients.reject(client, Rejection::Strategy(e)),
         }
     }
 }
 
-/// Admits and absorbs one SignDS upload (s, J).
-fn on_sign(
-    clients: &Clients,
-    work: &mut RoundWork<'_>,
-    (waiting, tally): (&mut Waiting, &mut Tally),
-    (client, claim): (ClientId, Claim),
-    (sign, indices): (i64, Vec<u64>),
-) {
-    let Some(release) = admit(clients, work, &mut waiting.clients, client, claim) else {
-        return;
-    };
-    let upload = SignUpload {
-        client,
-        release,
-        sign,
-        indices,
-    };
-    if absorb(clients, work, client, Upload::Sign(upload)) {
-        tally.completed += 1;
-    }
-}
-
-/// Hands an admitted upload to the strategy stack; a refused upload ends its client's stream.
-/// Returns whether it counted.
-fn absorb(clients: &Clients, work: &mut RoundWork<'_>, client: ClientId, upload: Upload) -> bool {
-    match work.strategy.absorb(&work.ctx, upload) {
-        Ok(()) => true,
-        Err(e) => {
-            clients.reject(client, Rejection::Strategy(e));
-            false
-        }
-    }
-}
-
-/// Checks what every upload must satisfy: its round, that its sender was sampled and has not
-/// answered yet, its example count; and reads its declared local release (which the strategy
-/// stack checks). On failure the client is refused and dropped and `None` returned.
+/// Checks what an upload must satisfy in a round: its round, and that its sender was sampled
+/// and has not answered yet. A late or repeated upload is ignored; any other failure refuses and
+/// drops the client. Returns whether the upload may go on to its checks.
 fn admit(
     clients: &Clients,
     work: &RoundWork<'_>,
     waiting: &mut BTreeSet<ClientId>,
-    client: ClientId,
-    claim: Claim,
-) -> Option<Option<Release>> {
-    let round = work.ctx.round;
+    upload: &Received,
+) -> bool {
+    let (round, client) = (work.ctx.round, upload.client);
     if !clients.is_admitted(client) {
         tracing::warn!(round, client, "upload from a revoked client ignored");
         waiting.remove(&client);
-        return None;
+        return false;
     }
     // Too late for its round (the client was slow or reconnected): not an attack.
-    if claim.round < round {
-        tracing::info!(round, client, late = claim.round, "late upload ignored");
-        return None;
+    if upload.round < round {
+        tracing::info!(round, client, late = upload.round, "late upload ignored");
+        return false;
     }
     // Sent twice, e.g. once before and once after a reconnect: the first one counts.
-    if claim.round == round && work.sampled.contains(&client) && !waiting.contains(&client) {
+    if upload.round == round && work.sampled.contains(&client) && !waiting.contains(&client) {
         tracing::info!(round, client, "second upload for the round ignored");
-        return None;
+        return false;
     }
-    let rejection = if claim.round != round {
+    let rejection = if upload.round != round {
         waiting.remove(&client);
-        Some(Rejection::WrongRound {
+        Rejection::WrongRound {
             what: "update",
-            claimed: claim.round,
+            claimed: upload.round,
             current: round,
-        })
+        }
     } else if !waiting.remove(&client) {
-        Some(Rejection::NotExpected { client, round })
-    } else if claim.num_examples == Some(0) {
-        Some(Rejection::NoExamples)
+        Rejection::NotExpected { client, round }
     } else {
-        None
+        return true;
     };
-    if let Some(rejection) = rejection {
-        clients.reject(client, rejection);
-        return None;
-    }
-    (claim.release.transpose())
-        .map_err(|reason| clients.reject(client, Rejection::Release(reason)))
-        .ok()
+    clients.reject(client, rejection);
+    false
 }

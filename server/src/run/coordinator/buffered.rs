@@ -17,19 +17,14 @@ use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::records::output::{BufferMetrics, StoppedBy};
 use crate::round::buffer::{Admission, Dispatches, staleness_weight};
-use crate::round::events::{Event, UploadHeader};
+use crate::round::events::Event;
 use crate::round::policy::BufferPolicy;
 use crate::round::rejection::Rejection;
-use crate::round::strategy::{ClientUpdate, SignUpload, Upload};
 use crate::run::build::Steps;
-use crate::run::collection::Tally;
-use fl_common::model::CheckedUpdate;
+use crate::run::collection::{Received, Tally};
 use fl_common::task::Task;
 use rand::seq::IndexedRandom;
 use std::time::{Duration, Instant};
-
-/// A client's (loss, accuracy, n) on its own examples (federated evaluation).
-type Evaluation = (f64, f64, u64);
 
 /// How often the loop looks whether the last step's evaluation is done while it waits.
 const EVALUATION_POLL: Duration = Duration::from_millis(20);
@@ -68,19 +63,6 @@ impl Step {
             started: Instant::now(),
         }
     }
-}
-
-/// What an upload carries besides its round.
-enum Payload {
-    /// A dense update, with n_k (plain uploads) and the reported loss and evaluation.
-    Dense {
-        values: Vec<f32>,
-        num_examples: Option<u64>,
-        loss: Option<f32>,
-        evaluation: Option<Evaluation>,
-    },
-    /// A SignDS upload (s, J).
-    Sign { sign: i64, indices: Vec<u64> },
 }
 
 impl Coordinator {
@@ -253,71 +235,37 @@ impl Coordinator {
         dispatches: &mut Dispatches,
         event: Event,
     ) -> Result<(), ServerError> {
-        let (client, claimed, payload, release) = match event {
-            Event::Update {
-                client,
-                header,
-                values,
-                bytes,
-            } => {
-                step.tally.bytes_up += bytes;
-                let (round, num_examples, loss, evaluation, release) = match header {
-                    UploadHeader::Plain {
-                        round,
-                        num_examples,
-                        train_loss,
-                        evaluation,
-                    } => (round, Some(num_examples), train_loss, evaluation, None),
-                    UploadHeader::Released { round, release } => (round, None, None, None, release),
-                };
-                let payload = Payload::Dense {
-                    values,
-                    num_examples,
-                    loss,
-                    evaluation,
-                };
-                (client, round, payload, release)
-            }
-            Event::Sign {
-                client,
-                round,
-                sign,
-                indices,
-                release,
-                bytes,
-            } => {
-                step.tally.bytes_up += bytes;
-                (client, round, Payload::Sign { sign, indices }, release)
-            }
+        let event = match Received::read(event, &mut step.tally) {
+            Ok(upload) => return self.on_upload(step, dispatches, upload),
+            Err(other) => other,
+        };
+        match event {
             Event::Failed { client, round, .. } => {
                 if dispatches.failed(client, round) {
                     step.lost += 1;
                 }
-                return Ok(());
             }
             Event::Disconnected(client) => {
                 step.lost += usize::from(dispatches.stopped(client));
-                return Ok(());
             }
             Event::SecAgg { client, .. } => {
                 dispatches.stopped(client);
                 self.clients.reject(client, Rejection::NotSecure);
-                return Ok(());
             }
-            Event::Connected(_) => return Ok(()),
-        };
-        self.on_upload(step, dispatches, (client, claimed), payload, release)
+            // Uploads were read above.
+            Event::Update { .. } | Event::Sign { .. } | Event::Connected(_) => {}
+        }
+        Ok(())
     }
 
-    /// Admits one upload of `client` for round `claimed` into the buffer, or refuses it.
+    /// Admits one upload into the buffer, or refuses it.
     fn on_upload(
         &mut self,
         step: &mut Step,
         dispatches: &mut Dispatches,
-        (client, claimed): (ClientId, u64),
-        payload: Payload,
-        release: crate::round::events::Declared,
+        upload: Received,
     ) -> Result<(), ServerError> {
+        let (client, claimed) = (upload.client, upload.round);
         let round = step.round;
         if !self.clients.is_admitted(client) {
             tracing::warn!(round, client, "upload from a revoked client ignored");
@@ -350,16 +298,8 @@ impl Coordinator {
             tracing::info!(round, client, "already in this tree: update ignored");
             return Ok(());
         }
-        let release = match release.transpose() {
-            Ok(release) => release,
-            Err(reason) => {
-                self.clients.reject(client, Rejection::Release(reason));
-                return Ok(());
-            }
-        };
-        let weight = staleness_weight(staleness);
-        let (upload, loss, evaluation) = match upload_of(client, payload, release, weight) {
-            Ok(parts) => parts,
+        let (upload, reported) = match upload.check(staleness_weight(staleness)) {
+            Ok(checked) => checked,
             Err(rejection) => {
                 self.clients.reject(client, rejection);
                 return Ok(());
@@ -371,72 +311,10 @@ impl Coordinator {
             return Ok(());
         }
         self.buffer_policy()?.contributes(client);
-        self.count(step, staleness, loss, evaluation);
+        // The version the client trained on is the task it answers.
+        step.tally
+            .count(reported, self.config.eval.federated_at(claimed));
+        step.figures.count(staleness);
         Ok(())
-    }
-
-    /// Counts an update that entered the buffer at `staleness`.
-    fn count(
-        &self,
-        step: &mut Step,
-        staleness: u64,
-        loss: Option<f32>,
-        evaluation: Option<Evaluation>,
-    ) {
-        let tally = &mut step.tally;
-        tally.completed += 1;
-        if let Some(loss) = loss.filter(|l| l.is_finite()) {
-            tally.losses += 1;
-            tally.train_loss_sum += f64::from(loss);
-        }
-        if let Some((loss, accuracy, n)) = evaluation {
-            (tally.federated_eval.get_or_insert_default()).add(loss, accuracy, n);
-        }
-        let histogram = &mut step.figures.staleness;
-        let s = staleness as usize;
-        if histogram.len() <= s {
-            histogram.resize(s + 1, 0);
-        }
-        histogram[s] += 1;
-    }
-}
-
-/// The upload `payload` of `client` as the strategy stack takes it, with weight `weight`, and
-/// the loss and evaluation it reports; or why it is refused.
-fn upload_of(
-    client: ClientId,
-    payload: Payload,
-    release: Option<fl_common::privacy::Release>,
-    weight: f64,
-) -> Result<(Upload, Option<f32>, Option<Evaluation>), Rejection> {
-    match payload {
-        Payload::Dense {
-            values,
-            num_examples,
-            loss,
-            evaluation,
-        } => {
-            if num_examples == Some(0) {
-                return Err(Rejection::NoExamples);
-            }
-            let values = CheckedUpdate::new(values).map_err(|e| Rejection::Strategy(e.into()))?;
-            let update = ClientUpdate {
-                client,
-                num_examples: num_examples.unwrap_or(1),
-                values,
-                release,
-                staleness_weight: weight,
-            };
-            Ok((Upload::Dense(update), loss, evaluation))
-        }
-        Payload::Sign { sign, indices } => {
-            let upload = SignUpload {
-                client,
-                release,
-                sign,
-                indices,
-            };
-            Ok((Upload::Sign(upload), None, None))
-        }
     }
 }
