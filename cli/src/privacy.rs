@@ -20,29 +20,73 @@ pub enum Question {
     Rounds(Args),
     /// Recompute what a run spent from its ledger.jsonl alone (at --delta, or at fixed --eps),
     /// or --verify its hash chain.
-    Ledger {
-        /// The run's ledger.jsonl, or its run folder.
-        file: std::path::PathBuf,
-        /// Check the ledger's hash chain, and against the head the run folder's checkpoint
-        /// recorded (lines cut from the end); prints the lines and the head.
-        #[arg(long)]
-        verify: bool,
-        /// State epsilon at this delta.
-        #[arg(long, conflicts_with = "eps")]
-        delta: Option<f64>,
-        /// State delta at this epsilon.
-        #[arg(long)]
-        eps: Option<f64>,
-        /// pld or rdp (default: the one the ledger names).
-        #[arg(long)]
-        accountant: Option<AccountantKind>,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
+    Ledger(LedgerArgs),
 }
 
-/// `fl privacy ledger --verify`: the chain, and the head of the checkpoint beside the ledger.
+/// `fl privacy ledger`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct LedgerArgs {
+    /// The run's ledger.jsonl, or its run folder.
+    file: std::path::PathBuf,
+    /// Check the ledger's hash chain, and against the head the run folder's checkpoint
+    /// recorded (lines cut from the end); prints the lines and the head.
+    #[arg(long)]
+    verify: bool,
+    /// State epsilon at this delta.
+    #[arg(long, conflicts_with = "eps")]
+    delta: Option<f64>,
+    /// State delta at this epsilon.
+    #[arg(long)]
+    eps: Option<f64>,
+    /// pld or rdp (default: the one the ledger names).
+    #[arg(long)]
+    accountant: Option<AccountantKind>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl LedgerArgs {
+    /// Verifies the ledger, or recomputes what it spent; prints the answer.
+    fn answer(self) -> anyhow::Result<()> {
+        let file = ledger_file(self.file)?;
+        if self.verify {
+            return verify_ledger(&file, self.json);
+        }
+        let budget = match (self.delta, self.eps) {
+            (Some(delta), None) => Budget::Epsilon {
+                epsilon: f64::INFINITY,
+                delta,
+            },
+            (None, Some(epsilon)) => Budget::Delta {
+                epsilon,
+                delta: 1.0,
+            },
+            _ => bail!("give --delta (for epsilon) or --eps (for delta)"),
+        };
+        let entries = fl_server::ledger::read(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let named = entries.first().map(|e| e.accountant.parse()).transpose();
+        let kind = match self.accountant {
+            Some(kind) => kind,
+            None => named
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or(AccountantKind::Rdp),
+        };
+        if let Some(e) = entries.iter().find(|e| !kind.supports(&e.event)) {
+            bail!(
+                "round {}: the {kind} accountant cannot account this event",
+                e.round
+            );
+        }
+        let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget, kind)?;
+        let out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
+                         "accountant": kind.to_string(), "ledger": file});
+        print(&out, self.json);
+        Ok(())
+    }
+}
+
 /// The ledger `given` names: the file, or `ledger.jsonl` in the run folder; an error naming
 /// the path when there is none.
 fn ledger_file(given: std::path::PathBuf) -> anyhow::Result<std::path::PathBuf> {
@@ -60,6 +104,7 @@ fn ledger_file(given: std::path::PathBuf) -> anyhow::Result<std::path::PathBuf> 
     Ok(file)
 }
 
+/// `fl privacy ledger --verify`: the chain, and the head of the checkpoint beside the ledger.
 fn verify_ledger(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(std::path::Path::new("."));
     let anchor = match fl_server::checkpoint::Checkpoint::exists(dir) {
@@ -203,123 +248,106 @@ fn print(out: &serde_json::Value, as_json: bool) {
 /// Answers the question; prints text or JSON.
 pub fn run(question: Question) -> anyhow::Result<()> {
     let (args, answer) = match question {
-        Question::Ledger {
-            file,
-            verify,
-            delta,
-            eps,
-            accountant,
-            json,
-        } => {
-            let file = ledger_file(file)?;
-            if verify {
-                return verify_ledger(&file, json);
-            }
-            let budget = match (delta, eps) {
-                (Some(delta), None) => Budget::Epsilon {
-                    epsilon: f64::INFINITY,
-                    delta,
-                },
-                (None, Some(epsilon)) => Budget::Delta {
-                    epsilon,
-                    delta: 1.0,
-                },
-                _ => bail!("give --delta (for epsilon) or --eps (for delta)"),
-            };
-            let entries = fl_server::ledger::read(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let named = entries.first().map(|e| e.accountant.parse()).transpose();
-            let kind = match accountant {
-                Some(kind) => kind,
-                None => named
-                    .map_err(anyhow::Error::msg)?
-                    .unwrap_or(AccountantKind::Rdp),
-            };
-            if let Some(e) = entries.iter().find(|e| !kind.supports(&e.event)) {
-                bail!(
-                    "round {}: the {kind} accountant cannot account this event",
-                    e.round
-                );
-            }
-            let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget, kind)?;
-            let out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
-                             "accountant": kind.to_string(), "ledger": file});
-            print(&out, json);
-            return Ok(());
-        }
+        Question::Ledger(ledger) => return ledger.answer(),
         Question::Epsilon(a) => {
-            let delta = Args::need(a.delta, "--delta")?;
-            fl_common::privacy::check_delta(delta)?;
-            let sigma = Args::need(a.sigma, "--sigma")?;
-            let acc = a.after(sigma, Args::need(a.rounds, "--rounds")?)?;
-            let eps = acc.epsilon(delta);
-            (a, json!({"epsilon": eps, "delta": delta}))
+            let answer = a.epsilon_answer()?;
+            (a, answer)
         }
         Question::Delta(a) => {
-            let eps = Args::need(a.eps, "--eps")?;
-            fl_common::privacy::check_epsilon(eps)?;
-            let sigma = Args::need(a.sigma, "--sigma")?;
-            let acc = a.after(sigma, Args::need(a.rounds, "--rounds")?)?;
-            (a, json!({"epsilon": eps, "delta": acc.delta(eps)}))
+            let answer = a.delta_answer()?;
+            (a, answer)
         }
         Question::Sigma(a) => {
-            let budget = Budget::Epsilon {
-                epsilon: Args::need(a.eps, "--eps")?,
-                delta: Args::need(a.delta, "--delta")?,
-            };
-            let rounds = Args::need(a.rounds, "--rounds")?;
-            let (q, sampling, count) = a.gaussian_rounds(rounds)?;
-            let sigma = min_sigma(a.accountant()?, q, count, &budget, sampling)?;
-            let acc = a.after(sigma, rounds)?;
-            let delta = Args::need(a.delta, "--delta")?;
-            (
-                a,
-                json!({"sigma": sigma, "epsilon": acc.epsilon(delta), "delta": delta}),
-            )
+            let answer = a.sigma_answer()?;
+            (a, answer)
         }
         Question::Rounds(a) => {
-            let budget = Budget::Epsilon {
-                epsilon: Args::need(a.eps, "--eps")?,
-                delta: Args::need(a.delta, "--delta")?,
-            };
-            let sigma = Args::need(a.sigma, "--sigma")?;
-            let (event, _) = a.event(sigma, 1)?;
-            let count = max_rounds(a.accountant()?, &event, &budget, 10_000_000)?;
-            let rounds = match a.tree_rounds {
-                Some(n) => Args::tree_rounds_for(count, n),
-                None => count,
-            };
-            let acc = a.after(sigma, rounds)?;
-            let delta = Args::need(a.delta, "--delta")?;
-            (
-                a,
-                json!({"rounds": rounds, "epsilon": acc.epsilon(delta), "delta": delta}),
-            )
+            let answer = a.rounds_answer()?;
+            (a, answer)
         }
     };
-    let mut out = answer;
-    out["accountant"] = json!(args.accountant()?.to_string());
-    match args.tree_rounds {
-        Some(n) => out["tree_rounds"] = json!(n),
-        None => {
-            out["sampling"] = json!(args.sampling.to_string());
-            out["q"] = json!(args.q()?);
-        }
-    }
-    for (key, value) in [("sigma", args.sigma), ("m", args.m), ("k", args.k)] {
-        if let Some(v) = value
-            && out.get(key).is_none()
-        {
-            out[key] = json!(v);
-        }
-    }
-    if let Some(r) = args.rounds
-        && out.get("rounds").is_none()
-    {
-        out["rounds"] = json!(r);
-    }
-    print(&out, args.json);
+    print(&args.described(answer)?, args.json);
     Ok(())
+}
+
+impl Args {
+    /// Epsilon after --rounds rounds at --delta.
+    fn epsilon_answer(&self) -> anyhow::Result<serde_json::Value> {
+        let delta = Args::need(self.delta, "--delta")?;
+        fl_common::privacy::check_delta(delta)?;
+        let sigma = Args::need(self.sigma, "--sigma")?;
+        let acc = self.after(sigma, Args::need(self.rounds, "--rounds")?)?;
+        Ok(json!({"epsilon": acc.epsilon(delta), "delta": delta}))
+    }
+
+    /// Delta after --rounds rounds at --eps.
+    fn delta_answer(&self) -> anyhow::Result<serde_json::Value> {
+        let eps = Args::need(self.eps, "--eps")?;
+        fl_common::privacy::check_epsilon(eps)?;
+        let sigma = Args::need(self.sigma, "--sigma")?;
+        let acc = self.after(sigma, Args::need(self.rounds, "--rounds")?)?;
+        Ok(json!({"epsilon": eps, "delta": acc.delta(eps)}))
+    }
+
+    /// The smallest sigma for --rounds rounds within --eps at --delta.
+    fn sigma_answer(&self) -> anyhow::Result<serde_json::Value> {
+        let budget = self.budget()?;
+        let rounds = Args::need(self.rounds, "--rounds")?;
+        let (q, sampling, count) = self.gaussian_rounds(rounds)?;
+        let sigma = min_sigma(self.accountant()?, q, count, &budget, sampling)?;
+        let delta = Args::need(self.delta, "--delta")?;
+        let epsilon = self.after(sigma, rounds)?.epsilon(delta);
+        Ok(json!({"sigma": sigma, "epsilon": epsilon, "delta": delta}))
+    }
+
+    /// The most rounds at --sigma within --eps at --delta.
+    fn rounds_answer(&self) -> anyhow::Result<serde_json::Value> {
+        let budget = self.budget()?;
+        let sigma = Args::need(self.sigma, "--sigma")?;
+        let (event, _) = self.event(sigma, 1)?;
+        let count = max_rounds(self.accountant()?, &event, &budget, 10_000_000)?;
+        let rounds = match self.tree_rounds {
+            Some(n) => Args::tree_rounds_for(count, n),
+            None => count,
+        };
+        let delta = Args::need(self.delta, "--delta")?;
+        let epsilon = self.after(sigma, rounds)?.epsilon(delta);
+        Ok(json!({"rounds": rounds, "epsilon": epsilon, "delta": delta}))
+    }
+
+    /// The budget of --eps at --delta.
+    fn budget(&self) -> anyhow::Result<Budget> {
+        Ok(Budget::Epsilon {
+            epsilon: Args::need(self.eps, "--eps")?,
+            delta: Args::need(self.delta, "--delta")?,
+        })
+    }
+
+    /// `answer` with the question's settings beside it: the accountant, the sampling or the
+    /// trees, and the given figures the answer does not already hold.
+    fn described(&self, mut out: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        out["accountant"] = json!(self.accountant()?.to_string());
+        match self.tree_rounds {
+            Some(n) => out["tree_rounds"] = json!(n),
+            None => {
+                out["sampling"] = json!(self.sampling.to_string());
+                out["q"] = json!(self.q()?);
+            }
+        }
+        for (key, value) in [("sigma", self.sigma), ("m", self.m), ("k", self.k)] {
+            if let Some(v) = value
+                && out.get(key).is_none()
+            {
+                out[key] = json!(v);
+            }
+        }
+        if let Some(r) = self.rounds
+            && out.get("rounds").is_none()
+        {
+            out["rounds"] = json!(r);
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::plot::plot_run;
 use anyhow::{Context, bail};
 use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
 use fl_common::authority::{Authority, Identity};
-use fl_common::data::Partition;
+use fl_common::data::{Dataset, Partition};
 use fl_common::privacy::Budget;
 use fl_common::secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::checkpoint::Checkpoint;
@@ -99,6 +99,83 @@ fn fresh_config(args: &SimArgs, path: &Path) -> anyhow::Result<RunConfig> {
 
 /// Runs the simulation (or resumes one) until it ends or a signal stops it.
 pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
+    let (mut config, checkpoint) = load_config(&args)?;
+    let (train, test, shares) = load_data(&mut config).await?;
+    let budget = config.plan()?.ledger().map(|t| t.budget);
+    let progress = Progress::new(config.server.rounds, budget);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let signalled = fl_server::stop_on_signal(stop_tx);
+    let title = title(&config);
+    eprintln!("{title}");
+    if config.server.out.as_os_str().is_empty() {
+        let stem = args.config.as_deref().and_then(Path::file_stem);
+        let name = stem.map_or("sim".into(), |s| s.to_string_lossy());
+        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
+    }
+    let out = config.server.out.clone();
+    // The server removes a folder it could not start in; what fails before it is removed here.
+    let existed = out.read_dir().is_ok_and(|mut d| d.next().is_some());
+    let prepared = client_tokens(&mut config, shares.len())
+        .and_then(|t| Ok((t, sim_credentials(&mut config, shares.len())?)));
+    let identities = prepared.inspect_err(|_| {
+        if checkpoint.is_none() {
+            let _ = run_dir::discard_unstarted(&out, existed);
+        }
+    })?;
+    // Secure aggregation: clients record their plain inputs in-process, so that each round's
+    // unmasked sum can be checked (never sent over the network).
+    let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
+        .then(|| Arc::new(PlainInputs::default()));
+    let fleet = Fleet::of(&config, oracle.clone(), identities);
+    let observer: fl_server::Observer = {
+        let progress = progress.clone();
+        Arc::new(move |m| progress.round(m))
+    };
+    // The clients call the server's service in-process (fl_server::Listener::InProcess).
+    let (to_clients, service) = tokio::sync::oneshot::channel();
+    let listener = fl_server::Listener::InProcess(to_clients);
+    let hooks = (Some(observer), oracle);
+    let server = tokio::spawn(async move {
+        let test = Some(Arc::new(test));
+        match checkpoint {
+            // The checkpoint's configuration, with what this process set (the page's address,
+            // the loopback listener, the simulated clients' enrollment).
+            Some(mut c) => {
+                let dir = config.server.out.clone();
+                c.progress.config = config;
+                let run = (dir.as_path(), c);
+                fl_server::resume(listener, run, test, hooks.0, hooks.1, stop).await
+            }
+            None => fl_server::serve(listener, config, test, hooks.0, hooks.1, stop).await,
+        }
+    });
+    let Ok(service) = service.await else {
+        // The server stopped before it served: its error says why.
+        server.await??;
+        bail!("the server ended before serving");
+    };
+    let mut clients = fleet.spawn(fl_client::Connection::in_process(service), train, shares);
+    let summary = server.await??;
+    progress.finish();
+    // An interrupted server tells its clients to reconnect; these ones end with this process.
+    if summary.stopped_by == StoppedBy::Interrupted {
+        clients.abort_all();
+    }
+    // Clients end on the server's Shutdown; failures were logged as they happened.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
+    {
+    }
+    plot_run(&out, &title)?;
+    let signal = match summary.stopped_by {
+        StoppedBy::Interrupted => signalled.await.ok().flatten(),
+        _ => None,
+    };
+    Ok(Ended { summary, signal })
+}
+
+/// The run's configuration: a new one from `--config` (with its overrides), or the checkpoint's
+/// of the run `--resume` names, with this process's listener and page.
+fn load_config(args: &SimArgs) -> anyhow::Result<(RunConfig, Option<Checkpoint>)> {
     let (mut config, checkpoint) = match (&args.resume, &args.config) {
         (Some(dir), _) => {
             let checkpoint = Checkpoint::read(dir)
@@ -107,11 +184,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
             config.server.out = dir.clone();
             (config, Some(checkpoint))
         }
-        (None, Some(path)) => (fresh_config(&args, path)?, None),
+        (None, Some(path)) => (fresh_config(args, path)?, None),
         (None, None) => bail!("fl sim needs --config FILE or --resume DIR"),
     };
     if args.page_listen.is_some() {
-        config.server.page_listen = args.page_listen;
+        config.server.page_listen = args.page_listen.clone();
     }
     config.server.listen = "127.0.0.1:0".into();
     anyhow::ensure!(
@@ -119,7 +196,12 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
         "fl sim's clients use the built-in trainer, which cannot train model.kind = \"external\": \
          start fl-server and your own clients (e.g. with the Python package fl_client)"
     );
+    Ok((config, checkpoint))
+}
 
+/// The training and test sets, and each simulated client's examples, by the configuration's
+/// partition; the configuration then validated (IADMM's public I is the partition's total).
+async fn load_data(config: &mut RunConfig) -> anyhow::Result<(Dataset, Dataset, Vec<Vec<usize>>)> {
     let source = config.data.source.clone();
     let (train, test) = tokio::task::spawn_blocking(move || {
         anyhow::Ok((source.load_train()?, source.load_test()?))
@@ -145,17 +227,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
             String::from(partition.scheme)
         );
     }
+    Ok((train, test, shares))
+}
 
-    // The clients call the server's service in-process (fl_server::Listener::InProcess).
-    let (to_clients, service) = tokio::sync::oneshot::channel();
-    let budget = config.plan()?.ledger().map(|t| t.budget);
-    let progress = Progress::new(config.server.rounds, budget);
-    let observer: fl_server::Observer = {
-        let progress = progress.clone();
-        Arc::new(move |m| progress.round(m))
-    };
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let signalled = fl_server::stop_on_signal(stop_tx);
+/// What the simulation runs, in a line: its first output, and the plot's title.
+fn title(config: &RunConfig) -> String {
     let mut title = format!(
         "{} clients, {} per round, {}",
         config.server.clients,
@@ -165,103 +241,82 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     if config.secagg.sim_signed || config.secagg.authority.is_some() {
         title.push_str(", secure rounds signed by an authority made for this simulation");
     }
-    eprintln!("{title}");
-    if config.server.out.as_os_str().is_empty() {
-        let stem = args.config.as_deref().and_then(Path::file_stem);
-        let name = stem.map_or("sim".into(), |s| s.to_string_lossy());
-        config.server.out = run_dir::fresh(&name).context("making a new run folder")?;
-    }
-    let out = config.server.out.clone();
-    // The server removes a folder it could not start in; what fails before it is removed here.
-    let existed = out.read_dir().is_ok_and(|mut d| d.next().is_some());
-    let prepared = client_tokens(&mut config, shares.len())
-        .and_then(|t| Ok((t, sim_credentials(&mut config, shares.len())?)));
-    let (tokens, credentials) = prepared.inspect_err(|_| {
-        if checkpoint.is_none() {
-            let _ = run_dir::discard_unstarted(&out, existed);
-        }
-    })?;
-    let seed = config.server.seed;
-    let (speeds, fleet_seed) = (config.server.sim_speeds, config.data.partition_seed);
-    let join_timeout_secs = config.server.join_timeout_secs;
-    // Secure aggregation: clients record their plain inputs in-process, so that each round's
-    // unmasked sum can be checked (never sent over the network).
-    let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
-        .then(|| Arc::new(PlainInputs::default()));
-    let listener = fl_server::Listener::InProcess(to_clients);
-    let test = Some(Arc::new(test));
-    let hooks = (Some(observer), oracle.clone());
-    let server = tokio::spawn(async move {
-        match checkpoint {
-            // The checkpoint's configuration, with what this process set (the page's address,
-            // the loopback listener, the simulated clients' enrollment).
-            Some(mut c) => {
-                let dir = config.server.out.clone();
-                c.progress.config = config;
-                let run = (dir.as_path(), c);
-                fl_server::resume(listener, run, test, hooks.0, hooks.1, stop).await
-            }
-            None => fl_server::serve(listener, config, test, hooks.0, hooks.1, stop).await,
-        }
-    });
+    title
+}
 
-    let train = Arc::new(train);
-    let join_timeout = Duration::from_secs_f64(join_timeout_secs);
-    let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
-    let template = ClientOptions {
-        name: String::new(),
-        // The server waits this long for all K: clients keep retrying (its join limiter admits
-        // them in turn) as long.
-        connect_timeout: join_timeout,
-        training_slots: slots,
-        oracle: oracle.clone(),
-        ..ClientOptions::new(IN_PROCESS)
-    };
-    let Ok(service) = service.await else {
-        // The server stopped before it served: its error says why.
-        server.await??;
-        bail!("the server ended before serving");
-    };
-    let connection = fl_client::Connection::in_process(service);
-    let mut clients = tokio::task::JoinSet::new();
-    for (index, indices) in shares.into_iter().enumerate() {
-        let opts = ClientOptions {
-            name: sim_name(index),
-            token: tokens[index].clone(),
-            seed: seed.map(|s| s.wrapping_add(1 + index as u64)),
-            connection: Some(connection.clone()),
-            credentials: credentials[index].clone(),
-            pace: speeds.pace(fleet_seed, index as u64),
-            ..template.clone()
+/// The simulated clients' tokens and credentials, one of each per client.
+type Identities = (Vec<String>, Vec<Option<Arc<Credentials>>>);
+
+/// The simulated clients: what they share and what each holds.
+struct Fleet {
+    /// The options every client starts from.
+    template: ClientOptions,
+    /// Each client's token and credentials.
+    identities: Identities,
+    /// The run's seed, from which each client's is derived (reproducible runs only).
+    seed: Option<u64>,
+    /// How fast each client is.
+    speeds: fl_common::pace::Speeds,
+    /// The seed that draws each client's speed.
+    fleet_seed: u64,
+}
+
+impl Fleet {
+    /// The clients of `config`, recording their plain secure inputs in `oracle`.
+    fn of(config: &RunConfig, oracle: Option<Arc<PlainInputs>>, identities: Identities) -> Self {
+        let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
+        let template = ClientOptions {
+            name: String::new(),
+            // The server waits this long for all K: clients keep retrying (its join limiter
+            // admits them in turn) as long.
+            connect_timeout: Duration::from_secs_f64(config.server.join_timeout_secs),
+            training_slots: slots,
+            oracle,
+            ..ClientOptions::new(IN_PROCESS)
         };
-        let local = LocalData {
-            data: train.clone(),
-            indices,
-        };
-        clients.spawn(async move {
-            let result = run_client(opts, local).await;
-            if let Err(e) = &result {
-                tracing::warn!(client = index, error = %e, "simulated client stopped");
-            }
-            result
-        });
+        Self {
+            template,
+            identities,
+            seed: config.server.seed,
+            speeds: config.server.sim_speeds,
+            fleet_seed: config.data.partition_seed,
+        }
     }
-    let summary = server.await??;
-    progress.finish();
-    // An interrupted server tells its clients to reconnect; these ones end with this process.
-    if summary.stopped_by == StoppedBy::Interrupted {
-        clients.abort_all();
+
+    /// Starts one client per share of `train`, each calling the server through `connection`.
+    fn spawn(
+        self,
+        connection: fl_client::Connection,
+        train: Dataset,
+        shares: Vec<Vec<usize>>,
+    ) -> tokio::task::JoinSet<Result<fl_client::ClientReport, fl_client::ClientError>> {
+        let (tokens, credentials) = self.identities;
+        let train = Arc::new(train);
+        let mut clients = tokio::task::JoinSet::new();
+        for (index, indices) in shares.into_iter().enumerate() {
+            let opts = ClientOptions {
+                name: sim_name(index),
+                token: tokens[index].clone(),
+                seed: self.seed.map(|s| s.wrapping_add(1 + index as u64)),
+                connection: Some(connection.clone()),
+                credentials: credentials[index].clone(),
+                pace: self.speeds.pace(self.fleet_seed, index as u64),
+                ..self.template.clone()
+            };
+            let local = LocalData {
+                data: train.clone(),
+                indices,
+            };
+            clients.spawn(async move {
+                let result = run_client(opts, local).await;
+                if let Err(e) = &result {
+                    tracing::warn!(client = index, error = %e, "simulated client stopped");
+                }
+                result
+            });
+        }
+        clients
     }
-    // Clients end on the server's Shutdown; failures were logged as they happened.
-    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), clients.join_next()).await
-    {
-    }
-    plot_run(&out, &title)?;
-    let signal = match summary.stopped_by {
-        StoppedBy::Interrupted => signalled.await.ok().flatten(),
-        _ => None,
-    };
-    Ok(Ended { summary, signal })
 }
 
 /// The name of simulated client `index`.
