@@ -75,11 +75,13 @@ impl RobustSection {
             PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace
         );
         if self.aggregator != Aggregator::Mean && !(fedavg && sees_updates) {
-            return bad(
-                "robust.aggregator = \"trimmed-mean\" applies to FedAvg with privacy.mode \
-                 \"none\", \"ldp-gaussian\" or \"ldp-laplace\": the server must see each \
-                 (released) update",
-            );
+            // The rule as the configuration spells it, whichever it is.
+            let name =
+                toml::Value::try_from(self.aggregator).map_or(String::new(), |v| v.to_string());
+            return Err(ConfigError::Invalid(format!(
+                "robust.aggregator = {name} applies to FedAvg with privacy.mode \"none\", \
+                 \"ldp-gaussian\" or \"ldp-laplace\": the server must see each (released) update"
+            )));
         }
         Ok(())
     }

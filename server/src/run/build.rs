@@ -4,10 +4,10 @@
 //! collections never branch on the mode.
 
 use crate::config::plan::{
-    Aggregation, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms, LocalAccounting,
-    LocalPlan, LocalRule, SecureNoise, SecurePlan,
+    Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
+    LocalAccounting, LocalPlan, LocalRule, SecureNoise, SecurePlan,
 };
-use crate::config::{Aggregator, Cadence, PrivacyPlan, RunConfig};
+use crate::config::{Cadence, PrivacyPlan, RunConfig};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
@@ -107,8 +107,8 @@ pub(crate) fn pipeline(
             (
                 builder.plain(),
                 strategy,
-                builder.collect_plain(),
-                builder.min(),
+                builder.collect_updates(),
+                builder.release_at_min_clients(),
             )
         }
         PrivacyPlan::Central(noise) => {
@@ -117,7 +117,7 @@ pub(crate) fn pipeline(
             (
                 policy,
                 strategy,
-                builder.collect_plain(),
+                builder.collect_updates(),
                 ReleaseRule::Always,
             )
         }
@@ -126,7 +126,7 @@ pub(crate) fn pipeline(
             (
                 builder.tree_aggregation(&ftrl),
                 strategy,
-                builder.collect_plain(),
+                builder.collect_updates(),
                 ReleaseRule::Always,
             )
         }
@@ -135,18 +135,28 @@ pub(crate) fn pipeline(
             (
                 builder.plain(),
                 strategy,
-                builder.collect_plain(),
-                builder.min(),
+                builder.collect_updates(),
+                builder.release_at_min_clients(),
             )
         }
         PrivacyPlan::Iadmm(iadmm) => {
             let strategy = builder.iadmm(iadmm)?;
-            let collection = builder.collect_uploads(false);
-            (builder.plain(), strategy, collection, builder.min())
+            let collection = builder.collect_iterates();
+            (
+                builder.plain(),
+                strategy,
+                collection,
+                builder.release_at_min_clients(),
+            )
         }
         PrivacyPlan::Secure(secure) => {
             let (policy, strategy, collection) = builder.secure(secure, oracle)?;
-            (policy, strategy, collection, builder.min())
+            (
+                policy,
+                strategy,
+                collection,
+                builder.release_at_min_clients(),
+            )
         }
     };
     // The optimizer acts on what the stack released: post-processing of any mechanism's output.
@@ -222,13 +232,18 @@ impl Builder<'_> {
     }
 
     /// Release at `server.min_clients` results.
-    fn min(&self) -> ReleaseRule {
+    fn release_at_min_clients(&self) -> ReleaseRule {
         ReleaseRule::MinResults(self.config.server.min_clients)
     }
 
-    /// Individual uploads (FedAvg's: their moments are tallied for V_c and U_s).
-    fn collect_plain(&self) -> Collection {
+    /// Individual updates u_k = w_k - w_t, whose moments are tallied for V_c and U_s.
+    fn collect_updates(&self) -> Collection {
         self.collect_uploads(true)
+    }
+
+    /// Individual IADMM primal iterates, which are not updates: no moments.
+    fn collect_iterates(&self) -> Collection {
+        self.collect_uploads(false)
     }
 
     /// Individual uploads, their moments tallied or not.
@@ -371,10 +386,7 @@ fn plain_fedavg(aggregation: Aggregation, dim: usize) -> Box<dyn Strategy> {
         }
     }
     match aggregation.rule {
-        Aggregator::Mean => bounded(FedAvg::new(dim), aggregation),
-        Aggregator::TrimmedMean => bounded(
-            TrimmedMean::new(dim, aggregation.trim_fraction),
-            aggregation,
-        ),
+        AggregationRule::Mean => bounded(FedAvg::new(dim), aggregation),
+        AggregationRule::TrimmedMean { beta } => bounded(TrimmedMean::new(dim, beta), aggregation),
     }
 }

@@ -4,9 +4,7 @@
 //! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
 //! the mode.
 
-use super::{
-    AdmmSection, Aggregator, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection,
-};
+use super::{AdmmSection, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection};
 use fl_common::privacy::{AccountantKind, Budget, LocalMechanism, Sampling};
 use fl_common::schedule::Schedule;
 use fl_common::signds::SignDs;
@@ -35,12 +33,23 @@ pub enum PrivacyPlan {
 /// How the server combines the updates it sees.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Aggregation {
-    /// The mean or the trimmed mean.
-    pub rule: Aggregator,
-    /// beta, for the trimmed mean.
-    pub trim_fraction: f64,
+    /// The rule, with its own settings.
+    pub rule: AggregationRule,
     /// The operator's bound on update norms, and what it does (non-private FedAvg only).
     pub norm_bound: Option<(f64, NormAction)>,
+}
+
+/// A rule that combines the round's updates, each with the settings it needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AggregationRule {
+    /// The example-weighted mean (McMahan et al. 2017).
+    Mean,
+    /// The coordinate-wise trimmed mean (Yin et al. 2018), dropping the fraction `beta` of the
+    /// largest and of the smallest values of each coordinate.
+    TrimmedMean {
+        /// beta, in [0, 0.5).
+        beta: f64,
+    },
 }
 
 /// Central Gaussian noise on the clipped sum, and its accounting.

@@ -2,11 +2,12 @@
 //! [`PrivacyPlan`], refusing an invalid combination with the keys it involves.
 
 use super::{
-    Aggregation, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms, LocalAccounting,
-    LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip, SecureNoise, SecurePlan,
+    Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
+    LocalAccounting, LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip, SecureNoise,
+    SecurePlan,
 };
 use crate::config::{
-    Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
+    Aggregator, Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
     ServerOptimizerKind,
 };
 use fl_common::privacy::{
@@ -89,9 +90,14 @@ impl RunConfig {
     /// The aggregation of updates the server sees.
     fn aggregation(&self) -> Aggregation {
         let r = &self.robust;
+        let rule = match r.aggregator {
+            Aggregator::Mean => AggregationRule::Mean,
+            Aggregator::TrimmedMean => AggregationRule::TrimmedMean {
+                beta: r.trim_fraction,
+            },
+        };
         Aggregation {
-            rule: r.aggregator,
-            trim_fraction: r.trim_fraction,
+            rule,
             norm_bound: r.max_update_norm.map(|b| (b, r.norm_action)),
         }
     }

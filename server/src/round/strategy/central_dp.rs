@@ -232,12 +232,19 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         let noise_std = z_sum * sensitivity;
         let mut delta = sum.values;
         if let Err(e) = self.add_noise(ctx, &mut delta, noise_std) {
+            // Logged at once: the tree's position is public, nothing of the aggregate.
             tracing::error!(
                 tree = e.tree,
                 round = e.round,
                 "tree step out of order: no release"
             );
-            return RoundOutcome::default();
+            return RoundOutcome {
+                withheld: Some(format!(
+                    "tree step out of order (tree {}, round {}): the aggregate is not released",
+                    e.tree, e.round
+                )),
+                ..RoundOutcome::default()
+            };
         }
         // Delta w_t = (sum + noise) / expected participants.
         let scale = (1.0 / ctx.expected_clients) as f32;
@@ -248,6 +255,7 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
             clip_bound: Some(bound),
             noise_std: Some(noise_std),
             rho: None,
+            withheld: None,
         }
     }
 }
@@ -287,6 +295,29 @@ mod tests {
         assert!((m[1] - (1.0 + 0.8 / 4.0)).abs() < 1e-6, "{m:?}");
         assert_eq!(out.clip_bound, Some(1.0));
         assert_eq!(out.noise_std, Some(0.0));
+    }
+
+    /// A DP-FTRL step that does not follow the tree's last one releases nothing, and says why
+    /// (the release rule would otherwise blame too few results).
+    #[test]
+    fn a_tree_step_out_of_order_withholds_the_aggregate_and_says_why() {
+        let mut s = dp(1, ClipRule::Fixed(1.0), 1);
+        for (round, step) in [(1, 1), (2, 3)] {
+            let c = RoundContext {
+                tree_step: Some(step),
+                ..plan(round, 2.0, 1.0)
+            };
+            s.absorb(&c, update(vec![0.5])).unwrap();
+            let out = s.finish_round(&c, &[0.0]);
+            match step {
+                1 => assert!(out.model.is_some() && out.withheld.is_none(), "{out:?}"),
+                _ => {
+                    assert!(out.model.is_none(), "{out:?}");
+                    let reason = out.withheld.unwrap();
+                    assert!(reason.contains("tree step out of order"), "{reason}");
+                }
+            }
+        }
     }
 
     #[test]

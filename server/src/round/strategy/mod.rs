@@ -158,6 +158,9 @@ pub(crate) struct RoundInstructions {
 pub(crate) struct RoundOutcome {
     /// The next global model, or `None` to keep the current one.
     pub model: Option<Vec<f32>>,
+    /// Why there is no next model when the reason is not a lack of results (a tree step out of
+    /// order); said in the round's metrics line.
+    pub withheld: Option<String>,
     /// Clip bound S used this round.
     pub clip_bound: Option<f64>,
     /// Standard deviation of the Gaussian noise added to each coordinate of the sum.

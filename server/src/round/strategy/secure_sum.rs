@@ -65,6 +65,7 @@ impl Strategy for SecureSum {
             clip_bound: Some(input.clip_bound),
             noise_std: input.noise_std,
             rho: None,
+            withheld: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::records::output::{
     BufferMetrics, RoundMetrics, RunFolder, SecAggSummary, StoppedBy, Summary,
 };
 use crate::round::policy::Shortfall;
-use crate::round::strategy::RoundContext;
+use crate::round::strategy::{RoundContext, RoundOutcome};
 use crate::run::build::{Pipeline, Steps};
 use crate::run::collection::{RoundWork, Tally};
 use crate::run::model_setup::TestSet;
@@ -64,6 +64,15 @@ pub(crate) struct Coordinator {
     pub page: Option<Arc<LivePage>>,
     /// What the log last said of rounds drawing fewer than m clients.
     pub shortfall: Shortfall,
+}
+
+/// What became of a round's aggregate.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Release {
+    /// It replaced the global model.
+    Released,
+    /// The global model stays, for this reason (the metrics line's `skipped`).
+    Withheld(String),
 }
 
 /// The run's totals, carried across rounds and checkpoints.
@@ -349,10 +358,15 @@ impl Coordinator {
     ) -> Result<(), ServerError> {
         let global = &mut *run.global;
         let outcome = self.pipeline.strategy.finish_round(ctx, global);
-        let skipped = self.release(outcome.model.clone(), tally.completed, global);
-        self.pipeline.strategy.released(skipped.is_none());
+        let release = self.release(&outcome, tally.completed, global);
+        let released = matches!(release, Release::Released);
+        self.pipeline.strategy.released(released);
         let down = counts.bytes_down + tally.stage_bytes_down;
-        run.totals.add(tally, down, skipped.is_none());
+        run.totals.add(tally, down, released);
+        let skipped = match release {
+            Release::Released => None,
+            Release::Withheld(reason) => Some(reason),
+        };
         let counts = RoundCounts {
             bytes_down: down,
             ..counts
@@ -437,32 +451,28 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Whether the round's aggregate replaces `global`; otherwise why not.
-    fn release(
-        &self,
-        model: Option<Vec<f32>>,
-        results: usize,
-        global: &mut Vec<f32>,
-    ) -> Option<String> {
+    /// Whether the round's aggregate, the model `outcome` proposes from `results` results,
+    /// replaces `global`; otherwise why not.
+    fn release(&self, outcome: &RoundOutcome, results: usize, global: &mut Vec<f32>) -> Release {
         let max_abs = self.config.robust.max_parameter_abs as f32;
-        let reason = match model {
-            Some(next) if self.pipeline.release.allows(results) => {
-                match check_model(&next, max_abs) {
-                    Ok(()) => {
-                        *global = next;
-                        return None;
-                    }
-                    Err(fault) => format!("{fault}: the aggregate is not released"),
-                }
-            }
-            _ => format!(
+        // Not logged here: a reason may name a value of the noised aggregate, and nothing of
+        // the round leaves the server before its checkpoint (`publish` logs it).
+        let reason = match &outcome.model {
+            Some(_) if !self.pipeline.release.allows(results) => format!(
                 "too few results: {results} of at least {}",
                 self.config.server.min_clients
             ),
+            Some(next) => match check_model(next, max_abs) {
+                Ok(()) => {
+                    *global = next.clone();
+                    return Release::Released;
+                }
+                Err(fault) => format!("{fault}: the aggregate is not released"),
+            },
+            None => (outcome.withheld.clone())
+                .unwrap_or_else(|| format!("no results to aggregate ({results} absorbed)")),
         };
-        // Not logged here: the reason may name a value of the noised aggregate, and nothing of
-        // the round leaves the server before its checkpoint (`publish` logs it).
-        Some(reason)
+        Release::Withheld(reason)
     }
 
     /// Sends each sampled client the round's task and the global model (or what the strategy
