@@ -101,62 +101,38 @@ pub(crate) fn pipeline(
     let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
     let builder = Builder { config, dim };
     let trees = plan.trees();
+    let (min_results, updates) = (builder.release_at_min_clients(), builder.collect_updates());
     let (policy, strategy, collection, release) = match plan {
         PrivacyPlan::None(aggregation) => {
             let strategy = plain_fedavg(aggregation, dim);
-            (
-                builder.plain(),
-                strategy,
-                builder.collect_updates(),
-                builder.release_at_min_clients(),
-            )
+            (builder.plain(), strategy, updates, min_results)
         }
         PrivacyPlan::Central(noise) => {
             let strategy = builder.central_dp(noise.clip, FedAvg::new(dim));
             let policy = builder.sampled_gaussian(noise);
-            (
-                policy,
-                strategy,
-                builder.collect_updates(),
-                ReleaseRule::Always,
-            )
+            (policy, strategy, updates, ReleaseRule::Always)
         }
         PrivacyPlan::Ftrl(ftrl) => {
             let strategy = builder.central_dp(ClipRule::Fixed(ftrl.clip_bound), FedAvg::new(dim));
             (
                 builder.tree_aggregation(&ftrl),
                 strategy,
-                builder.collect_updates(),
+                updates,
                 ReleaseRule::Always,
             )
         }
         PrivacyPlan::Local(local) => {
             let strategy = builder.local(local)?;
-            (
-                builder.plain(),
-                strategy,
-                builder.collect_updates(),
-                builder.release_at_min_clients(),
-            )
+            (builder.plain(), strategy, updates, min_results)
         }
         PrivacyPlan::Iadmm(iadmm) => {
             let strategy = builder.iadmm(iadmm)?;
             let collection = builder.collect_iterates();
-            (
-                builder.plain(),
-                strategy,
-                collection,
-                builder.release_at_min_clients(),
-            )
+            (builder.plain(), strategy, collection, min_results)
         }
         PrivacyPlan::Secure(secure) => {
             let (policy, strategy, collection) = builder.secure(secure, oracle)?;
-            (
-                policy,
-                strategy,
-                collection,
-                builder.release_at_min_clients(),
-            )
+            (policy, strategy, collection, min_results)
         }
     };
     // The optimizer acts on what the stack released: post-processing of any mechanism's output.
