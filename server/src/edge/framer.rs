@@ -47,7 +47,11 @@ fn checked_evaluation(h: &UpdateHeader) -> Result<Option<(f64, f64, u64)>, Statu
 
 /// Reads a declared release off the wire.
 fn declared(release: Option<&LocalRelease>) -> Declared {
-    release.map(|r| Release::try_from(r).map_err(|e| e.to_string()))
+    match release.map(Release::try_from) {
+        None => Declared::Absent,
+        Some(Ok(release)) => Declared::Read(release),
+        Some(Err(e)) => Declared::Unreadable(e.to_string()),
+    }
 }
 
 /// What the chunks being received will make.

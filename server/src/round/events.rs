@@ -62,9 +62,28 @@ pub enum Event {
     },
 }
 
-/// A local release as an upload declares it: absent, read, or why it does not read (which the
-/// round refuses).
-pub(crate) type Declared = Option<Result<Release, String>>;
+/// A local release as an upload declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Declared {
+    /// None (a plain upload, to a trusted curator).
+    Absent,
+    /// A release read off the wire, which the strategy stack checks against the round's
+    /// mechanism.
+    Read(Release),
+    /// A release that does not read, and why: the round refuses the upload.
+    Unreadable(String),
+}
+
+impl Declared {
+    /// The release declared, if any; why it does not read as the error.
+    pub fn into_release(self) -> Result<Option<Release>, String> {
+        match self {
+            Declared::Absent => Ok(None),
+            Declared::Read(release) => Ok(Some(release)),
+            Declared::Unreadable(reason) => Err(reason),
+        }
+    }
+}
 
 /// The header of a dense upload: what may travel with the values depends on who sees them.
 #[derive(Debug, Clone, PartialEq)]

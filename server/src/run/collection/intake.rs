@@ -69,7 +69,7 @@ impl Received {
                         num_examples,
                         train_loss,
                         evaluation,
-                    } => (round, Some(num_examples), None, train_loss, evaluation),
+                    } => (round, Some(num_examples), Declared::Absent, train_loss, evaluation),
                     UploadHeader::Released { round, release } => (round, None, release, None, None),
                 };
                 let payload = Payload::Dense {
@@ -111,7 +111,7 @@ impl Received {
     /// a round), with what it reports; or why it is refused. The strategy stack checks the
     /// release against the round's mechanism; here it must at least be readable.
     pub(crate) fn check(self, staleness_weight: f64) -> Result<(Upload, Reported), Rejection> {
-        let release = self.release.transpose().map_err(Rejection::Release)?;
+        let release = self.release.into_release().map_err(Rejection::Release)?;
         if self.num_examples == Some(0) {
             return Err(Rejection::NoExamples);
         }
