@@ -157,6 +157,8 @@ impl CentralDp {
 }
 
 impl<S: SumStrategy> Layer<S> for CentralDp {
+    const NAME: &'static str = "central_dp";
+
     fn state(&self) -> StrategyState {
         StrategyState {
             scalars: match self.rule {
@@ -379,7 +381,9 @@ mod tests {
                 s.absorb(&c, update(vec![n])).unwrap();
             }
             s.finish_round(&c, &[0.0]);
-            s.state().scalars["clip_bound"].as_f64().unwrap()
+            s.state().scalars["central_dp"]["clip_bound"]
+                .as_f64()
+                .unwrap()
         };
         let base = [0.5, 2.0, 0.1];
         for extra in [0.3, 5.0] {

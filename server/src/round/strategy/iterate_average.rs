@@ -59,6 +59,8 @@ impl IterateAverage {
 }
 
 impl<S: Strategy> Layer<S> for IterateAverage {
+    const NAME: &'static str = "iterate_average";
+
     fn finish_round(&mut self, inner: &mut S, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         let outcome = inner.finish_round(ctx, global);
         self.pending = outcome.model.clone();

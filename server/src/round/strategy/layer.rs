@@ -13,6 +13,10 @@ use crate::records::local_accounts::LocalAccounts;
 /// What a decorator does around an inner strategy of type `S`; every hook is given the inner
 /// strategy and by default hands the call on to it.
 pub(crate) trait Layer<S: Strategy>: Send {
+    /// The key its checkpoint scalars are kept under, apart from the inner strategy's and every
+    /// other layer's (so a key of its own can never overwrite theirs).
+    const NAME: &'static str;
+
     /// What the sampled clients are told: by default the inner strategy's instructions.
     fn configure_round(&mut self, inner: &mut S, ctx: &RoundContext) -> RoundInstructions {
         inner.configure_round(ctx)
@@ -39,14 +43,14 @@ pub(crate) trait Layer<S: Strategy>: Send {
         inner.released(applied);
     }
 
-    /// The layer's own checkpoint state: scalars under keys of its own (merged into the inner
-    /// strategy's object), tensors under names of its own, its clients' local ledgers.
+    /// The layer's own checkpoint state: scalars (kept under [`Layer::NAME`]), tensors under
+    /// names of its own, its clients' local ledgers.
     fn state(&self) -> StrategyState {
         StrategyState::default()
     }
 
-    /// Restores the layer's own part of `state` (the inner strategy restores its part from the
-    /// same state).
+    /// Restores the layer's own part of `state`, whose scalars are the layer's own (the inner
+    /// strategy restores its part from the rest).
     fn restore(&mut self, _state: &StrategyState) -> Result<(), String> {
         Ok(())
     }
@@ -93,11 +97,22 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
     }
 
     fn state(&self) -> StrategyState {
-        merged(self.inner.state(), self.layer.state())
+        merged(self.inner.state(), self.layer.state(), L::NAME)
     }
 
-    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, mut state: StrategyState) -> Result<(), String> {
+        // The layer sees its own scalars; a checkpoint written before they were kept apart
+        // holds every scalar in one object, which the layer then reads whole.
+        let own = match &mut state.scalars {
+            serde_json::Value::Object(all) => all.remove(L::NAME),
+            _ => None,
+        };
+        let rest = match own {
+            Some(own) => std::mem::replace(&mut state.scalars, own),
+            None => state.scalars.clone(),
+        };
         self.layer.restore(&state)?;
+        state.scalars = rest;
         self.inner.restore(state)
     }
 
@@ -118,18 +133,18 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
     }
 }
 
-/// The inner strategy's state with the layer's added: scalars as one object (a layer's keys are
-/// its own), tensors and local ledgers side by side.
-fn merged(mut inner: StrategyState, own: StrategyState) -> StrategyState {
-    inner.scalars = match (inner.scalars, own.scalars) {
-        (serde_json::Value::Null, own) => own,
-        (inner, serde_json::Value::Null) => inner,
-        (serde_json::Value::Object(mut inner), serde_json::Value::Object(own)) => {
-            inner.extend(own);
-            serde_json::Value::Object(inner)
-        }
-        (inner, own) => serde_json::json!({ "inner": inner, "layer": own }),
-    };
+/// The inner strategy's state with the layer's added: the layer's scalars under `name` in the
+/// inner strategy's object, tensors and local ledgers side by side.
+fn merged(mut inner: StrategyState, own: StrategyState, name: &str) -> StrategyState {
+    if !own.scalars.is_null() {
+        let mut all = match inner.scalars {
+            serde_json::Value::Object(all) => all,
+            serde_json::Value::Null => serde_json::Map::new(),
+            other => serde_json::Map::from_iter([("inner".to_string(), other)]),
+        };
+        all.insert(name.to_string(), own.scalars);
+        inner.scalars = serde_json::Value::Object(all);
+    }
     inner.tensors.extend(own.tensors);
     inner.local_ledgers.extend(own.local_ledgers);
     inner
@@ -229,7 +244,62 @@ mod tests {
         assert_eq!(resumed.inner.absorbed, 4);
         assert_eq!(resumed.inner.total, s.inner.total);
         assert_eq!(resumed.state(), state);
-        let bound = state.scalars["clip_bound"].as_f64().unwrap();
+        let bound = state.scalars["central_dp"]["clip_bound"].as_f64().unwrap();
         assert!(bound != 1.0, "the clip bound adapted: {bound}");
+    }
+
+    /// A layer that counts rounds under the same scalar key as the inner strategy's count.
+    struct Rounds(u64);
+
+    impl Layer<Stateful> for Rounds {
+        const NAME: &'static str = "rounds";
+
+        fn finish_round(
+            &mut self,
+            inner: &mut Stateful,
+            c: &RoundContext,
+            g: &[f32],
+        ) -> RoundOutcome {
+            self.0 += 1;
+            inner.finish_round(c, g)
+        }
+
+        fn state(&self) -> StrategyState {
+            StrategyState {
+                scalars: serde_json::json!({ "absorbed": self.0 }),
+                ..StrategyState::default()
+            }
+        }
+
+        fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
+            self.0 = state.scalars["absorbed"].as_u64().ok_or("no count")?;
+            Ok(())
+        }
+    }
+
+    /// A layer's scalar of the same name as its inner strategy's does not overwrite it: each
+    /// comes back as it was. A checkpoint written with every scalar in one object (before
+    /// layers kept theirs apart) still restores.
+    #[test]
+    fn a_layers_scalars_never_overwrite_the_inner_strategys() {
+        let mut s = Rounds(0).around(Stateful::default());
+        let c = ctx(1, 1.0, None);
+        for _ in 0..3 {
+            s.absorb(&c, update(1, 1, vec![0.5]).into()).unwrap();
+        }
+        s.finish_round(&c, &[0.0]);
+        let state = s.state();
+        let mut resumed = Rounds(0).around(Stateful::default());
+        resumed.restore(state.clone()).unwrap();
+        assert_eq!((resumed.layer.0, resumed.inner.absorbed), (1, 3));
+        assert_eq!(resumed.state(), state);
+
+        let flat = StrategyState {
+            scalars: serde_json::json!({ "absorbed": 3 }),
+            ..state
+        };
+        let mut old = Rounds(0).around(Stateful::default());
+        old.restore(flat).unwrap();
+        assert_eq!((old.layer.0, old.inner.absorbed), (3, 3));
     }
 }

@@ -22,6 +22,8 @@ impl LocalDp {
 }
 
 impl<S: Strategy> Layer<S> for LocalDp {
+    const NAME: &'static str = "local_dp";
+
     fn configure_round(&mut self, inner: &mut S, ctx: &RoundContext) -> RoundInstructions {
         RoundInstructions {
             local: Some(self.accounts.mechanism()),

@@ -20,6 +20,8 @@ impl NormBound {
 }
 
 impl<S: Strategy> Layer<S> for NormBound {
+    const NAME: &'static str = "norm_bound";
+
     fn absorb(
         &mut self,
         inner: &mut S,

@@ -101,6 +101,8 @@ fn sign(x: f64) -> f64 {
 }
 
 impl<S: Strategy> Layer<S> for ServerOptimizer {
+    const NAME: &'static str = "server_optimizer";
+
     fn finish_round(&mut self, inner: &mut S, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         let mut outcome = inner.finish_round(ctx, global);
         self.pending = None;

@@ -69,7 +69,13 @@ impl Received {
                         num_examples,
                         train_loss,
                         evaluation,
-                    } => (round, Some(num_examples), Declared::Absent, train_loss, evaluation),
+                    } => (
+                        round,
+                        Some(num_examples),
+                        Declared::Absent,
+                        train_loss,
+                        evaluation,
+                    ),
                     UploadHeader::Released { round, release } => (round, None, release, None, None),
                 };
                 let payload = Payload::Dense {
