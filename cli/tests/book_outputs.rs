@@ -44,16 +44,19 @@ fn console_quotes(text: &str) -> Vec<(String, Vec<String>)> {
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
             console = line.trim() == "```console";
+            // Output lines belong to a command of their own block only.
+            quotes.push((String::new(), Vec::new()));
             continue;
         }
         if !console {
             continue;
         }
-        match line.strip_prefix("$ fl ") {
-            Some(args) if args.starts_with("privacy ") && !args.contains("ledger") => {
-                quotes.push((args.to_string(), Vec::new()))
+        match line.strip_prefix("$ ") {
+            Some(command) => {
+                let args = (command.strip_prefix("fl "))
+                    .filter(|a| a.starts_with("privacy ") && !a.contains(" ledger"));
+                quotes.push((args.unwrap_or_default().to_string(), Vec::new()));
             }
-            Some(_) => quotes.push((String::new(), Vec::new())),
             None => {
                 if let Some((_, output)) = quotes.last_mut() {
                     output.push(line.to_string());
@@ -137,6 +140,7 @@ fn the_books_quoted_privacy_figures_are_what_fl_privacy_prints() {
 #[test]
 fn quotes_are_found_in_console_blocks_and_in_prose() {
     let text = "```console\n$ fl privacy sigma --q 1\nsigma = 2\n$ fl privacy ledger x\nok\n```\n\
+                ```console\n$ fl-server --config x\nlistening\n```\n```console\nround 1\n```\n\
                 See `fl privacy sigma --q 0.5\n --eps 8` gives sigma = 1,027.5. And `fl privacy \
                 rounds --q 1` (117).";
     assert_eq!(
