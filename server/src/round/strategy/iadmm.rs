@@ -7,7 +7,8 @@
 //! their last state), and optionally rebalances rho.
 
 use super::{
-    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
+    ClientTensors, RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError,
+    StrategyState, Upload, Views,
 };
 use crate::identity::ids::ClientId;
 use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
@@ -68,14 +69,11 @@ impl Strategy for Iadmm {
         }
     }
 
-    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
-        let (mut tensor, point) = match self.states.get(&client) {
-            Some(s) => (anchor(global, &s.lambda, self.rho), &s.z[..]),
-            // A client's first round: lambda_p = 0, z_p = w.
-            None => (global.to_vec(), global),
-        };
-        tensor.extend_from_slice(point);
-        Some(tensor)
+    fn views(&self) -> Views<'_> {
+        Views {
+            client_tensors: Some(self),
+            ..Views::default()
+        }
     }
 
     fn state(&self) -> StrategyState {
@@ -170,6 +168,18 @@ impl Strategy for Iadmm {
     }
 }
 
+impl ClientTensors for Iadmm {
+    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Vec<f32> {
+        let (mut tensor, point) = match self.states.get(&client) {
+            Some(s) => (anchor(global, &s.lambda, self.rho), &s.z[..]),
+            // A client's first round: lambda_p = 0, z_p = w.
+            None => (global.to_vec(), global),
+        };
+        tensor.extend_from_slice(point);
+        tensor
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,7 +201,7 @@ mod tests {
             let cx = plan(round);
             let step = s.configure_round(&cx).admm.unwrap();
             for p in 0..2 {
-                let sent = s.client_tensor(p as u64, &w).unwrap();
+                let sent = s.client_tensor(p as u64, &w);
                 let (a, z) = sent.split_at(1);
                 let grad = [n[p] as f32 * (z[0] - c[p])];
                 let values = primal_step(a, &grad, step.rho, step.total_examples);

@@ -8,7 +8,7 @@
 //! is post-processing: no privacy cost and no ledger entry. A round the coordinator does not
 //! release leaves the average as it was.
 
-use super::{Layer, RoundContext, RoundOutcome, Strategy, StrategyState};
+use super::{Layer, RoundContext, RoundOutcome, Strategy, StrategyState, Views};
 
 /// The average's checkpoint name.
 const AVERAGE: &str = "iterate_average";
@@ -75,8 +75,11 @@ impl<S: Strategy> Layer<S> for IterateAverage {
         inner.released(applied);
     }
 
-    fn average(&self) -> Option<&[f32]> {
-        (!self.average.is_empty()).then_some(self.average.as_slice())
+    fn views(&self) -> Views<'_> {
+        Views {
+            average: (!self.average.is_empty()).then_some(self.average.as_slice()),
+            ..Views::default()
+        }
     }
 
     fn state(&self) -> StrategyState {
@@ -138,9 +141,9 @@ mod tests {
     #[test]
     fn the_average_takes_the_hand_computed_values() {
         let mut s = averaged(0.5);
-        assert_eq!(s.average(), None);
+        assert_eq!(s.views().average, None);
         run(&mut s, 1, 3, |_| true);
-        let a = f64::from(s.average().unwrap()[0]);
+        let a = f64::from(s.views().average.unwrap()[0]);
         assert!((a - 2.615_384_6).abs() < 1e-6, "{a}");
         // Past the warm-up, beta itself: (1 + t) / (10 + t) >= 0.5 from t = 8 on.
         let mut late = averaged(0.5);
@@ -148,7 +151,10 @@ mod tests {
         let mut next = averaged(0.5);
         next.restore(late.state()).unwrap();
         run(&mut next, 21, 21, |_| true);
-        let (before, after) = (late.average().unwrap()[0], next.average().unwrap()[0]);
+        let (before, after) = (
+            late.views().average.unwrap()[0],
+            next.views().average.unwrap()[0],
+        );
         assert!((after - (0.5 * before + 0.5 * 21.0)).abs() < 1e-5);
     }
 
@@ -161,13 +167,13 @@ mod tests {
         for t in [1, 3, 4] {
             run(&mut released, t, t, |_| true);
         }
-        assert_eq!(skipping.average(), released.average());
+        assert_eq!(skipping.views().average, released.views().average);
         let mut resumed = averaged(0.9);
         resumed.restore(skipping.state()).unwrap();
         assert_eq!(resumed.state(), skipping.state());
         run(&mut resumed, 5, 5, |_| true);
         run(&mut skipping, 5, 5, |_| true);
-        assert_eq!(resumed.average(), skipping.average());
+        assert_eq!(resumed.views().average, skipping.views().average);
         assert!(averaged(0.9).restore(StrategyState::default()).is_err());
     }
 }

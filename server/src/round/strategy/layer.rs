@@ -6,9 +6,8 @@
 
 use super::{
     RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
+    Views,
 };
-use crate::identity::ids::ClientId;
-use crate::records::local_accounts::LocalAccounts;
 
 /// What a decorator does around an inner strategy of type `S`; every hook is given the inner
 /// strategy and by default hands the call on to it.
@@ -55,14 +54,10 @@ pub(crate) trait Layer<S: Strategy>: Send {
         Ok(())
     }
 
-    /// The local ledgers the layer keeps, if any.
-    fn local_accounts(&self) -> Option<&LocalAccounts> {
-        None
-    }
-
-    /// The averaged model the layer keeps, if any.
-    fn average(&self) -> Option<&[f32]> {
-        None
+    /// What the layer shows beyond the aggregate ([`Views`]), over its inner strategy's: none
+    /// of its own by default.
+    fn views(&self) -> Views<'_> {
+        Views::default()
     }
 
     /// This layer around `inner`.
@@ -92,10 +87,6 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
         self.layer.absorb(&mut self.inner, ctx, upload)
     }
 
-    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
-        self.inner.client_tensor(client, global)
-    }
-
     fn state(&self) -> StrategyState {
         merged(self.inner.state(), self.layer.state(), L::NAME)
     }
@@ -116,12 +107,8 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
         self.inner.restore(state)
     }
 
-    fn local_accounts(&self) -> Option<&LocalAccounts> {
-        self.layer.local_accounts().or(self.inner.local_accounts())
-    }
-
-    fn average(&self) -> Option<&[f32]> {
-        self.layer.average().or(self.inner.average())
+    fn views(&self) -> Views<'_> {
+        self.layer.views().over(self.inner.views())
     }
 
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {

@@ -5,7 +5,7 @@
 //! what the clients declare they applied, which each client also logs for itself.
 
 use super::{
-    Layer, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState, Upload,
+    Layer, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState, Upload, Views,
 };
 use crate::records::local_accounts::LocalAccounts;
 
@@ -61,8 +61,11 @@ impl<S: Strategy> Layer<S> for LocalDp {
         Ok(())
     }
 
-    fn local_accounts(&self) -> Option<&LocalAccounts> {
-        Some(&self.accounts)
+    fn views(&self) -> Views<'_> {
+        Views {
+            local_accounts: Some(&self.accounts),
+            ..Views::default()
+        }
     }
 }
 
@@ -95,11 +98,14 @@ mod tests {
         let laplace = Release::laplace(0.5, 2.0);
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         s.absorb(&c, released(1, Some(laplace))).unwrap();
-        assert_eq!(s.local_accounts().unwrap().per_client()[0].releases, 2);
+        assert_eq!(
+            s.views().local_accounts.unwrap().per_client()[0].releases,
+            2
+        );
         assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![1.0, 2.0]));
         let mut restored = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
         restored.restore(s.state()).unwrap();
-        assert_eq!(restored.local_accounts().unwrap().max_epsilon(), 1.0);
+        assert_eq!(restored.views().local_accounts.unwrap().max_epsilon(), 1.0);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod server_optimizer;
 mod signds_avg;
 mod tree_noise;
 mod trimmed_mean;
+mod views;
 
 pub(crate) use central_dp::CentralDp;
 pub(crate) use fedavg::FedAvg;
@@ -37,10 +38,10 @@ pub(crate) use secure_sum::{Divisor, SecureSum};
 pub(crate) use server_optimizer::ServerOptimizer;
 pub(crate) use signds_avg::SignDsAvg;
 pub(crate) use trimmed_mean::TrimmedMean;
+pub(crate) use views::{ClientTensors, Views};
 
 use crate::identity::ids::ClientId;
 pub(crate) use crate::records::checkpoint::StrategyState;
-use crate::records::local_accounts::LocalAccounts;
 use fl_common::model::{CheckedUpdate, UpdateError};
 use fl_common::privacy::{LocalMechanism, Release};
 use fl_common::signds::SignDsError;
@@ -214,11 +215,6 @@ pub(crate) trait Strategy: Send {
     }
     /// Takes one upload into the round's aggregate; a refused upload changes nothing.
     fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError>;
-    /// What `client` is sent at the start of a round instead of the global model, if anything
-    /// (IADMM: its anchor and point).
-    fn client_tensor(&self, _client: ClientId, _global: &[f32]) -> Option<Vec<f32>> {
-        None
-    }
     /// What must survive a restart, taken between rounds.
     fn state(&self) -> StrategyState {
         StrategyState::default()
@@ -227,14 +223,9 @@ pub(crate) trait Strategy: Send {
     fn restore(&mut self, _state: StrategyState) -> Result<(), String> {
         Ok(())
     }
-    /// The clients' local ledgers, under a local mode (for metrics and the summary).
-    fn local_accounts(&self) -> Option<&LocalAccounts> {
-        None
-    }
-    /// The model to evaluate and write instead of the global iterate, if the strategy keeps one
-    /// (an average of the released iterates).
-    fn average(&self) -> Option<&[f32]> {
-        None
+    /// What the strategy shows beyond its aggregate ([`Views`]): none by default.
+    fn views(&self) -> Views<'_> {
+        Views::default()
     }
     /// Ends the round, starting from the global model `global`.
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome;
@@ -250,20 +241,14 @@ impl Strategy for Box<dyn Strategy> {
     fn absorb(&mut self, ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
         (**self).absorb(ctx, upload)
     }
-    fn client_tensor(&self, client: ClientId, global: &[f32]) -> Option<Vec<f32>> {
-        (**self).client_tensor(client, global)
-    }
     fn state(&self) -> StrategyState {
         (**self).state()
     }
     fn restore(&mut self, state: StrategyState) -> Result<(), String> {
         (**self).restore(state)
     }
-    fn local_accounts(&self) -> Option<&LocalAccounts> {
-        (**self).local_accounts()
-    }
-    fn average(&self) -> Option<&[f32]> {
-        (**self).average()
+    fn views(&self) -> Views<'_> {
+        (**self).views()
     }
     fn finish_round(&mut self, ctx: &RoundContext, global: &[f32]) -> RoundOutcome {
         (**self).finish_round(ctx, global)

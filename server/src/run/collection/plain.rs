@@ -141,7 +141,8 @@ impl PlainCollection {
                 // (The event of the stream that got the task, read late, sends nothing.)
                 waiting.away.remove(&client);
                 let (strategy, global) = (&*work.strategy, work.global);
-                let sent = clients.send_task(client, || strategy.client_tensor(client, global));
+                let sent =
+                    clients.send_task(client, || strategy.views().client_tensor(client, global));
                 if sent > 0 {
                     tally.stage_bytes_down += sent;
                     tracing::info!(round, client, "sampled client is back: task sent again");

@@ -210,12 +210,12 @@ impl Coordinator {
         let resuming = stopped_by == StoppedBy::Interrupted;
         self.clients
             .shutdown_all(self.config.server.rounds, resuming);
-        let released = self.pipeline.strategy.average().unwrap_or(&global);
+        let released = self.pipeline.strategy.views().average.unwrap_or(&global);
         let eval = (evaluations.last).or_else(|| self.test.as_ref().map(|t| t.evaluate(released)));
         self.folder.write_model(&self.model, released)?;
         let seconds = totals.earlier_seconds + started.elapsed().as_secs_f64();
         let summary = self.summary(&totals, eval.as_ref(), stopped_by, seconds)?;
-        if let Some(accounts) = self.pipeline.strategy.local_accounts() {
+        if let Some(accounts) = self.pipeline.strategy.views().local_accounts {
             self.folder.write_local_privacy(&accounts.per_client())?;
         }
         self.folder.write_summary(&summary)?;
@@ -376,7 +376,13 @@ impl Coordinator {
         // The evaluation releases nothing before it is published, so it may start before the
         // checkpoint (and overlap its fsync).
         let evaluation = self.test.clone().map(|test| {
-            let params = self.pipeline.strategy.average().unwrap_or(global).to_vec();
+            let params = self
+                .pipeline
+                .strategy
+                .views()
+                .average
+                .unwrap_or(global)
+                .to_vec();
             tokio::task::spawn_blocking(move || test.evaluate(&params))
         });
         let mut checkpointed = run.totals.clone();
@@ -502,7 +508,7 @@ impl Coordinator {
         self.clients.start_round(&task, global);
         let strategy = &*self.pipeline.strategy;
         let sent = (planned.sampled.iter())
-            .map(|&id| (self.clients).send_task(id, || strategy.client_tensor(id, global)))
+            .map(|&id| (self.clients).send_task(id, || strategy.views().client_tensor(id, global)))
             .sum();
         tracing::debug!(
             round = ctx.round,

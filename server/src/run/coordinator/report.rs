@@ -35,7 +35,7 @@ impl Coordinator {
             clip_bound: outcome.clip_bound,
             noise_std: outcome.noise_std,
             rho: outcome.rho,
-            local_epsilon: (self.pipeline.strategy.local_accounts())
+            local_epsilon: (self.pipeline.strategy.views().local_accounts)
                 .map(LocalAccounts::max_epsilon),
             epsilon,
             delta,
@@ -83,7 +83,8 @@ impl Coordinator {
             config: serde_json::to_value(&self.config)
                 .map_err(|e| ServerError::Internal(e.to_string()))?,
             secagg: totals.secagg.clone(),
-            local_privacy: (self.pipeline.strategy.local_accounts()).map(LocalAccounts::summary),
+            local_privacy: (self.pipeline.strategy.views().local_accounts)
+                .map(LocalAccounts::summary),
         })
     }
 }
