@@ -2,7 +2,7 @@
 //! round, garbage chunks, an upload that stalls, a bad token) gets a clear gRPC error and is dropped from the round; the
 //! round and the server go on with the well-behaved clients.
 
-mod support;
+use crate::support;
 
 use fl_proto::encode_chunks;
 use fl_proto::v1::federation_client::FederationClient;

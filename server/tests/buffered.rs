@@ -2,7 +2,7 @@
 //! full buffers, a client that uploads for a model version it was never sent, and DP-FTRL's
 //! tree steps stopped mid-buffer and resumed with nothing counted twice.
 
-mod support;
+use crate::support;
 
 use fl_common::privacy::PrivacyEvent;
 use fl_server::config::{BufferSection, Cadence, ModelKind, PrivacyMode, RunConfig};

@@ -2,7 +2,7 @@
 //! (SIGKILL) while a buffer fills and resumed with `--resume`; the buffer is lost uncharged and
 //! the ledger holds each server step once.
 
-mod procs;
+use crate::procs;
 
 use fl_server::checkpoint::Checkpoint;
 use procs::{Reaper, start_client, start_server, wait};

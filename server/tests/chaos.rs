@@ -4,7 +4,7 @@
 //! interruption. Separately, a client killed during training does not stop the run, and an
 //! enrolled client killed and restarted mid-round comes back as itself and finishes the round.
 
-mod procs;
+use crate::procs;
 
 use fl_common::privacy::{Accountant, RdpAccountant};
 use fl_server::checkpoint::Checkpoint;

@@ -3,7 +3,7 @@
 //! data, and the released model file names the CNN's tensors; `model.init` starts from a given
 //! file and refuses one for another network.
 
-mod support;
+use crate::support;
 
 use fl_common::data::Dataset;
 use fl_common::model::{LayerSpec, ModelSpec, Shape};

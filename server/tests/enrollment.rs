@@ -1,8 +1,8 @@
 //! Client identity over gRPC: per-client enrollment tokens, revocation while the server runs, and
 //! a sampled client that loses its stream mid-round and comes back to finish the round.
 
-mod procs;
-mod support;
+use crate::procs;
+use crate::support;
 
 use fl_client::{ClientError, run_client};
 use fl_proto::v1::server_message;

@@ -3,7 +3,7 @@
 //! evaluation gives its figures, and the run's `model.safetensors` keeps the user's names and
 //! shapes.
 
-mod support;
+use crate::support;
 
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
 use fl_common::model::Model;

@@ -2,7 +2,7 @@
 //! (`Listener::InProcess`): a federation trains over it to the end, and once the run is over a
 //! new call is refused as `UNAVAILABLE`, as a closed socket's would be, instead of waiting.
 
-mod support;
+use crate::support;
 
 use fl_client::{ClientError, ClientOptions, Connection, TrainingSlots, run_client};
 use fl_server::Listener;

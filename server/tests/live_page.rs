@@ -3,7 +3,7 @@
 //! rounds as `metrics.jsonl` has them and the ledger entries of those rounds only, never the
 //! next round's entry, which the ledger holds before the round is published.
 
-mod support;
+use crate::support;
 
 use fl_server::config::PrivacyMode;
 use fl_server::credentials::Token;

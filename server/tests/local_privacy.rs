@@ -5,7 +5,7 @@
 //! INVALID_ARGUMENT naming the problem, nothing of its upload is applied (the round counts 2 of
 //! 3 results), and the run goes on.
 
-mod support;
+use crate::support;
 
 use fl_common::privacy::Release;
 use fl_proto::v1::{LocalRelease, SignDsUpload, client_message};

@@ -1,7 +1,7 @@
 //! The Prometheus endpoint: scraped after each round of a private run, it reports the rounds,
 //! the connected clients and the epsilon spent.
 
-mod support;
+use crate::support;
 
 use fl_server::config::PrivacyMode;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Client-level DP end to end: the run stops exactly at the first round that would cross its
 //! budget, never exceeds it, and its ledger alone reproduces the reported epsilon.
 
-mod support;
+use crate::support;
 
 use fl_common::privacy::{
     AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,

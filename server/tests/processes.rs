@@ -3,7 +3,7 @@
 //! accuracy rises and the run folder is complete. SIGTERM stops a training server in order.
 //! `fl-client` refuses unusable privacy limits.
 
-mod procs;
+use crate::procs;
 
 use procs::{bin, start_client, start_server, wait};
 use std::path::Path;

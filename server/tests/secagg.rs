@@ -5,7 +5,7 @@
 //! answer to the unmasking stage. Each time it gets a clear gRPC error, and the round's unmasked
 //! sum still equals the plain sum of the survivors' inputs exactly.
 
-mod support;
+use crate::support;
 
 use fl_common::secagg::{ClientRound, PlainInputs, Proceed, Ring, SealedShares};
 use fl_proto::v1::{

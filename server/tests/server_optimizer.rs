@@ -2,8 +2,8 @@
 //! SIGKILL of the server and its `--resume`, and an optimizer leaves the privacy ledger as FedAvg
 //! writes it.
 
-mod procs;
-mod support;
+use crate::procs;
+use crate::support;
 
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
 use fl_common::model::Model;

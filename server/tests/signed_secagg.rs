@@ -4,7 +4,7 @@
 //! shared its keys, over real gRPC streams; a client without an identity is refused by the
 //! signed round and does not spoil it.
 
-mod support;
+use crate::support;
 
 use fl_client::{ClientOptions, TrainingSlots, run_client};
 use fl_common::authority::{Authority, Identity};

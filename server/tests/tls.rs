@@ -5,7 +5,7 @@
 //! fingerprint, a certificate of the federation's CA that is not enrolled, or is revoked, is
 //! refused too.
 
-mod support;
+use crate::support;
 
 use fl_client::{ClientError, ClientOptions, ClientTls, LocalData, run_client};
 use fl_server::credentials::{Digest, EnrollmentList};

@@ -3,7 +3,7 @@
 //! each update-level mode, and a mode whose sensitivity needs the built-in trainer's per-example
 //! clipping refuses it.
 
-mod support;
+use crate::support;
 
 use fl_client::{ClientOptions, ClientReport, Evaluation, TrainRequest, Trained, Trainer, run};
 use fl_common::data::Dataset;
