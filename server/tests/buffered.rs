@@ -63,22 +63,26 @@ async fn an_asynchronous_run_steps_each_time_its_buffer_is_full() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// The evil-client federation of `support` run asynchronously: at most 3 training, steps of
+/// 2 updates.
+fn three_training_steps_of_two(c: &mut RunConfig) {
+    c.server.aggregation = Cadence::Async;
+    c.buffer = BufferSection {
+        concurrency: 3,
+        size: 2,
+        max_staleness: 4,
+    };
+}
+
 /// An upload for version 0, which no client is ever sent, ends its sender's stream; the honest
 /// clients fill every step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_for_a_version_never_sent_is_refused() {
-    fn configure(c: &mut RunConfig) {
-        c.server.aggregation = Cadence::Async;
-        c.buffer = BufferSection {
-            concurrency: 3,
-            size: 2,
-            max_staleness: 4,
-        };
-    }
     fn never_sent(_round: u64, n: usize) -> Vec<fl_proto::v1::client_message::Body> {
         support::dense_upload(0, &vec![0.0; n], None)
     }
-    let (status, metrics, steps) = support::run_with_evil_client(configure, never_sent).await;
+    let (status, metrics, steps) =
+        support::run_with_evil_client(three_training_steps_of_two, never_sent).await;
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("never sent"), "{status:?}");
     assert_eq!(steps, 2);
@@ -90,14 +94,6 @@ async fn an_update_for_a_version_never_sent_is_refused() {
 /// step's metrics, and the uploads that carry them still count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evaluation_nobody_asked_for_is_not_counted() {
-    fn configure(c: &mut RunConfig) {
-        c.server.aggregation = Cadence::Async;
-        c.buffer = BufferSection {
-            concurrency: 3,
-            size: 2,
-            max_staleness: 4,
-        };
-    }
     fn unasked(round: u64, n: usize) -> Vec<fl_proto::v1::client_message::Body> {
         let mut bodies = support::dense_upload(round, &vec![0.0; n], None);
         if let fl_proto::v1::client_message::Body::UpdateHeader(h) = &mut bodies[0] {
@@ -109,7 +105,8 @@ async fn an_evaluation_nobody_asked_for_is_not_counted() {
         }
         bodies
     }
-    let (status, metrics, steps) = support::run_with_evil_client(configure, unasked).await;
+    let (status, metrics, steps) =
+        support::run_with_evil_client(three_training_steps_of_two, unasked).await;
     assert_eq!(status.code(), tonic::Code::Ok, "{status:?}");
     assert_eq!(steps, 2);
     assert!(metrics.iter().all(|m| m.completed == 2), "{metrics:?}");
