@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Geyer K = 1000 private round against its compute floor (docs/src/results/speed.md).
 # RUNS runs of `fl sim --config configs/geyer-k1000.toml --rounds 8`, each between two runs of
-# the floor's benchmark (`cargo bench -p fl-common --bench training -- gemm/B=20`: the matrix
+# the floor's benchmark (`cargo bench -p fl-model --bench training -- gemm/B=20`: the matrix
 # products of one client's epoch, alone on one core, and at once on every core). Prints per run
 # the milliseconds per client (sum of `seconds` over sum of `sampled` in metrics.jsonl, rounds 2
 # to 8) and its ratio to the floor per client (criterion's median divided by the core count,
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-5}
 cores=$(nproc)
 cargo build --release --quiet -p fl-cli
-bench_bin=$(cargo bench -p fl-common --bench training --no-run --message-format=json 2>/dev/null |
+bench_bin=$(cargo bench -p fl-model --bench training --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

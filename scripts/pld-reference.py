@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares `fl privacy epsilon|delta --accountant pld --json` with the `pld_poisson` columns of
-the dp_accounting reference tables (common/tests/data/dp), row by row, and prints the largest
-relative deviations. The test `cargo test -p fl-common --test reference_dp` checks the same rows
+the dp_accounting reference tables (privacy/tests/data/dp), row by row, and prints the largest
+relative deviations. The test `cargo test -p fl-privacy --test reference_dp` checks the same rows
 to 2%; this script reports the figures through the command users run.
 
 Usage: scripts/pld-reference.py [path to the fl binary, default target/release/fl]
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FL = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "target/release/fl")
-DATA = ROOT / "common/tests/data/dp"
+DATA = ROOT / "privacy/tests/data/dp"
 
 
 def ask(question, row, extra):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Reference epsilons of tree aggregation (DP-FTRL) from Google's dp_accounting, for
-common/tests/data/tree_rdp.csv (read by fl_common's tree accounting test).
+privacy/tests/data/tree_rdp.csv (read by fl-privacy's tree accounting test).
 
     python3 -m venv /tmp/dp && /tmp/dp/bin/pip install dp-accounting==0.6.0
-    /tmp/dp/bin/python scripts/tree-reference.py > common/tests/data/tree_rdp.csv
+    /tmp/dp/bin/python scripts/tree-reference.py > privacy/tests/data/tree_rdp.csv
 
 Each row: `trees` trees of `steps` rounds each, a client at most once per tree, so the trees
 compose (SelfComposedDpEvent); RDP accountant under REPLACE_SPECIAL neighbours, which

@@ -1,14 +1,14 @@
 //! `fl authority`: the federation authority's keys, certificates and revocations (see
-//! `fl_common::authority`). The authority's secret key stays with whoever admits clients, never
+//! `fl_authority`). The authority's secret key stays with whoever admits clients, never
 //! on the server; each client makes its own identity key and sends only its public half to be
 //! certified.
 
 use anyhow::{Context, bail};
-use fl_common::authority::{
+use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
     read_key_file,
 };
-use fl_common::policy::{FederationPolicy, MinDegree};
 use fl_server::output::write_atomic;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -106,7 +106,7 @@ pub struct PolicyArgs {
     #[arg(long)]
     max_total_epsilon: f64,
     /// The largest absolute value of a received model's parameters.
-    #[arg(long, default_value_t = fl_common::policy::DEFAULT_MAX_MODEL_MAGNITUDE)]
+    #[arg(long, default_value_t = fl_authority::policy::DEFAULT_MAX_MODEL_MAGNITUDE)]
     max_model_magnitude: f64,
     /// The policy file to write.
     #[arg(long)]

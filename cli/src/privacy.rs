@@ -1,7 +1,7 @@
 //! `fl privacy`: planning a private run with the accountant the server uses.
 
 use anyhow::{Context, bail};
-use fl_common::privacy::{
+use fl_privacy::{
     Accountant, AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds,
     max_rounds, min_sigma, tree_depth, tree_nodes,
 };
@@ -274,7 +274,7 @@ impl Args {
     /// Epsilon after --rounds rounds at --delta.
     fn epsilon_answer(&self) -> anyhow::Result<serde_json::Value> {
         let delta = Args::need(self.delta, "--delta")?;
-        fl_common::privacy::check_delta(delta)?;
+        fl_privacy::check_delta(delta)?;
         let sigma = Args::need(self.sigma, "--sigma")?;
         let acc = self.after(sigma, Args::need(self.rounds, "--rounds")?)?;
         Ok(json!({"epsilon": acc.epsilon(delta), "delta": delta}))
@@ -283,7 +283,7 @@ impl Args {
     /// Delta after --rounds rounds at --eps.
     fn delta_answer(&self) -> anyhow::Result<serde_json::Value> {
         let eps = Args::need(self.eps, "--eps")?;
-        fl_common::privacy::check_epsilon(eps)?;
+        fl_privacy::check_epsilon(eps)?;
         let sigma = Args::need(self.sigma, "--sigma")?;
         let acc = self.after(sigma, Args::need(self.rounds, "--rounds")?)?;
         Ok(json!({"epsilon": eps, "delta": acc.delta(eps)}))

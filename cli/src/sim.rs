@@ -3,11 +3,11 @@
 
 use crate::plot::plot_run;
 use anyhow::{Context, bail};
+use fl_authority::{Authority, Identity};
 use fl_client::{ClientOptions, LocalData, TrainingSlots, run_client};
-use fl_common::authority::{Authority, Identity};
-use fl_common::data::{Dataset, Partition};
-use fl_common::privacy::Budget;
-use fl_common::secagg::{Credentials, PlainInputs, Verifier};
+use fl_datasets::{Dataset, Partition};
+use fl_privacy::Budget;
+use fl_secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::RunConfig;
 use fl_server::credentials::EnrollmentList;

@@ -129,8 +129,9 @@ fn a_policy_is_signed_by_its_authority() {
     assert!(signed.status.success(), "{signed:?}");
     let said = String::from_utf8_lossy(&signed.stdout);
     assert!(said.contains("up to 9 compromised clients"), "{said}");
-    let read =
-        |by: &Path| fl_common::policy::SignedPolicy::read_verified(&out, &by.join("authority.pub"));
+    let read = |by: &Path| {
+        fl_authority::policy::SignedPolicy::read_verified(&out, &by.join("authority.pub"))
+    };
     assert_eq!(read(&authority).unwrap().min_clients, 100);
     assert!(read(&other).unwrap_err().contains("does not verify"));
     let weak = policy("0.6");

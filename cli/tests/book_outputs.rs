@@ -176,7 +176,7 @@ fn figures_after(text: &str, marker: &str) -> Vec<u64> {
 
 #[test]
 fn the_books_model_sizes_are_the_models() {
-    use fl_common::model::ModelSpec;
+    use fl_model::ModelSpec;
     let mlp = ModelSpec::mlp(784, &[600, 100], 10).unwrap().num_params() as u64;
     let logistic = ModelSpec::logistic(784, 10).unwrap().num_params() as u64;
     let mut checked = 0;

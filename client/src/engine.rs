@@ -9,12 +9,12 @@ use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureContext, SecureRound, Step};
 use crate::state::ClientState;
 use crate::trainer::Trainer;
-use fl_common::model::Model;
-use fl_common::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy};
-use fl_common::secagg::{
+use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy};
+use fl_model::Model;
+use fl_secagg::task::{SecureTask, Task};
+use fl_secagg::{
     Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
 };
-use fl_common::task::{SecureTask, Task};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -296,7 +296,7 @@ impl Engine {
 
     /// The client's own limits, tightened by the federation policy's largest epsilon per
     /// release: in a signed federation a client without flags follows the policy, not the task.
-    fn limits(&self) -> fl_common::privacy::ClientLimits {
+    fn limits(&self) -> fl_privacy::ClientLimits {
         let mut limits = self.privacy.limits;
         if let Some(p) = &self.policy {
             let own = limits.epsilon.unwrap_or(f64::INFINITY);
@@ -427,9 +427,9 @@ mod tests {
     use super::*;
     use crate::trainer::SgdTrainer;
     use crate::{ClientPrivacy, LocalData};
-    use fl_common::data::Dataset;
-    use fl_common::model::{LocalConfig, Model, ModelSpec};
-    use fl_common::privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
+    use fl_datasets::Dataset;
+    use fl_model::{LocalConfig, Model, ModelSpec};
+    use fl_privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
 
     fn local() -> LocalData {
         let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);

@@ -28,12 +28,12 @@ pub use slots::TrainingSlots;
 pub use state::state_file;
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
-use fl_common::data::Dataset;
 pub use fl_common::pace::Pace;
+use fl_datasets::Dataset;
 
-use fl_common::policy::FederationPolicy;
-use fl_common::privacy::{ClientLimits, ReleaseKind};
-use fl_common::secagg::{Credentials, PlainInputs};
+use fl_authority::policy::FederationPolicy;
+use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_secagg::{Credentials, PlainInputs};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;

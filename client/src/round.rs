@@ -1,5 +1,5 @@
 //! What a client computes for a round, without I/O: the trainer's work, then the update and the
-//! round's local mechanism (`fl_common::privacy::Protected`) before anything leaves the device.
+//! round's local mechanism (`fl_privacy::Protected`) before anything leaves the device.
 //!
 //! - FedAvg, no mechanism: u = w_k - w_t, with the loss and n_k for the trusted curator.
 //! - FedAvg under the Gaussian mechanism or SignDS: `LocalMechanism::protect_update` on u.
@@ -12,11 +12,11 @@
 //! the order of local examples.
 
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
-use fl_common::admm::primal_step;
 use fl_common::cores::CoreBudget;
-use fl_common::model::{all_finite, subtract_global};
-use fl_common::privacy::{LocalMechanism, Protected, Release};
-use fl_common::task::{AdmmStep, Task};
+use fl_model::{all_finite, subtract_global};
+use fl_privacy::admm::primal_step;
+use fl_privacy::{LocalMechanism, Protected, Release};
+use fl_secagg::task::{AdmmStep, Task};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 

@@ -1,12 +1,10 @@
 //! A client's side of a secure-aggregation round, without I/O: quantise and noise the update,
-//! then answer each of the server's stage messages with `fl_common::secagg::ClientRound`.
+//! then answer each of the server's stage messages with `fl_secagg::ClientRound`.
 
-use fl_common::policy::FederationPolicy;
-use fl_common::privacy::add_discrete_gaussian_noise;
-use fl_common::secagg::{
-    ClientRound, Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage,
-};
-use fl_common::task::SecureTask;
+use fl_authority::policy::FederationPolicy;
+use fl_privacy::add_discrete_gaussian_noise;
+use fl_secagg::task::SecureTask;
+use fl_secagg::{ClientRound, Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -74,7 +72,7 @@ impl SecureRound {
 
     /// Answers one stage message of the server; an error is the reason to leave the round.
     pub(crate) fn step(&mut self, stage: ServerStage) -> Result<Step, String> {
-        let text = |e: fl_common::secagg::SecAggError| e.to_string();
+        let text = |e: fl_secagg::SecAggError| e.to_string();
         let (p, rng) = (&mut self.protocol, &mut self.secret);
         Ok(match stage {
             // Stage 1: share this client's secrets among its neighbours.

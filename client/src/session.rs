@@ -9,9 +9,9 @@ use crate::state::ClientState;
 use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
 use crate::{ClientError, ClientOptions, ClientReport, LocalData};
-use fl_common::task::Task;
 use fl_proto::v1::{ClientMessage, RoundTask, ServerMessage, ShutdownKind, server_message};
 use fl_proto::{TensorAssembler, server_stage};
+use fl_secagg::task::Task;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tonic::Streaming;
@@ -132,11 +132,11 @@ impl Session<'_> {
 
     /// A round's task: its tensor follows in chunks.
     fn on_task(&mut self, t: RoundTask) -> Result<(), ClientError> {
-        if t.num_values > fl_common::model::MAX_PARAMS as u64 {
+        if t.num_values > fl_model::MAX_PARAMS as u64 {
             return Err(ClientError::Protocol(format!(
                 "task announces a model of {} values, above the limit of {}",
                 t.num_values,
-                fl_common::model::MAX_PARAMS
+                fl_model::MAX_PARAMS
             )));
         }
         let assembler = TensorAssembler::new(t.round, t.num_values, t.num_chunks)
@@ -175,7 +175,7 @@ impl Session<'_> {
     /// A secure-aggregation stage message: answer it, or leave the round saying why.
     async fn on_stage(
         &mut self,
-        stage: Result<(u64, fl_common::secagg::ServerStage), fl_proto::WireError>,
+        stage: Result<(u64, fl_secagg::ServerStage), fl_proto::WireError>,
     ) -> Result<(), ClientError> {
         let (round, stage) = match stage {
             Ok((round, stage)) => (round, Ok(stage)),

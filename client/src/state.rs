@@ -8,8 +8,8 @@
 //! records leaves the client: a crash loses at most an attempt that never started, never a
 //! spend that was sent.
 
-use fl_common::policy::FederationPolicy;
-use fl_common::privacy::{LocalLedger, Release};
+use fl_authority::policy::FederationPolicy;
+use fl_privacy::{LocalLedger, Release};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -183,7 +183,7 @@ mod tests {
         let policy = FederationPolicy {
             federation: "hospitals/2026".into(),
             min_clients: 4,
-            min_degree: fl_common::policy::MinDegree::Complete,
+            min_degree: fl_authority::policy::MinDegree::Complete,
             min_threshold: 0.7,
             min_noise_multiplier: 0.0,
             max_release_epsilon: 4.0,

@@ -9,7 +9,7 @@
 //! mode is refused for any other trainer.
 
 use crate::LocalData;
-use fl_common::model::{
+use fl_model::{
     GradientRule, LocalConfig, Model, ModelSpec, clipped_gradient_sum, evaluate, train_local,
 };
 use rand::SeedableRng;
@@ -58,7 +58,7 @@ pub struct Evaluation {
 ///
 /// ```
 /// use fl_client::{Evaluation, TrainRequest, Trained, Trainer};
-/// use fl_common::model::{LocalConfig, Model, ModelSpec};
+/// use fl_model::{LocalConfig, Model, ModelSpec};
 ///
 /// struct Halfway {
 ///     target: Vec<f32>,

@@ -4,7 +4,7 @@
 use crate::ClientError;
 use crate::engine::Outgoing;
 use crate::round::Computed;
-use fl_common::privacy::Released;
+use fl_privacy::Released;
 use fl_proto::v1::{
     ClientEvaluation, ClientMessage, LocalRelease, ReleaseHeader, SignDsUpload, TaskFailed,
     UpdateHeader, client_message,

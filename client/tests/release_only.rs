@@ -9,7 +9,7 @@
 //! public numbers (C, eta, B and the steps S), not from the client's count.
 
 use fl_client::{ClientOptions, LocalData, run_client};
-use fl_common::data::Dataset;
+use fl_datasets::Dataset;
 use fl_proto::v1::federation_server::{Federation, FederationServer};
 use fl_proto::v1::{
     ClientMessage, GaussianLdp, JoinReply, JoinRequest, LaplaceLdp, LocalConfig, LocalPrivacy,

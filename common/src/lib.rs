@@ -1,27 +1,23 @@
-//! The domain of the federated-learning system: datasets and partitions, models and their
-//! training, and the aggregation math.
+//! What every part of the federated-learning system shares and no concept owns: one budget of
+//! the machine's cores, the process allocator, the rule for seeds, per-round schedules, simulated
+//! device speeds, an error's wording, and the check that keeps generated pages current.
 //!
-//! **Architecture invariant:** this crate knows nothing of tonic, prost or tokio. Every formula
-//! lives here as a plain function or a small struct and is tested without a network; the server
-//! and client crates only move bytes and call into it.
+//! **Owns** nothing of the domain; **imports** no crate of the workspace: every other crate may
+//! use it.
+//!
+//! **Architecture invariant:** no crate of the domain (fl-common, fl-datasets, fl-model,
+//! fl-privacy, fl-authority, fl-secagg) knows tonic, prost or tokio. Every formula lives in them as
+//! a plain function or a small struct, tested without a network; the server and client crates
+//! only move bytes and call into them.
 
 #![deny(missing_docs)]
 
-pub mod admm;
 pub mod allocator;
-pub mod authority;
 pub mod cores;
-pub mod data;
 pub mod generated_docs;
-pub mod model;
 pub mod pace;
-pub mod policy;
-pub mod privacy;
 pub mod report;
 pub mod rng;
 pub mod schedule;
-pub mod secagg;
-pub mod signds;
-pub mod task;
 
 pub use report::error_chain;

@@ -8,7 +8,7 @@
 use fl_proto::v1::ClientMessage;
 use fl_server::Event;
 use fl_server::Framer;
-use fl_common::secagg::StageMessage;
+use fl_secagg::StageMessage;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 

@@ -78,7 +78,7 @@ fn chunks_of(round: u64, bytes: Bytes) -> impl Iterator<Item = TensorChunk> {
 
 /// Appends the little-endian 32-bit words of `bytes` (four bytes each) to `words`, as an
 /// iterator of known length over whole arrays, so that the conversion vectorises. Compiled per
-/// x86-64 SIMD level (`multiversion`, as `fl_common::model::aggregate`'s passes over an update):
+/// x86-64 SIMD level (`multiversion`, as `fl_model::aggregate`'s passes over an update):
 /// it runs over every model a client receives and every upload the server assembles, and
 /// baseline x86-64 moves 16 bytes at a time.
 #[multiversion(targets = "simd")]

@@ -1,8 +1,9 @@
 //! The `flp.v1` wire protocol: the code generated from `fl.proto`, the conversion between flat
-//! `f32` tensors and the chunks that carry them, and between wire messages and `fl-common` types.
+//! `f32` tensors and the chunks that carry them, and between wire messages and the domain crates'
+//! types.
 //!
 //! **Architecture invariant:** this crate and the `server`/`client` crates are the only ones that
-//! know the wire format; `fl-common` works on plain vectors.
+//! know the wire format; the domain crates work on plain vectors.
 
 #![deny(missing_docs)]
 

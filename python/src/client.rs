@@ -5,10 +5,10 @@
 
 use crate::errors::to_py;
 use crate::trainer::PyTrainer;
+use fl_authority::policy::{FederationPolicy, SignedPolicy};
 use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls, state_file};
-use fl_common::policy::{FederationPolicy, SignedPolicy};
-use fl_common::privacy::{ClientLimits, ReleaseKind};
-use fl_common::secagg::Credentials;
+use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_secagg::Credentials;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

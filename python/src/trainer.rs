@@ -4,7 +4,7 @@
 //! checks it is finite and as long as the model, and protects it.
 
 use fl_client::{Evaluation, TrainRequest, Trained, Trainer};
-use fl_common::model::Model;
+use fl_model::Model;
 use numpy::{AllowTypeChange, PyArray1, PyArrayLike1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};

@@ -38,7 +38,7 @@ pub enum ServerError {
     /// A secure round's code or noise cannot be calibrated (e.g. noise beyond the exact
     /// sampler's range).
     #[error("secure aggregation: {0}")]
-    Calibration(#[from] fl_common::secagg::CalibrationError),
+    Calibration(#[from] fl_secagg::CalibrationError),
     /// A bug or a lost background task.
     #[error("internal error: {0}")]
     Internal(String),

@@ -50,8 +50,8 @@ pub use run::coordinator::Observer;
 pub use run::start::check_start;
 
 use config::RunConfig;
-use fl_common::data::Dataset;
-use fl_common::secagg::PlainInputs;
+use fl_datasets::Dataset;
+use fl_secagg::PlainInputs;
 use records::checkpoint::Checkpoint;
 use records::output::Summary;
 use run::start;

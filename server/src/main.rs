@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use fl_common::data::DataSource;
+use fl_datasets::DataSource;
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig, ServerSection};
 use fl_server::credentials::Token;

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use fl_common::privacy::PrivacyEvent;
+use fl_privacy::PrivacyEvent;
 use fl_server::config::{BufferSection, Cadence, ModelKind, PrivacyMode, RunConfig};
 use std::sync::Arc;
 use std::time::Duration;

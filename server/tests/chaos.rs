@@ -6,7 +6,7 @@
 
 use crate::procs;
 
-use fl_common::privacy::{Accountant, RdpAccountant};
+use fl_privacy::{Accountant, RdpAccountant};
 use fl_server::checkpoint::Checkpoint;
 use fl_server::ledger::LedgerEntry;
 use procs::{Reaper, start_client, start_server, wait};

@@ -5,8 +5,8 @@
 
 use crate::support;
 
-use fl_common::data::Dataset;
-use fl_common::model::{LayerSpec, ModelSpec, Shape};
+use fl_datasets::Dataset;
+use fl_model::{LayerSpec, ModelSpec, Shape};
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::model_file;
 use fl_server::output::Summary;

@@ -1,8 +1,8 @@
 //! Every shipped configuration parses and passes start-up validation (including, for private
 //! runs, that the budget allows at least one round), and its network fits MNIST.
 
-use fl_common::data::DataSource;
-use fl_common::model::Shape;
+use fl_datasets::DataSource;
+use fl_model::Shape;
 use fl_server::config::RunConfig;
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 use crate::support;
 
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
-use fl_common::model::Model;
+use fl_model::Model;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::sync::Arc;

@@ -4,10 +4,10 @@
 //! length or a masked input of one or two words per parameter. The fuzz target
 //! `fuzz/fuzz_targets/session.rs` checks the same with coverage guidance.
 
-use fl_common::secagg::StageMessage;
 use fl_proto::v1::{
     ClientMessage, MaskedInputHeader, TensorChunk, UpdateHeader, client_message::Body,
 };
+use fl_secagg::StageMessage;
 use fl_server::Event;
 use fl_server::Framer;
 use proptest::prelude::*;

@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use fl_common::privacy::Release;
+use fl_privacy::Release;
 use fl_proto::v1::{LocalRelease, SignDsUpload, client_message};
 use fl_server::config::{PrivacyMode, RunConfig};
 use support::{Behaviour, run_with_evil_client};

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use fl_common::privacy::{
+use fl_privacy::{
     AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds, max_rounds,
 };
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
@@ -240,7 +240,7 @@ fn ftrl_config(out: &std::path::Path, rounds: u64) -> (RunConfig, Vec<String>) {
 /// reproduces the reported epsilon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
-    use fl_common::privacy::{Neighbours, TreeRound, tree_nodes};
+    use fl_privacy::{Neighbours, TreeRound, tree_nodes};
     let out = temp("ftrl");
     let (config, tokens) = ftrl_config(&out, 1000);
     let budget = config.privacy.budget();

@@ -1,5 +1,5 @@
 //! Secure aggregation against a hostile client over real gRPC streams. The hostile client runs
-//! the real protocol (`fl_common::secagg::ClientRound`) and breaks it at one stage: bad key bytes,
+//! the real protocol (`fl_secagg::ClientRound`) and breaks it at one stage: bad key bytes,
 //! a low-order or non-canonical key, shares that do not open, a replayed or stale stage message, a plain update, a share for a peer that is not its
 //! neighbour, a masked input of the wrong length or sent too early, a forged share, or a second
 //! answer to the unmasking stage. Each time it gets a clear gRPC error, and the round's unmasked
@@ -7,12 +7,12 @@
 
 use crate::support;
 
-use fl_common::secagg::{ClientRound, PlainInputs, Proceed, Ring, SealedShares};
 use fl_proto::v1::{
     ClientMessage, MaskedInputHeader, RevealedShare, SealedShare, SecAggCheck, SecAggKeys,
     SecAggReveal, SecAggShares, client_message, server_message,
 };
 use fl_proto::{chunk_count, encode_word_chunks, ring_words};
+use fl_secagg::{ClientRound, PlainInputs, Proceed, Ring, SealedShares};
 use fl_server::config::PrivacyMode;
 use fl_server::output::RoundMetrics;
 use rand::rngs::StdRng;
@@ -130,10 +130,10 @@ async fn run(how: Deviation) -> (tonic::Status, Vec<RoundMetrics>) {
             }
             Some(server_message::Body::SecaggNeighbours(hood)) => {
                 let (round, _, p) = protocol.as_mut().unwrap();
-                let hood = fl_common::secagg::Neighbourhood {
+                let hood = fl_secagg::Neighbourhood {
                     threshold: hood.threshold as usize,
                     members: (hood.members.iter())
-                        .map(|m| fl_common::secagg::Member {
+                        .map(|m| fl_secagg::Member {
                             id: m.client_id,
                             name: m.name.clone(),
                             keys: m.keys.as_slice().try_into().unwrap(),

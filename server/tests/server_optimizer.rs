@@ -6,7 +6,7 @@ use crate::procs;
 use crate::support;
 
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer, run};
-use fl_common::model::Model;
+use fl_model::Model;
 use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, PrivacyMode, ServerOptimizerKind};
 use procs::{start_server, wait};

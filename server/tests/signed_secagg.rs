@@ -6,10 +6,10 @@
 
 use crate::support;
 
+use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::{Authority, Identity};
 use fl_client::{ClientOptions, TrainingSlots, run_client};
-use fl_common::authority::{Authority, Identity};
-use fl_common::policy::{FederationPolicy, MinDegree};
-use fl_common::secagg::{Credentials, PlainInputs, Verifier};
+use fl_secagg::{Credentials, PlainInputs, Verifier};
 use fl_server::config::{DropoutStage, PrivacyMode};
 use std::sync::Arc;
 use support::blobs;

@@ -6,8 +6,8 @@
 use crate::support;
 
 use fl_client::{ClientOptions, ClientReport, Evaluation, TrainRequest, Trained, Trainer, run};
-use fl_common::data::Dataset;
-use fl_common::model::Model;
+use fl_datasets::Dataset;
+use fl_model::Model;
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::output::{RoundMetrics, Summary};
 use std::sync::Arc;
@@ -97,7 +97,7 @@ impl Trainer for LeastSquares {
 
     fn evaluate(&self, model: &Model, global: &[f32]) -> Result<Evaluation, String> {
         let network = model.network().ok_or("a built-in network only")?;
-        let e = fl_common::model::evaluate(network, global, &self.data);
+        let e = fl_model::evaluate(network, global, &self.data);
         Ok(Evaluation {
             loss: e.loss,
             accuracy: e.accuracy,

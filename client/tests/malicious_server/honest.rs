@@ -1,13 +1,13 @@
 //! An honest server's secure round over the scripted sessions, by the library's own server
-//! phases (`fl_common::secagg::AdvertiseKeys` to `Unmasking`), so that a test can run a round
+//! phases (`fl_secagg::AdvertiseKeys` to `Unmasking`), so that a test can run a round
 //! as the protocol says and deviate only where it means to.
 
 use crate::scripted::{Answer, PARAMS, Peer, answer, keys_of, ring, send_stage, tag_of};
-use fl_common::secagg::{
+use fl_proto::v1::RoundTask;
+use fl_secagg::{
     AdvertiseKeys, Consistency, GraphKind, RoundResult, RoundSetup, ServerStage, StageMessage,
     Verifier,
 };
-use fl_proto::v1::RoundTask;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -51,7 +51,7 @@ pub(crate) async fn round(
         min_survivors: peers.len(),
         verifier,
     };
-    let fail = |e: fl_common::secagg::SecAggError| e.to_string();
+    let fail = |e: fl_secagg::SecAggError| e.to_string();
     let mut keys = AdvertiseKeys::new(setup, peers.keys().copied());
     for a in adverts {
         keys.receive_keys(a.client, a).map_err(fail)?;

@@ -11,8 +11,8 @@ mod honest;
 mod policy;
 mod scripted;
 
-use fl_common::authority::{Authority, Identity};
-use fl_common::secagg::{
+use fl_authority::{Authority, Identity};
+use fl_secagg::{
     ClientRound, Credentials, GraphKind, Proceed, RoundTag, SealedShares, SecretKind, ServerStage,
     StageMessage, Verifier, share_commitment,
 };
@@ -170,7 +170,7 @@ struct Verified<'a> {
 }
 
 impl Verified<'_> {
-    fn count(&mut self, holder: u64, reveals: &[fl_common::secagg::RevealedShare]) {
+    fn count(&mut self, holder: u64, reveals: &[fl_secagg::RevealedShare]) {
         for r in reveals.iter().filter(|r| r.owner == self.victim) {
             let sealed = (self.sealed.iter()).find(|s| s.from == self.victim && s.to == holder);
             let committed = sealed.map(|s| match r.kind {

@@ -5,8 +5,8 @@
 
 use crate::honest;
 use crate::scripted::*;
-use fl_common::secagg::{GraphKind, SealedShares, ServerStage, StageMessage, Verifier};
 use fl_proto::v1::{GaussianLdp, LaplaceLdp, LocalPrivacy, RoundTask, client_message};
+use fl_secagg::{GraphKind, SealedShares, ServerStage, StageMessage, Verifier};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::BTreeMap;

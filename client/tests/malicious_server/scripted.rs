@@ -1,18 +1,18 @@
 //! The scripted server and its fixtures: certified `fl-client` processes started against a tonic
 //! server whose every message the test writes, and helpers to read what the clients answer.
 
-use fl_common::authority::{Authority, Identity};
-use fl_common::policy::{FederationPolicy, MinDegree};
-use fl_common::secagg::{
-    AdvertisedKeys, ClientRound, Credentials, GraphKind, Member, Neighbourhood, Ring, RoundTag,
-    ServerStage, StageMessage, Verifier, derive_graph,
-};
-use fl_common::task::Task;
+use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::{Authority, Identity};
 use fl_proto::v1::federation_server::{Federation, FederationServer};
 use fl_proto::v1::{
     ClientMessage, JoinReply, JoinRequest, LocalConfig, ModelSpec, PartitionReply,
     PartitionRequest, RoundTask, SecAggTask, ServerMessage, Shutdown, client_message,
     server_message,
+};
+use fl_secagg::task::Task;
+use fl_secagg::{
+    AdvertisedKeys, ClientRound, Credentials, GraphKind, Member, Neighbourhood, Ring, RoundTag,
+    ServerStage, StageMessage, Verifier, derive_graph,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;

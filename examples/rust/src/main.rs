@@ -18,8 +18,8 @@
 
 use clap::Parser;
 use fl_client::{ClientOptions, Evaluation, TrainRequest, Trained, Trainer};
-use fl_common::data::{Dataset, Split, load_mnist};
-use fl_common::model::Model;
+use fl_datasets::{Dataset, Split, load_mnist};
+use fl_model::Model;
 use ndarray::{Array2, Axis, s};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

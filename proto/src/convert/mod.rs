@@ -1,4 +1,4 @@
-//! Conversions between wire messages and `fl-common`'s types.
+//! Conversions between wire messages and the domain crates' types.
 
 mod model;
 mod secure;

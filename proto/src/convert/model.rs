@@ -2,8 +2,8 @@
 //! checked when read, and the local training settings.
 
 use crate::v1;
-use fl_common::model::cnn::MAX_LAYERS;
-use fl_common::model::{
+use fl_model::cnn::MAX_LAYERS;
+use fl_model::{
     Architecture, ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape,
     TensorShape,
 };
@@ -62,7 +62,7 @@ impl TryFrom<&v1::ModelSpec> for Model {
         if !wire.layer_sizes.is_empty() || !wire.layers.is_empty() || wire.input.is_some() {
             return Err(bad("both tensors and a built-in network"));
         }
-        if wire.tensors.len() > fl_common::model::MAX_TENSORS {
+        if wire.tensors.len() > fl_model::MAX_TENSORS {
             return Err(bad("too many tensors"));
         }
         let tensors = (wire.tensors.iter())

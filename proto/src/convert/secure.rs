@@ -2,8 +2,8 @@
 //! shares, masked inputs as ring words, and each stage's messages in both directions.
 
 use crate::v1;
-use fl_common::authority::{IdentityCertificate, IdentityKey, MAX_NAME_BYTES};
-use fl_common::secagg::{
+use fl_authority::{IdentityCertificate, IdentityKey, MAX_NAME_BYTES};
+use fl_secagg::{
     AdvertisedKeys, Member, Neighbourhood, Proceed, RevealedShare, Ring, SealedShares, SecretKind,
     ServerStage, Share, Signed, StageMessage,
 };

@@ -2,10 +2,10 @@
 //! the release a client declares with its upload.
 
 use crate::v1;
-use fl_common::model::{LocalConfig, Model};
-use fl_common::privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
-use fl_common::secagg::{Quantizer, Ring};
-use fl_common::task::{AdmmStep, SecureTask, Task};
+use fl_model::{LocalConfig, Model};
+use fl_privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
+use fl_secagg::task::{AdmmStep, SecureTask, Task};
+use fl_secagg::{Quantizer, Ring};
 
 use super::WireError;
 

@@ -2,11 +2,9 @@
 
 use super::secure::*;
 use crate::v1;
-use fl_common::model::{
-    ExternalModel, LayerSpec, LocalConfig, Model, ModelSpec, Shape, TensorShape,
-};
-use fl_common::secagg::{AdvertisedKeys, Proceed, Quantizer, RevealedShare, Ring, ServerStage};
-use fl_common::task::{AdmmStep, SecureTask, Task};
+use fl_model::{ExternalModel, LayerSpec, LocalConfig, Model, ModelSpec, Shape, TensorShape};
+use fl_secagg::task::{AdmmStep, SecureTask, Task};
+use fl_secagg::{AdvertisedKeys, Proceed, Quantizer, RevealedShare, Ring, ServerStage};
 
 #[test]
 fn ring_elements_roundtrip_through_words() {
@@ -91,7 +89,7 @@ fn a_cnn_spec_crosses_the_wire_and_bad_layers_are_refused() {
         width: 28,
         channels: 1,
     };
-    let layers: Vec<LayerSpec> = fl_common::model::cnn::FEDAVG_CNN
+    let layers: Vec<LayerSpec> = fl_model::cnn::FEDAVG_CNN
         .iter()
         .map(|t| t.parse().unwrap())
         .collect();

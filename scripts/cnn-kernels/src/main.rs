@@ -1,12 +1,12 @@
 //! One epoch (600 MNIST-shaped examples) of FedAvg-CNN training steps, forward, loss, backward
-//! and SGD update, by fl-common's layers and by candle on CPU, at B = 10 and 50; prints the
+//! and SGD update, by fl-model's layers and by candle on CPU, at B = 10 and 50; prints the
 //! median of 5 epochs of each. Run pinned to one core:
 //!
 //!     RAYON_NUM_THREADS=1 taskset -c 0 cargo run --release --manifest-path scripts/cnn-kernels/Cargo.toml
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Conv2dConfig, Module, Optimizer, SGD, VarBuilder, VarMap};
-use fl_common::model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
+use fl_model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
 use std::time::Instant;
 
 const EXAMPLES: usize = 600;
@@ -87,7 +87,7 @@ fn candle(batch: usize) -> candle_core::Result<f64> {
 fn main() -> candle_core::Result<()> {
     for batch in [10, 50] {
         println!(
-            "B = {batch}: fl-common {:.3} s, candle {:.3} s per epoch",
+            "B = {batch}: fl-model {:.3} s, candle {:.3} s per epoch",
             ours(batch),
             candle(batch)?
         );

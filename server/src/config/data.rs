@@ -1,6 +1,6 @@
 //! `[data]`: the dataset and how a simulation splits it.
 
-use fl_common::data::{DataSource, PartitionScheme};
+use fl_datasets::{DataSource, PartitionScheme};
 use serde::{Deserialize, Serialize};
 
 /// `[data]`: the dataset and, for simulations, how it is split.

@@ -1,7 +1,7 @@
 //! `[model]`: the architecture.
 
 use super::ConfigError;
-use fl_common::model::{LayerSpec, ModelSpec, Shape, cnn};
+use fl_model::{LayerSpec, ModelSpec, Shape, cnn};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `[privacy]`: client-level differential privacy.
 
-use fl_common::privacy::{AccountantKind, Budget, Sampling};
 use fl_common::schedule::Schedule;
+use fl_privacy::{AccountantKind, Budget, Sampling};
 use serde::{Deserialize, Serialize};
 
 /// Whether and how the server protects clients.

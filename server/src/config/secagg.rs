@@ -1,9 +1,9 @@
 //! `[secagg]`: secure aggregation.
 
 use super::ConfigError;
-use fl_common::policy::{FederationPolicy, MinDegree, SignedPolicy};
-use fl_common::privacy::Neighbours;
-use fl_common::secagg::{GraphKind, Stage, Verifier, auto_degree};
+use fl_authority::policy::{FederationPolicy, MinDegree, SignedPolicy};
+use fl_privacy::Neighbours;
+use fl_secagg::{GraphKind, Stage, Verifier, auto_degree};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -331,7 +331,7 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("secagg.neighbours"), "{e}");
         c.secagg.noise = SecAggNoise::Distributed;
-        c.privacy.sampling = fl_common::privacy::Sampling::Fixed;
+        c.privacy.sampling = fl_privacy::Sampling::Fixed;
         c.privacy.noise_multiplier = 3.0.into();
         c.validate().unwrap();
     }

@@ -1,9 +1,9 @@
 //! The configuration as a whole: defaults, unknown keys, overrides.
 
 use super::*;
-use fl_common::data::PartitionScheme;
-use fl_common::model::Shape;
 use fl_common::schedule::Schedule;
+use fl_datasets::PartitionScheme;
+use fl_model::Shape;
 
 #[test]
 fn parses_partial_files_over_defaults() {

@@ -1,7 +1,7 @@
 //! `[train]`: local training each round.
 
-use fl_common::model::LocalConfig;
 use fl_common::schedule::Schedule;
+use fl_model::LocalConfig;
 use serde::{Deserialize, Serialize};
 
 /// The training algorithm.

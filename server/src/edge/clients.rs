@@ -1,7 +1,7 @@
 //! The round side of the client connections, the coordinator's one port to the edge: the
 //! coordinator and the collections read the handlers' [`Event`]s here, send the round's task
-//! (kept for clients that come back) and the stage messages in `fl-common`'s types, and refuse or
-//! dismiss clients in the round's terms ([`Rejection`]).
+//! (kept for clients that come back) and the stage messages in the domain crates' types, and
+//! refuse or dismiss clients in the round's terms ([`Rejection`]).
 
 use crate::edge::outbox::{Outbox, send_all};
 use crate::edge::shared::Shared;
@@ -10,11 +10,11 @@ use crate::error::ServerError;
 use crate::identity::ids::{ClientId, Identities};
 use crate::round::events::{Arrival, Event};
 use crate::round::rejection::Rejection;
-use fl_common::secagg::ServerStage;
-use fl_common::task::Task;
 use fl_proto::Frame;
 use fl_proto::v1::RoundTask;
 use fl_proto::v1::ShutdownKind;
+use fl_secagg::ServerStage;
+use fl_secagg::task::Task;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

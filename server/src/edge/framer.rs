@@ -3,18 +3,18 @@
 //! (a chunk without a header, chunks out of order, a header announcing a tensor of the wrong
 //! size, garbage) is refused with the status that ends the stream. What an update means (its
 //! round, whether the client was sampled, its values) is judged by the round loop. A masked
-//! input's words become ring elements here, so the round gets `fl_common::secagg::StageMessage`s.
+//! input's words become ring elements here, so the round gets `fl_secagg::StageMessage`s.
 //! The fuzz target `fuzz/fuzz_targets/session.rs` drives the framer with arbitrary bytes.
 
 use crate::identity::ids::ClientId;
 use crate::round::events::{Declared, Event, UploadHeader};
-use fl_common::privacy::Release;
-use fl_common::secagg::{RevealedShare, Ring, SealedShares, StageMessage};
+use fl_privacy::Release;
 use fl_proto::v1::client_message;
 use fl_proto::v1::{ClientMessage, LocalRelease, MaskedInputHeader, TensorChunk, UpdateHeader};
 use fl_proto::{
     ChunkError, TensorAssembler, WireError, advertised_keys, endorsement, ring_elements,
 };
+use fl_secagg::{RevealedShare, Ring, SealedShares, StageMessage};
 use prost::Message;
 use tonic::Status;
 

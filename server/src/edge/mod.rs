@@ -2,7 +2,7 @@
 //! `AssignPartition` and `Session` ([`service`], [`session`], [`framer`], [`wire`],
 //! [`outbox`]), keeps who is connected ([`registry`], [`shared`], [`join_gate`]), runs the gRPC
 //! server ([`transport`], [`accept`]), and offers the round its one port to the clients
-//! ([`clients`]), in `fl-common` and [`crate::round`] types.
+//! ([`clients`]), in the domain crates' and [`crate::round`] types.
 //!
 //! May import `identity`, `config`, `error`, `records` and `round`.
 

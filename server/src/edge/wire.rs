@@ -1,11 +1,11 @@
 //! What the server sends, encoded: a round's task with its tensor, the secure-aggregation stage
-//! messages and Shutdown, from `fl-common`'s types (`fl_proto::convert` maps each). It keeps no
-//! state; `crate::edge::clients` queues what it encodes.
+//! messages and Shutdown, from the domain crates' types (`fl_proto::convert` maps each). It keeps
+//! no state; `crate::edge::clients` queues what it encodes.
 
-use fl_common::secagg::ServerStage;
-use fl_common::task::Task;
 use fl_proto::v1::{RoundTask, ServerMessage, Shutdown, ShutdownKind, server_message};
 use fl_proto::{Frame, chunk_count, encode_chunks};
+use fl_secagg::ServerStage;
+use fl_secagg::task::Task;
 
 /// A round's task as the wire carries it, without its tensor's size.
 pub(crate) fn task_template(task: &Task) -> RoundTask {

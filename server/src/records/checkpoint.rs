@@ -17,7 +17,7 @@ use crate::identity::ids::ClientId;
 use crate::identity::ids::Identities;
 use crate::records::file_digest;
 use crate::records::output::{RoundMetrics, write_atomic};
-use fl_common::privacy::LocalLedger;
+use fl_privacy::LocalLedger;
 use safetensors::tensor::TensorView;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

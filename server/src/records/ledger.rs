@@ -11,7 +11,7 @@
 
 use crate::config::ClipMode;
 use crate::config::plan::LedgerTerms;
-use fl_common::privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
+use fl_privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -386,7 +386,7 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fl_common::privacy::{GaussianRound, Sampling};
+    use fl_privacy::{GaussianRound, Sampling};
 
     /// The terms of the tests' ledgers: an epsilon of 100 at delta 1e-5, read by `kind`.
     fn terms(kind: AccountantKind) -> LedgerTerms {
@@ -450,7 +450,7 @@ mod tests {
         // Distributed noise: the server may have seen the sum, so the round is spent again.
         let ddg = LedgerEntry {
             round: 5,
-            event: PrivacyEvent::from(fl_common::privacy::DdgRound {
+            event: PrivacyEvent::from(fl_privacy::DdgRound {
                 clients: 3,
                 client_variance: 100,
                 l2_sensitivity: 2.0,

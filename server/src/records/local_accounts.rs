@@ -4,7 +4,7 @@
 //! each client logs the same figures for itself.
 
 use crate::identity::ids::ClientId;
-use fl_common::privacy::{LocalLedger, LocalMechanism, Release};
+use fl_privacy::{LocalLedger, LocalMechanism, Release};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -2,13 +2,13 @@
 //! weights, in one format so that a run's model loads back as another run's start.
 //!
 //! One f32 tensor per weight matrix and bias, named and shaped as
-//! [`fl_common::model::ModelSpec::named_tensors`] says (`layers.{l}.weight`, `layers.{l}.bias`), with the
+//! [`fl_model::ModelSpec::named_tensors`] says (`layers.{l}.weight`, `layers.{l}.bias`), with the
 //! architecture's text in the metadata under `architecture`. An external model's file is the
 //! user's: its tensors' names and shapes define the model ([`external_layout`]), and the run's
 //! `model.safetensors` keeps them, so `safetensors.torch.load_file` gives back a `state_dict`.
 
 use crate::records::file_digest;
-use fl_common::model::{ExternalModel, Model, TensorShape};
+use fl_model::{ExternalModel, Model, TensorShape};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use std::collections::HashMap;
 
@@ -127,7 +127,7 @@ pub fn decode(spec: &Model, bytes: &[u8]) -> Result<Vec<f32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fl_common::model::{LayerSpec, ModelSpec, Shape};
+    use fl_model::{LayerSpec, ModelSpec, Shape};
 
     #[test]
     fn a_model_reads_back_and_keeps_its_layout() {

@@ -3,8 +3,8 @@
 
 use crate::records::local_accounts::{ClientSpend, LocalPrivacySummary};
 use crate::records::model_file;
-use fl_common::model::Model;
-use fl_common::privacy::Budget;
+use fl_model::Model;
+use fl_privacy::Budget;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,10 @@
-//! The round's vocabulary: what a client's stream produced, for the round loop, in `fl-common`'s
-//! types. The edge (`crate::edge::framer`) builds these from the wire; the coordinator and the
+//! The round's vocabulary: what a client's stream produced, for the round loop, in the domain
+//! crates' types. The edge (`crate::edge::framer`) builds these from the wire; the coordinator and the
 //! collections read them and know nothing of the wire.
 
 use crate::identity::ids::ClientId;
-use fl_common::privacy::Release;
-use fl_common::secagg::StageMessage;
+use fl_privacy::Release;
+use fl_secagg::StageMessage;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// What a client's stream produced, for the round loop.

@@ -3,7 +3,7 @@
 
 use crate::identity::ids::ClientId;
 use crate::round::strategy::StrategyError;
-use fl_common::secagg::SecAggError;
+use fl_secagg::SecAggError;
 
 /// A client's message the round refuses; its stream ends with the matching status.
 #[derive(Debug, thiserror::Error)]

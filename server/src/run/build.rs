@@ -19,8 +19,8 @@ use crate::round::strategy::{
     ResidualBalancing, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
 use crate::run::collection::{Collection, PlainCollection, SecureCollection};
-use fl_common::privacy::LocalMechanism;
-use fl_common::secagg::{PlainInputs, RoundShape};
+use fl_privacy::LocalMechanism;
+use fl_secagg::{PlainInputs, RoundShape};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;

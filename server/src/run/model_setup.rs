@@ -11,8 +11,8 @@ use crate::config::{ConfigError, RunConfig};
 use crate::error::ServerError;
 use crate::records::checkpoint::Checkpoint;
 use crate::records::model_file;
-use fl_common::data::Dataset;
-use fl_common::model::{Evaluation, Model, ModelSpec, evaluate};
+use fl_datasets::Dataset;
+use fl_model::{Evaluation, Model, ModelSpec, evaluate};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -136,7 +136,7 @@ fn read(path: &Path) -> Result<Vec<u8>, ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fl_common::model::Shape;
+    use fl_model::Shape;
     use ndarray::Array2;
 
     /// A random shift needs images: flat test data refuses it, the same data as 2 x 2 images

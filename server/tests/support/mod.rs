@@ -5,14 +5,14 @@
 use fl_client::{
     ClientError, ClientOptions, ClientReport, ClientTls, LocalData, TrainingSlots, run_client,
 };
-use fl_common::data::Dataset;
-use fl_common::privacy::Release;
-use fl_common::secagg::PlainInputs;
+use fl_datasets::Dataset;
+use fl_privacy::Release;
 use fl_proto::v1::federation_client::FederationClient;
 use fl_proto::v1::{
     ClientMessage, Hello, JoinReply, JoinRequest, LocalRelease, ReleaseHeader, ServerMessage,
     UpdateHeader, client_message, server_message,
 };
+use fl_secagg::PlainInputs;
 use fl_server::config::{ModelKind, RunConfig};
 use fl_server::output::{RoundMetrics, Summary};
 use fl_server::{Observer, ServerError};
@@ -137,7 +137,7 @@ pub async fn raw_session(
 pub async fn secure_tag(
     inbound: &mut tonic::Streaming<ServerMessage>,
     task: &fl_proto::v1::RoundTask,
-) -> fl_common::secagg::RoundTag {
+) -> fl_secagg::RoundTag {
     let mut assembler =
         fl_proto::TensorAssembler::new(task.round, task.num_values, task.num_chunks).unwrap();
     let model = loop {
@@ -149,8 +149,8 @@ pub async fn secure_tag(
             break values;
         }
     };
-    let parsed = fl_common::task::Task::try_from(task).unwrap();
-    fl_common::secagg::RoundTag {
+    let parsed = fl_secagg::task::Task::try_from(task).unwrap();
+    fl_secagg::RoundTag {
         round: task.round,
         digest: parsed.secure_digest(&model).unwrap(),
     }

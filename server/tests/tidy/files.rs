@@ -12,6 +12,18 @@ pub fn root() -> PathBuf {
     }
 }
 
+/// The folders of the workspace's crates, as the root `Cargo.toml` lists its members.
+pub fn crates() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let start = manifest.find("members = [").expect("a members list") + "members = [".len();
+    let end = start + manifest[start..].find(']').unwrap();
+    manifest[start..end]
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
 /// Every file below `dir` whose extension is `extension`, sorted; none when `dir` is missing.
 pub fn with_extension(dir: &Path, extension: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -10,8 +10,10 @@ mod book;
 mod citations;
 mod files;
 mod imports;
+mod layers;
 mod tree;
 
+use files::crates;
 use imports::{crate_paths, cycles, without_comments};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,15 +26,8 @@ fn sources() -> Vec<(PathBuf, String)> {
 
 /// The sources of every crate of the workspace, as [`sources`] reads them.
 fn every_crates_sources() -> Vec<(PathBuf, String)> {
-    sources_of(&[
-        "proto/src",
-        "common/src",
-        "server/src",
-        "client/src",
-        "cli/src",
-        "python/src",
-        "examples/rust/src",
-    ])
+    let dirs: Vec<String> = crates().iter().map(|c| format!("{c}/src")).collect();
+    sources_of(&dirs.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// The `.rs` files below `dirs`, as [`sources`] reads them, without the files of modules

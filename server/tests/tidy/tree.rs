@@ -7,13 +7,10 @@
 //! submodules are not its imports (declaring and re-exporting them is the module's job), and
 //! `#[cfg(test)]` code may name anything.
 
-use crate::files::{root, with_extension};
+use crate::files::{crates, root, with_extension};
 use crate::imports::{cycles, rooted_paths};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// The crates of the workspace, by folder.
-const CRATES: [&str; 6] = ["cli", "client", "common", "proto", "python", "server"];
 
 /// The longest a file may be.
 const MAX_LINES: usize = 600;
@@ -22,9 +19,9 @@ const MAX_LINES: usize = 600;
 fn no_file_is_longer_than_600_lines() {
     let root = root();
     let mut long = Vec::new();
-    let folders = CRATES
-        .iter()
-        .flat_map(|c| ["src", "tests", "benches", "examples"].map(|sub| root.join(c).join(sub)));
+    let folders = crates()
+        .into_iter()
+        .flat_map(|c| ["src", "tests", "benches", "examples"].map(|sub| root.join(&c).join(sub)));
     for file in folders
         .chain([root.join("fuzz")])
         .flat_map(|d| with_extension(&d, "rs"))
@@ -162,7 +159,7 @@ impl Crate {
 fn no_two_files_of_a_crate_import_each_other() {
     let root = root();
     let mut found = Vec::new();
-    for name in CRATES {
+    for name in crates() {
         let graph = Crate::read(&root.join(name).join("src")).imports();
         found.extend(cycles(&graph));
     }

@@ -4,11 +4,11 @@
 
 use anyhow::bail;
 use clap::Parser;
+use fl_authority::policy::{FederationPolicy, SignedPolicy};
 use fl_client::{ClientOptions, ClientPrivacy, ClientTls};
-use fl_common::data::DataSource;
-use fl_common::policy::{FederationPolicy, SignedPolicy};
-use fl_common::privacy::{ClientLimits, ReleaseKind};
-use fl_common::secagg::Credentials;
+use fl_datasets::DataSource;
+use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_secagg::Credentials;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

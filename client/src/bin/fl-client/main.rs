@@ -9,7 +9,7 @@ use clap::Parser;
 use fl_client::{
     ClientPrivacy, ClientTls, Connection, LocalData, TrainingSlots, assigned_partition, run_client,
 };
-use fl_common::data::Partition;
+use fl_datasets::Partition;
 use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
@@ -97,7 +97,7 @@ async fn run() -> anyhow::Result<()> {
 /// shares of `--partition` (given from an index, or assigned by the server with `:auto`).
 async fn shares(
     args: &Args,
-    data: &fl_common::data::Dataset,
+    data: &fl_datasets::Dataset,
     privacy: ClientPrivacy,
     tls: &Option<ClientTls>,
 ) -> anyhow::Result<Vec<(usize, Vec<usize>)>> {

@@ -5,9 +5,9 @@
 //! the mode.
 
 use super::{AdmmSection, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection};
-use fl_common::privacy::{AccountantKind, Budget, LocalMechanism, Sampling};
 use fl_common::schedule::Schedule;
-use fl_common::signds::SignDs;
+use fl_privacy::signds::SignDs;
+use fl_privacy::{AccountantKind, Budget, LocalMechanism, Sampling};
 
 mod parse;
 #[cfg(test)]

@@ -10,10 +10,8 @@ use crate::config::{
     Aggregator, Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
     ServerOptimizerKind,
 };
-use fl_common::privacy::{
-    AccountantKind, GaussianRound, PrivacyEvent, Sampling, TreeRound, max_rounds,
-};
 use fl_common::schedule::Schedule;
+use fl_privacy::{AccountantKind, GaussianRound, PrivacyEvent, Sampling, TreeRound, max_rounds};
 
 impl RunConfig {
     /// Parses the privacy mode with the sections it uses into the run's [`PrivacyPlan`],

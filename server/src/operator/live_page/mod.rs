@@ -19,7 +19,7 @@ use crate::records::output::{RoundMetrics, StoppedBy};
 use axum::extract::Query;
 use axum::http::header;
 use axum::response::IntoResponse;
-use fl_common::model::Model;
+use fl_model::Model;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -60,7 +60,7 @@ struct RunDescription {
     /// T.
     rounds: u64,
     /// The budget the ledger enforces: training stops before it would be exceeded.
-    budget: Option<fl_common::privacy::Budget>,
+    budget: Option<fl_privacy::Budget>,
     /// The accountant that reads the ledger.
     accountant: Option<String>,
     /// The `[privacy]` section.

@@ -7,7 +7,7 @@
 use crate::identity::ids::ClientId;
 use crate::round::buffer::TreeMembers;
 use crate::round::strategy::RoundContext;
-use fl_common::privacy::{PrivacyEvent, TreeRound};
+use fl_privacy::{PrivacyEvent, TreeRound};
 
 /// DP-FTRL's trees over server steps.
 #[derive(Debug)]

@@ -8,9 +8,9 @@ use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
-use fl_common::privacy::{PrivacyEvent, Sampling};
 use fl_common::schedule::Schedule;
-use fl_common::secagg::{Calibration, RoundShape};
+use fl_privacy::{PrivacyEvent, Sampling};
+use fl_secagg::{Calibration, RoundShape};
 use rand::rngs::StdRng;
 
 /// See the module documentation.

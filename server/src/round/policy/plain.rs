@@ -5,7 +5,7 @@
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, unnoised};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
-use fl_common::privacy::Sampling;
+use fl_privacy::Sampling;
 use rand::rngs::StdRng;
 
 /// See the module documentation.

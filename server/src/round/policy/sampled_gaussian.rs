@@ -11,8 +11,8 @@ use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, poisson};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
-use fl_common::privacy::{GaussianRound, PrivacyEvent, Sampling};
 use fl_common::schedule::Schedule;
+use fl_privacy::{GaussianRound, PrivacyEvent, Sampling};
 use rand::rngs::StdRng;
 
 /// See the module documentation.

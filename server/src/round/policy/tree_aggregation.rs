@@ -11,7 +11,7 @@ use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
-use fl_common::privacy::{PrivacyEvent, Sampling, TreeRound};
+use fl_privacy::{PrivacyEvent, Sampling, TreeRound};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 

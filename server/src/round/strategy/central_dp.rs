@@ -26,8 +26,8 @@ use super::{
 };
 use crate::config::plan::ClipRule;
 use crate::identity::ids::ClientId;
-use fl_common::model::CheckedUpdate;
-use fl_common::privacy::{add_gaussian_noise, median};
+use fl_model::CheckedUpdate;
+use fl_privacy::{add_gaussian_noise, median};
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 

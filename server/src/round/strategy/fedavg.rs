@@ -3,7 +3,7 @@
 use super::{
     RoundContext, RoundOutcome, RoundSum, Strategy, StrategyError, SumStrategy, Upload, moved,
 };
-use fl_common::model::WeightedMean;
+use fl_model::WeightedMean;
 
 /// FedAvg: w_{t+1} = w_t + sum_k n_k a_k u_k / sum_k n_k, a_k the staleness discount (1 in
 /// synchronous rounds).

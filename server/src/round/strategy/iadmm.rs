@@ -11,7 +11,7 @@ use super::{
     StrategyState, Upload, Views,
 };
 use crate::identity::ids::ClientId;
-use fl_common::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
+use fl_privacy::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
 use std::collections::BTreeMap;
 
 /// Residual balancing's parameters (Boyd et al. 2011, Sec. 3.4.1).
@@ -61,7 +61,7 @@ impl Iadmm {
 impl Strategy for Iadmm {
     fn configure_round(&mut self, _ctx: &RoundContext) -> RoundInstructions {
         RoundInstructions {
-            admm: Some(fl_common::task::AdmmStep {
+            admm: Some(fl_secagg::task::AdmmStep {
                 rho: self.rho,
                 total_examples: self.total_examples,
             }),
@@ -184,7 +184,7 @@ impl ClientTensors for Iadmm {
 mod tests {
     use super::*;
     use crate::round::strategy::testing::{ctx, update};
-    use fl_common::admm::primal_step;
+    use fl_privacy::admm::primal_step;
 
     fn plan(round: u64) -> RoundContext {
         ctx(round, 2.0, None)

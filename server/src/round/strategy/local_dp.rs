@@ -74,7 +74,7 @@ mod tests {
     use super::*;
     use crate::round::strategy::FedAvg;
     use crate::round::strategy::testing::{ctx, update};
-    use fl_common::privacy::{LocalMechanism, Release};
+    use fl_privacy::{LocalMechanism, Release};
 
     fn released(client: u64, release: Option<Release>) -> Upload {
         let mut u = update(client, 1, vec![1.0, 2.0]);

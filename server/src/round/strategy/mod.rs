@@ -42,10 +42,10 @@ pub(crate) use views::{ClientTensors, Views};
 
 use crate::identity::ids::ClientId;
 pub(crate) use crate::records::checkpoint::StrategyState;
-use fl_common::model::{CheckedUpdate, UpdateError};
-use fl_common::privacy::{LocalMechanism, Release};
-use fl_common::signds::SignDsError;
-use fl_common::task::AdmmStep;
+use fl_model::{CheckedUpdate, UpdateError};
+use fl_privacy::signds::SignDsError;
+use fl_privacy::{LocalMechanism, Release};
+use fl_secagg::task::AdmmStep;
 
 /// What every call of a round is told: the round and what the coordinator fixed before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -281,7 +281,7 @@ pub(crate) trait SumStrategy: Strategy {
 /// Moves `global` by `delta`: the next model of an aggregate.
 fn moved(global: &[f32], delta: &[f32]) -> Vec<f32> {
     let mut next = global.to_vec();
-    fl_common::model::apply_update(&mut next, delta);
+    fl_model::apply_update(&mut next, delta);
     next
 }
 

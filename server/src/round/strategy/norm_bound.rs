@@ -54,7 +54,7 @@ mod tests {
     use super::*;
     use crate::round::strategy::FedAvg;
     use crate::round::strategy::testing::ctx;
-    use fl_common::privacy::l2_norm;
+    use fl_privacy::l2_norm;
 
     fn fedavg() -> FedAvg {
         FedAvg::new(2)

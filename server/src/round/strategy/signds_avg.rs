@@ -2,7 +2,7 @@
 //! model along their mean with a global learning rate eta_g.
 
 use super::{RoundContext, RoundOutcome, Strategy, StrategyError, Upload};
-use fl_common::signds::SignAggregate;
+use fl_privacy::signds::SignAggregate;
 
 /// w_{t+1} = w_t + eta_g (1/n) sum_clients s * 1_J.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 //! N_t - N_applied. The tree lives in memory only: a secret that is never written to a
 //! checkpoint. A restarted server starts a new tree, which its round policy accounts as one.
 
-use fl_common::privacy::TreeNoise;
+use fl_privacy::TreeNoise;
 use rand::rngs::StdRng;
 
 /// The tree of the current DP-FTRL run segment and the noise already in the model.

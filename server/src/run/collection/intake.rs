@@ -10,7 +10,7 @@ use crate::identity::ids::ClientId;
 use crate::round::events::{Declared, Event, UploadHeader};
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{ClientUpdate, SignUpload, Upload};
-use fl_common::model::CheckedUpdate;
+use fl_model::CheckedUpdate;
 
 /// A client's (loss, accuracy, n) on its own examples (federated evaluation).
 type Evaluation = (f64, f64, u64);

@@ -1,5 +1,5 @@
 //! The collection of a secure-aggregation round: carries the stage messages between the clients
-//! and `fl_common::secagg::ServerRound`, with a deadline per stage, (in simulation) drops a
+//! and `fl_secagg::ServerRound`, with a deadline per stage, (in simulation) drops a
 //! chosen fraction of the clients at a chosen stage, and hands the strategy only the survivors'
 //! decoded sum.
 
@@ -13,7 +13,7 @@ use crate::round::events::{Event, for_log};
 use crate::round::policy::RoundPlan;
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{SumInput, Upload};
-use fl_common::secagg::{
+use fl_secagg::{
     AdvertiseKeys, Calibration, Consistency, Phase, PlainInputs, RoundResult, RoundSetup,
     RoundShape, RoundTag, SecAggError, ServerStage, Stage, StageMessage, Unmasking,
 };

@@ -22,7 +22,7 @@ use crate::round::policy::BufferPolicy;
 use crate::round::rejection::Rejection;
 use crate::run::build::Steps;
 use crate::run::collection::{Received, Tally};
-use fl_common::task::Task;
+use fl_secagg::task::Task;
 use rand::seq::IndexedRandom;
 use std::time::{Duration, Instant};
 

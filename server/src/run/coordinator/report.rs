@@ -7,7 +7,7 @@ use crate::records::local_accounts::LocalAccounts;
 use crate::records::output::{RoundMetrics, StoppedBy, Summary};
 use crate::round::strategy::{RoundContext, RoundOutcome};
 use crate::run::collection::Tally;
-use fl_common::model::Evaluation;
+use fl_model::Evaluation;
 
 impl Coordinator {
     /// The round's metrics line, its evaluation still to be filled in.

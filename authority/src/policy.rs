@@ -1,0 +1,411 @@
+//! The federation policy: the rules a federation's authority signs and every client enforces,
+//! whatever the server asks. The server picks each round's size, graph, threshold, noise and
+//! privacy parameters; a client that holds the policy refuses a round outside it (naming the
+//! rule), so that the bounds of docs/src/explanation/threat-model.md are ones a client checks,
+//! not ones the server is trusted to respect.
+//!
+//! The authority signs the policy with the key it certifies identities with
+//! ([`crate`]). Signed payload (big-endian; docs/src/reference/protocol.md,
+//! "Signed payloads"): `"flp.v1 federation policy"`, u16 length and UTF-8 bytes of the
+//! federation id, u64 min_clients, u64 min_degree (u64::MAX for the complete graph), then the
+//! bits (f64) of min_threshold, min_noise_multiplier, max_release_epsilon, max_total_epsilon
+//! and max_model_magnitude as u64 each.
+
+use crate::{Authority, AuthorityKey};
+
+/// Domain string of a policy's signed payload.
+const POLICY_DOMAIN: &[u8] = b"flp.v1 federation policy";
+
+/// The largest absolute value of a received model's parameters a client accepts when no policy
+/// says otherwise: far above any trained network's weights, far below what overflows f32
+/// arithmetic in a forward pass.
+pub const DEFAULT_MAX_MODEL_MAGNITUDE: f64 = 1e4;
+
+/// The smallest neighbour count of a secure round a policy allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinDegree {
+    /// Every admitted client is every other's neighbour (k = |U1| - 1).
+    Complete,
+    /// k >= this.
+    AtLeast(u64),
+}
+
+/// The rules of one federation; see the module documentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FederationPolicy {
+    /// The federation's id, bound into every secure round's task digest.
+    pub federation: String,
+    /// The fewest admitted clients |U1| of a secure round.
+    pub min_clients: u64,
+    /// The fewest neighbours k of a client in a secure round.
+    pub min_degree: MinDegree,
+    /// The smallest threshold as a fraction of k: t >= ceil(min_threshold k); above 2/3.
+    pub min_threshold: f64,
+    /// Distributed noise: each client's discrete Gaussian standard deviation is at least this
+    /// many times the round's clip bound S (in levels: sigma_i^2 >= (z S gamma)^2); 0 for none.
+    pub min_noise_multiplier: f64,
+    /// Client-side modes: the largest epsilon of one release.
+    pub max_release_epsilon: f64,
+    /// Client-side modes: the largest composed epsilon of one client over the federation's life.
+    pub max_total_epsilon: f64,
+    /// The largest absolute value of a received model's parameters.
+    pub max_model_magnitude: f64,
+}
+
+/// A policy with the authority's signature over it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedPolicy {
+    /// The rules.
+    pub policy: FederationPolicy,
+    /// The authority's Ed25519 signature over [`FederationPolicy::payload`].
+    pub signature: [u8; 64],
+}
+
+/// The policy's file (TOML): the rules, then the signature in hex.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    federation: String,
+    min_clients: u64,
+    /// A number, or "complete".
+    min_degree: toml::Value,
+    min_threshold: f64,
+    min_noise_multiplier: f64,
+    max_release_epsilon: f64,
+    max_total_epsilon: f64,
+    #[serde(default = "default_magnitude")]
+    max_model_magnitude: f64,
+    signature: String,
+}
+
+fn default_magnitude() -> f64 {
+    DEFAULT_MAX_MODEL_MAGNITUDE
+}
+
+impl FederationPolicy {
+    /// Refuses a policy that cannot protect anyone: an empty or long federation id, fewer than
+    /// 3 clients or 2 neighbours, a threshold fraction not in (2/3, 1], a negative noise
+    /// multiplier, or limits that are not positive and finite.
+    pub fn check(&self) -> Result<(), String> {
+        let len = self.federation.len();
+        if len == 0 || len > crate::MAX_NAME_BYTES {
+            return Err(format!(
+                "the federation id must have 1 to 256 bytes (got {len})"
+            ));
+        }
+        if self.min_clients < 3 {
+            return Err(format!("min_clients = {} (at least 3)", self.min_clients));
+        }
+        if let MinDegree::AtLeast(k) = self.min_degree
+            && k < 2
+        {
+            return Err(format!("min_degree = {k} (at least 2, or \"complete\")"));
+        }
+        // t > 2k/3 keeps both secrets of a client hidden from fewer than 2t - k colluders
+        // (Bonawitz et al. 2017, Sec. 6).
+        if !(self.min_threshold > 2.0 / 3.0 && self.min_threshold <= 1.0) {
+            return Err(format!(
+                "min_threshold = {} (a fraction of k above 2/3, at most 1)",
+                self.min_threshold
+            ));
+        }
+        if !(self.min_noise_multiplier >= 0.0 && self.min_noise_multiplier.is_finite()) {
+            return Err(format!(
+                "min_noise_multiplier = {} (0 or more)",
+                self.min_noise_multiplier
+            ));
+        }
+        for (name, v) in [
+            ("max_release_epsilon", self.max_release_epsilon),
+            ("max_total_epsilon", self.max_total_epsilon),
+            ("max_model_magnitude", self.max_model_magnitude),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(format!("{name} = {v} (a positive number)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes the authority signs (see the module documentation).
+    pub fn payload(&self) -> Vec<u8> {
+        let mut out = POLICY_DOMAIN.to_vec();
+        out.extend_from_slice(&(self.federation.len() as u16).to_be_bytes());
+        out.extend_from_slice(self.federation.as_bytes());
+        out.extend_from_slice(&self.min_clients.to_be_bytes());
+        let degree = match self.min_degree {
+            MinDegree::Complete => u64::MAX,
+            MinDegree::AtLeast(k) => k,
+        };
+        out.extend_from_slice(&degree.to_be_bytes());
+        for v in [
+            self.min_threshold,
+            self.min_noise_multiplier,
+            self.max_release_epsilon,
+            self.max_total_epsilon,
+            self.max_model_magnitude,
+        ] {
+            out.extend_from_slice(&v.to_bits().to_be_bytes());
+        }
+        out
+    }
+
+    /// The smallest threshold t a client with `k` neighbours accepts under this policy.
+    pub fn min_threshold_for(&self, k: usize) -> usize {
+        (self.min_threshold * k as f64 - 1e-9).ceil().max(0.0) as usize
+    }
+
+    /// Checks a secure round's shape as one client sees it: |U1| = `members`, its `k`
+    /// neighbours and threshold `t`. The error names the rule.
+    pub fn check_round(&self, members: usize, k: usize, t: usize) -> Result<(), String> {
+        let id = &self.federation;
+        if (members as u64) < self.min_clients {
+            return Err(format!(
+                "federation {id:?} policy: a secure round admits at least {} clients, this \
+                 one {members}",
+                self.min_clients
+            ));
+        }
+        match self.min_degree {
+            MinDegree::Complete if k + 1 != members => {
+                return Err(format!(
+                    "federation {id:?} policy: the graph must be complete ({} neighbours), this \
+                     client has {k}",
+                    members - 1
+                ));
+            }
+            MinDegree::AtLeast(min) if (k as u64) < min => {
+                return Err(format!(
+                    "federation {id:?} policy: at least {min} neighbours, this client has {k}"
+                ));
+            }
+            _ => {}
+        }
+        let min_t = self.min_threshold_for(k);
+        if t < min_t {
+            return Err(format!(
+                "federation {id:?} policy: threshold at least {} of the {k} neighbours \
+                 (t >= {min_t}), this round's is {t}",
+                self.min_threshold
+            ));
+        }
+        Ok(())
+    }
+
+    /// The smallest discrete Gaussian variance (in levels) a client adds to its code for a
+    /// round of clip bound `clip` and scale `gamma`: (z S gamma)^2, rounded up.
+    pub fn min_noise_variance(&self, clip: f64, gamma: f64) -> u64 {
+        let sd = self.min_noise_multiplier * clip * gamma;
+        (sd * sd).ceil().min(u64::MAX as f64) as u64
+    }
+
+    /// The most clients the server may control with both secrets of every honest client's
+    /// still hidden, whatever graph the server draws: |C| < 2 t_min - k_min, with k_min the
+    /// policy's fewest neighbours and t_min its threshold at k_min (threat-model.md).
+    pub fn tolerated_compromised(&self) -> u64 {
+        let k = match self.min_degree {
+            MinDegree::Complete => self.min_clients - 1,
+            MinDegree::AtLeast(k) => k,
+        };
+        let t = self.min_threshold_for(k as usize) as u64;
+        (2 * t).saturating_sub(k).saturating_sub(1)
+    }
+}
+
+impl Authority {
+    /// Signs `policy`, refusing one that fails [`FederationPolicy::check`].
+    pub fn sign_policy(&self, policy: FederationPolicy) -> Result<SignedPolicy, String> {
+        policy.check()?;
+        let signature = self.sign_payload(&policy.payload());
+        Ok(SignedPolicy { policy, signature })
+    }
+}
+
+impl SignedPolicy {
+    /// The policy, once its signature verifies under `authority` and its rules pass
+    /// [`FederationPolicy::check`].
+    pub fn verified(self, authority: &AuthorityKey) -> Result<FederationPolicy, String> {
+        authority
+            .verify_payload(
+                &self.policy.payload(),
+                &self.signature,
+                "the federation policy",
+            )
+            .map_err(|e| e.to_string())?;
+        self.policy.check()?;
+        Ok(self.policy)
+    }
+
+    /// The policy's file.
+    pub fn to_toml(&self) -> String {
+        let p = &self.policy;
+        let min_degree = match p.min_degree {
+            MinDegree::Complete => toml::Value::String("complete".into()),
+            MinDegree::AtLeast(k) => toml::Value::Integer(k as i64),
+        };
+        let file = PolicyFile {
+            federation: p.federation.clone(),
+            min_clients: p.min_clients,
+            min_degree,
+            min_threshold: p.min_threshold,
+            min_noise_multiplier: p.min_noise_multiplier,
+            max_release_epsilon: p.max_release_epsilon,
+            max_total_epsilon: p.max_total_epsilon,
+            max_model_magnitude: p.max_model_magnitude,
+            signature: hex::encode(self.signature),
+        };
+        toml::to_string(&file).expect("a policy always serialises")
+    }
+
+    /// Reads a policy's file (its signature is checked by [`SignedPolicy::verified`]).
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let file: PolicyFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let min_degree = match &file.min_degree {
+            toml::Value::String(s) if s == "complete" => MinDegree::Complete,
+            toml::Value::Integer(k) if *k >= 0 => MinDegree::AtLeast(*k as u64),
+            other => return Err(format!("min_degree = {other} (a number, or \"complete\")")),
+        };
+        let bytes = hex::decode(file.signature.trim()).map_err(|e| format!("signature: {e}"))?;
+        let signature = (bytes.try_into()).map_err(|_| "signature: not 64 bytes".to_string())?;
+        Ok(Self {
+            policy: FederationPolicy {
+                federation: file.federation,
+                min_clients: file.min_clients,
+                min_degree,
+                min_threshold: file.min_threshold,
+                min_noise_multiplier: file.min_noise_multiplier,
+                max_release_epsilon: file.max_release_epsilon,
+                max_total_epsilon: file.max_total_epsilon,
+                max_model_magnitude: file.max_model_magnitude,
+            },
+            signature,
+        })
+    }
+
+    /// The verified policy in the file `path`, signed by the authority whose public key is in
+    /// the file `authority`; every failure names its file.
+    pub fn read_verified(
+        path: &std::path::Path,
+        authority: &std::path::Path,
+    ) -> Result<FederationPolicy, String> {
+        let key = crate::read_key_file(authority, "the authority's public key")?;
+        let key =
+            AuthorityKey::from_bytes(&key).map_err(|e| format!("{}: {e}", authority.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the federation policy {}: {e}", path.display()))?;
+        (Self::from_toml(&text).and_then(|p| p.verified(&key)))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy for tests: at least 4 clients, 3 neighbours, t >= 0.7 k.
+    fn policy() -> FederationPolicy {
+        FederationPolicy {
+            federation: "hospitals".into(),
+            min_clients: 4,
+            min_degree: MinDegree::AtLeast(3),
+            min_threshold: 0.7,
+            min_noise_multiplier: 0.5,
+            max_release_epsilon: 4.0,
+            max_total_epsilon: 10.0,
+            max_model_magnitude: 100.0,
+        }
+    }
+
+    /// A signed policy reads back from its file and verifies under its authority only, and not
+    /// once any rule is changed.
+    #[test]
+    fn a_policy_is_signed_whole_by_its_authority() {
+        let authority = Authority::generate().unwrap();
+        let signed = authority.sign_policy(policy()).unwrap();
+        let read = SignedPolicy::from_toml(&signed.to_toml()).unwrap();
+        assert_eq!(read, signed);
+        assert_eq!(
+            read.clone().verified(&authority.public()).unwrap(),
+            policy()
+        );
+        let other = Authority::generate().unwrap();
+        assert!(read.clone().verified(&other.public()).is_err());
+        let mut looser = read.clone();
+        looser.policy.min_clients = 3;
+        assert!(looser.verified(&authority.public()).is_err());
+        let mut looser = read;
+        looser.policy.max_total_epsilon = 11.0;
+        assert!(looser.verified(&authority.public()).is_err());
+        let complete = FederationPolicy {
+            min_degree: MinDegree::Complete,
+            ..policy()
+        };
+        let signed = authority.sign_policy(complete.clone()).unwrap();
+        let read = SignedPolicy::from_toml(&signed.to_toml()).unwrap();
+        assert_eq!(read.verified(&authority.public()).unwrap(), complete);
+    }
+
+    /// An unusable policy is refused before it is signed.
+    #[test]
+    fn an_unusable_policy_is_not_signed() {
+        let authority = Authority::generate().unwrap();
+        for broken in [
+            FederationPolicy {
+                min_threshold: 2.0 / 3.0,
+                ..policy()
+            },
+            FederationPolicy {
+                min_clients: 2,
+                ..policy()
+            },
+            FederationPolicy {
+                max_release_epsilon: f64::INFINITY,
+                ..policy()
+            },
+            FederationPolicy {
+                federation: String::new(),
+                ..policy()
+            },
+        ] {
+            assert!(authority.sign_policy(broken).is_err());
+        }
+    }
+
+    /// The round's shape: each rule refuses with its name, and the bound on compromised
+    /// clients is 2 t_min - k_min - 1.
+    #[test]
+    fn a_round_outside_the_policy_names_the_rule() {
+        let p = policy();
+        p.check_round(4, 3, 3).unwrap();
+        assert!(
+            p.check_round(3, 2, 2)
+                .unwrap_err()
+                .contains("at least 4 clients")
+        );
+        assert!(
+            p.check_round(5, 2, 2)
+                .unwrap_err()
+                .contains("at least 3 neighbours")
+        );
+        // 0.7 * 3 = 2.1: t >= 3.
+        assert!(p.check_round(5, 3, 2).unwrap_err().contains("t >= 3"));
+        let complete = FederationPolicy {
+            min_degree: MinDegree::Complete,
+            ..p.clone()
+        };
+        assert!(
+            complete
+                .check_round(6, 4, 4)
+                .unwrap_err()
+                .contains("complete")
+        );
+        complete.check_round(5, 4, 3).unwrap();
+        // k = 24, t_min = ceil(0.7 * 24) = 17: |C| <= 9.
+        let wide = FederationPolicy {
+            min_degree: MinDegree::AtLeast(24),
+            ..p
+        };
+        assert_eq!(wide.tolerated_compromised(), 9);
+        assert_eq!(wide.min_noise_variance(1.0, 10.0), 25);
+    }
+}

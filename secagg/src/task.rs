@@ -1,0 +1,138 @@
+//! A round's task as a client receives it, in the domain's terms: what to train, how, and how to
+//! protect the result. `fl_proto`'s conversion builds it from the wire, refusing malformed tasks.
+
+use crate::Quantizer;
+use fl_model::{LocalConfig, Model};
+use fl_privacy::LocalMechanism;
+
+/// What a round asks of a sampled client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// t.
+    pub round: u64,
+    /// The model.
+    pub model: Model,
+    /// E, B, eta.
+    pub config: LocalConfig,
+    /// The mechanism every upload must be protected with, under a client-side mode.
+    pub local: Option<LocalMechanism>,
+    /// The secure-aggregation round that follows training, if any.
+    pub secure: Option<SecureTask>,
+    /// The inexact-ADMM step to take instead of FedAvg's local SGD, if any.
+    pub admm: Option<AdmmStep>,
+    /// Federated evaluation: the client evaluates the received model on its own examples before
+    /// training and reports the figures with a plain update (never with a protected one).
+    pub evaluate: bool,
+}
+
+/// How a client enters a secure-aggregation round with its update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecureTask {
+    /// The fixed-point code: clip to S, scale by gamma, round into the ring.
+    pub quantizer: Quantizer,
+    /// sigma_i^2: the discrete Gaussian noise each client adds to its code (0: none).
+    pub noise_variance: u64,
+    /// The round is signed (the malicious-server variant): every client signs its keys with a
+    /// certified identity, and survivors sign U1 and U3 before any share is revealed.
+    pub signed: bool,
+    /// The federation's id (its policy's; empty without a policy).
+    pub federation: String,
+    /// The server process's run id: with the federation and the round, the attempt.
+    pub run: u64,
+}
+
+/// One inexact-ADMM primal step's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdmmStep {
+    /// rho.
+    pub rho: f64,
+    /// I: examples over all clients.
+    pub total_examples: u64,
+}
+
+impl Task {
+    /// The length of the tensor the task carries: the model, or for IADMM the anchor followed
+    /// by the point.
+    pub fn tensor_len(&self) -> usize {
+        let d = self.model.num_params();
+        match self.admm {
+            Some(_) => 2 * d,
+            None => d,
+        }
+    }
+}
+
+/// H(task): SHA-256 of a secure round's task and the model its client received, the
+/// model-and-task binding of secure aggregation. It enters every key derivation and every signed
+/// payload of the round, so that clients sent different models or settings derive keys that do
+/// not match and refuse each other's signatures: the round fails before anything is shared.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskDigest(pub [u8; 32]);
+
+impl std::fmt::Debug for TaskDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TaskDigest({})", hex::encode(self.0))
+    }
+}
+
+/// Domain string of a task digest.
+const TASK_DIGEST_DOMAIN: &[u8] = b"flp.v1 task";
+
+impl Task {
+    /// The digest of a secure round's task and its `tensor` (the global model as received);
+    /// `None` for a task without secure aggregation. Byte by byte (big-endian integers, strings
+    /// and lists with a u32 length first; docs/src/reference/protocol.md, "Task digest"):
+    /// `"flp.v1 task"`, round u64, the model's text, its tensors (name, then the shape's u64
+    /// dimensions), E u32, B u32, the bits of eta (f32) u32, s u32, the ring's b u32, the bits
+    /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), the federation id
+    /// (a string), the run id u64, then the tensor's values as little-endian f32 after their
+    /// count u64.
+    pub fn secure_digest(&self, tensor: &[f32]) -> Option<TaskDigest> {
+        use sha2::{Digest, Sha256};
+        let secure = self.secure.as_ref()?;
+        let mut h = Sha256::new();
+        let text = |h: &mut Sha256, s: &str| {
+            h.update((s.len() as u32).to_be_bytes());
+            h.update(s.as_bytes());
+        };
+        h.update(TASK_DIGEST_DOMAIN);
+        h.update(self.round.to_be_bytes());
+        text(&mut h, &self.model.to_string());
+        let tensors = self.model.named_tensors(tensor);
+        h.update((tensors.len() as u32).to_be_bytes());
+        for (name, shape, _) in &tensors {
+            text(&mut h, name);
+            h.update((shape.len() as u32).to_be_bytes());
+            shape
+                .iter()
+                .for_each(|&n| h.update((n as u64).to_be_bytes()));
+        }
+        let c = &self.config;
+        for v in [
+            c.epochs,
+            c.batch_size,
+            c.learning_rate.to_bits(),
+            c.random_shift,
+        ] {
+            h.update(v.to_be_bytes());
+        }
+        let q = secure.quantizer;
+        h.update(q.ring.bits().to_be_bytes());
+        for v in [q.clip.to_bits(), q.scale.to_bits(), secure.noise_variance] {
+            h.update(v.to_be_bytes());
+        }
+        h.update([u8::from(secure.signed)]);
+        text(&mut h, &secure.federation);
+        h.update(secure.run.to_be_bytes());
+        h.update((tensor.len() as u64).to_be_bytes());
+        let mut bytes = Vec::with_capacity(4 * 4096);
+        for block in tensor.chunks(4096) {
+            bytes.clear();
+            block
+                .iter()
+                .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+            h.update(&bytes);
+        }
+        Some(TaskDigest(h.finalize().into()))
+    }
+}
