@@ -11,8 +11,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fl_datasets::{Split, load_mnist};
-use fl_model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LENET5, LayerSpec, Shape};
 use fl_model::mat_mul;
+use fl_model::sequential::{FEDAVG_CNN, LENET5, LayerSpec, Sequential, SequentialWorkspace, Shape};
 use ndarray::Array2;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -22,19 +22,19 @@ use std::path::Path;
 /// Examples per epoch.
 const EXAMPLES: usize = 600;
 
-fn network(layers: &[&str]) -> Cnn {
+fn network(layers: &[&str]) -> Sequential {
     let layers: Vec<LayerSpec> = layers.iter().map(|s| s.parse().unwrap()).collect();
     let input = Shape {
         height: 28,
         width: 28,
         channels: 1,
     };
-    Cnn::new(input, &layers).unwrap()
+    Sequential::new(input, &layers).unwrap()
 }
 
 /// (rows per example, fan-in, outputs, whether the input delta is formed) of each layer with
 /// parameters.
-fn products(cnn: &Cnn) -> Vec<(usize, usize, usize, bool)> {
+fn products(cnn: &Sequential) -> Vec<(usize, usize, usize, bool)> {
     cnn.layers()
         .iter()
         .enumerate()
@@ -46,7 +46,7 @@ fn products(cnn: &Cnn) -> Vec<(usize, usize, usize, bool)> {
         .collect()
 }
 
-fn epoch_flops(cnn: &Cnn) -> u64 {
+fn epoch_flops(cnn: &Sequential) -> u64 {
     let per_example: usize = products(cnn)
         .iter()
         .map(|&(r, f, o, delta)| 2 * r * f * o * (2 + usize::from(delta)))
@@ -81,7 +81,7 @@ fn epochs(c: &mut Criterion, name: &str, layers: &[&str], batches: &[usize]) {
     group.throughput(Throughput::Elements(epoch_flops(&cnn)));
     for &batch in batches {
         let mut params = init.clone();
-        let mut ws = CnnWorkspace::default();
+        let mut ws = SequentialWorkspace::default();
         group.bench_function(format!("local_epoch/B={batch}"), |b| {
             b.iter(|| {
                 for start in (0..EXAMPLES).step_by(batch) {

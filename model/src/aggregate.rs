@@ -148,7 +148,7 @@ impl WeightedMean {
 /// two f64 at a time, and the server runs this (for the mean and the moments, beside the norm and
 /// the clip's scaling in [`crate::norms`]) over every upload. The `multiversion` crate
 /// compiles it per x86-64 level and calls the widest the CPU has (as for the CNN's loops,
-/// `crate::cnn::kernels`); each value's arithmetic is the same at every width.
+/// `crate::sequential::kernels`); each value's arithmetic is the same at every width.
 #[multiversion(targets = "simd")]
 pub fn add_weighted(sum: &mut [f64], w: f64, u: &[f32]) {
     for (s, u) in sum.iter_mut().zip(u) {

@@ -3,9 +3,9 @@
 //! either such a built-in network or an [`ExternalModel`], one the clients' own code trains.
 //!
 //! A model is a fully connected network with ReLU between layers (two layer widths make
-//! multinomial logistic regression), or a convolutional network ([`cnn`]). Parameters live in one
-//! `Vec<f32>` in a stable order: for each layer `l` with parameters, its weight matrix W_l
-//! (row-major, fan-in x outputs), then its bias b_l.
+//! multinomial logistic regression), or any list of layers, convolutions included
+//! ([`sequential`]). Parameters live in one `Vec<f32>` in a stable order: for each layer `l`
+//! with parameters, its weight matrix W_l (row-major, fan-in x outputs), then its bias b_l.
 //!
 //! **Owns** parameters, training, evaluation, norms and clips ([`norms`]), a checked upload
 //! ([`CheckedUpdate`]) and weighted sums. **Imports** fl-datasets (what it trains on) and
@@ -15,7 +15,6 @@
 
 mod aggregate;
 mod checked;
-pub mod cnn;
 mod external;
 #[cfg(test)]
 mod gradcheck;
@@ -23,6 +22,7 @@ mod matmul;
 mod network;
 pub mod norms;
 mod pass;
+pub mod sequential;
 mod training;
 
 pub use aggregate::add_weighted;
@@ -30,10 +30,10 @@ pub use aggregate::{
     ModelFault, UpdateError, WeightedMean, all_finite, apply_update, check_model, subtract_global,
 };
 pub use checked::CheckedUpdate;
-pub use cnn::{Cnn, LayerSpec, Shape};
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
 pub use matmul::{mat_mul, times_transposed_weights};
 pub use network::{Workspace, logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
+pub use sequential::{LayerSpec, Sequential, Shape};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
 };
@@ -124,8 +124,9 @@ pub struct Layer {
 pub enum Architecture {
     /// A fully connected ReLU network: widths from inputs through hidden layers to classes.
     Dense(Vec<usize>),
-    /// A convolutional network, its layers placed after the input's shape.
-    Conv(Cnn),
+    /// A list of layers (convolutions, pooling, activations, dense), placed after the input's
+    /// shape.
+    Layers(Sequential),
 }
 
 /// A validated architecture: every constructor checks it, so the passes can trust it.
@@ -186,11 +187,11 @@ impl ModelSpec {
         Self::new(sizes)
     }
 
-    /// A convolutional network of `layers` over inputs of shape `input`.
-    pub fn cnn(input: Shape, layers: &[LayerSpec]) -> Result<Self, ModelError> {
+    /// A network of `layers` (convolutional or not) over inputs of shape `input`.
+    pub fn sequential(input: Shape, layers: &[LayerSpec]) -> Result<Self, ModelError> {
         Ok(ModelSpec {
-            architecture: Architecture::Conv(
-                Cnn::new(input, layers).map_err(ModelError::BadLayers)?,
+            architecture: Architecture::Layers(
+                Sequential::new(input, layers).map_err(ModelError::BadLayers)?,
             ),
         })
     }
@@ -204,7 +205,7 @@ impl ModelSpec {
     pub fn inputs(&self) -> usize {
         match &self.architecture {
             Architecture::Dense(sizes) => sizes[0],
-            Architecture::Conv(cnn) => cnn.inputs(),
+            Architecture::Layers(net) => net.inputs(),
         }
     }
 
@@ -212,7 +213,7 @@ impl ModelSpec {
     pub fn classes(&self) -> usize {
         match &self.architecture {
             Architecture::Dense(sizes) => sizes[sizes.len() - 1],
-            Architecture::Conv(cnn) => cnn.classes(),
+            Architecture::Layers(net) => net.classes(),
         }
     }
 
@@ -220,7 +221,7 @@ impl ModelSpec {
     pub fn num_params(&self) -> usize {
         match &self.architecture {
             Architecture::Dense(sizes) => sizes.windows(2).map(|w| w[0] * w[1] + w[1]).sum(),
-            Architecture::Conv(cnn) => cnn.num_params(),
+            Architecture::Layers(net) => net.num_params(),
         }
     }
 
@@ -238,7 +239,7 @@ impl ModelSpec {
                     end: layer.bias_offset + layer.outputs,
                 })
                 .collect(),
-            Architecture::Conv(cnn) => (cnn.layers().iter().enumerate())
+            Architecture::Layers(net) => (net.layers().iter().enumerate())
                 .filter(|(_, p)| p.outputs_per_position() > 0)
                 .map(|(l, p)| Block {
                     layer: l,
@@ -320,10 +321,10 @@ impl std::fmt::Display for ModelSpec {
                 let widths: Vec<String> = sizes.iter().map(usize::to_string).collect();
                 write!(f, "{}", widths.join("-"))
             }
-            Architecture::Conv(cnn) => {
-                let i = cnn.layers()[0].input;
+            Architecture::Layers(net) => {
+                let i = net.layers()[0].input;
                 write!(f, "{}x{}x{}", i.height, i.width, i.channels)?;
-                cnn.layers()
+                net.layers()
                     .iter()
                     .try_for_each(|layer| write!(f, " {}", layer.spec))
             }

@@ -5,16 +5,16 @@
 //! (standard backpropagation): dZ_L = (softmax(Z_L) - onehot(y)) / B; dW_l = A_{l-1}^T dZ_l;
 //! db_l = sum over the batch of dZ_l; dZ_{l-1} = (dZ_l W_l^T) * [A_{l-1} > 0].
 //!
-//! The public passes take any [`ModelSpec`] and hand a convolutional one to [`super::cnn`].
+//! The public passes take any [`ModelSpec`] and hand a list of layers to [`super::sequential`].
 
-use super::cnn::CnnWorkspace;
 use super::pass::{Target, output_delta, prefix, set_len};
+use super::sequential::SequentialWorkspace;
 use super::{Architecture, Layer, ModelSpec, dense_layers, mat_mul, times_transposed_weights};
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 /// Buffers of a forward and backward pass, kept from step to step so that training allocates
 /// nothing per batch once the first batch has sized them: each layer's output and the
-/// backpropagated deltas dZ_l, dZ_{l-1} and dZ_{l-1}^T (a convolutional network's in `conv`).
+/// backpropagated deltas dZ_l, dZ_{l-1} and dZ_{l-1}^T (a layer list's in `sequential`).
 #[derive(Debug, Default)]
 pub struct Workspace {
     layers: Vec<Layer>,
@@ -22,7 +22,7 @@ pub struct Workspace {
     delta: Vec<f32>,
     prev: Vec<f32>,
     prev_t: Vec<f32>,
-    conv: CnnWorkspace,
+    sequential: SequentialWorkspace,
 }
 
 /// Writes every layer's output for the batch `x` into `outs`: hidden layers after ReLU, the last
@@ -76,7 +76,7 @@ pub fn logits_in<'w>(
             forward_into(layers, params, x, outs);
             &outs[layers.len() - 1]
         }
-        Architecture::Conv(cnn) => cnn.logits(params, x, &mut workspace.conv),
+        Architecture::Layers(net) => net.logits(params, x, &mut workspace.sequential),
     };
     ArrayView2::from_shape((x.nrows(), spec.classes()), logits).expect("one row per example")
 }
@@ -107,7 +107,9 @@ pub fn loss_and_grad_in(
         Architecture::Dense(sizes) => {
             backprop(sizes, Target::Gradient { params, grad }, x, y, workspace)
         }
-        Architecture::Conv(cnn) => cnn.loss_and_grad(params, x, y, grad, &mut workspace.conv),
+        Architecture::Layers(net) => {
+            net.loss_and_grad(params, x, y, grad, &mut workspace.sequential)
+        }
     }
 }
 
@@ -127,7 +129,9 @@ pub fn loss_and_step_in(
         Architecture::Dense(sizes) => {
             backprop(sizes, Target::Step { params, eta }, x, y, workspace)
         }
-        Architecture::Conv(cnn) => cnn.loss_and_step(params, eta, x, y, &mut workspace.conv),
+        Architecture::Layers(net) => {
+            net.loss_and_step(params, eta, x, y, &mut workspace.sequential)
+        }
     }
 }
 

@@ -235,7 +235,7 @@ const EVAL_VALUES: usize = 1 << 24;
 fn eval_batch(spec: &ModelSpec) -> usize {
     match spec.architecture() {
         Architecture::Dense(_) => EVAL_BATCH,
-        Architecture::Conv(cnn) => (EVAL_VALUES / cnn.values_per_example()).clamp(1, EVAL_BATCH),
+        Architecture::Layers(cnn) => (EVAL_VALUES / cnn.values_per_example()).clamp(1, EVAL_BATCH),
     }
 }
 

@@ -78,7 +78,7 @@ async fn run(config: RunConfig) -> Result<Summary, fl_server::ServerError> {
 
 fn small_cnn() -> ModelSpec {
     let layers: Vec<LayerSpec> = LAYERS.iter().map(|s| s.parse().unwrap()).collect();
-    ModelSpec::cnn(IMAGE, &layers).unwrap()
+    ModelSpec::sequential(IMAGE, &layers).unwrap()
 }
 
 /// The run's released model, read back as the small CNN's parameters.

@@ -2,7 +2,7 @@
 //! checked when read, and the local training settings.
 
 use crate::v1;
-use fl_model::cnn::MAX_LAYERS;
+use fl_model::sequential::MAX_LAYERS;
 use fl_model::{
     Architecture, ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape,
     TensorShape,
@@ -15,7 +15,7 @@ impl From<&ModelSpec> for v1::ModelSpec {
                 layer_sizes: sizes.iter().map(|&w| w as u32).collect(),
                 ..Default::default()
             },
-            Architecture::Conv(cnn) => {
+            Architecture::Layers(cnn) => {
                 let input = cnn.layers()[0].input;
                 v1::ModelSpec {
                     layer_sizes: Vec::new(),
@@ -113,7 +113,7 @@ impl TryFrom<&v1::ModelSpec> for ModelSpec {
                     .map_err(|e| bad(format!("layer {n} ({text:?}): {e}")))
             })
             .collect::<Result<Vec<LayerSpec>, _>>()?;
-        ModelSpec::cnn(input, &layers)
+        ModelSpec::sequential(input, &layers)
     }
 }
 

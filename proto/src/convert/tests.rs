@@ -89,11 +89,11 @@ fn a_cnn_spec_crosses_the_wire_and_bad_layers_are_refused() {
         width: 28,
         channels: 1,
     };
-    let layers: Vec<LayerSpec> = fl_model::cnn::FEDAVG_CNN
+    let layers: Vec<LayerSpec> = fl_model::sequential::FEDAVG_CNN
         .iter()
         .map(|t| t.parse().unwrap())
         .collect();
-    let spec = ModelSpec::cnn(input, &layers).unwrap();
+    let spec = ModelSpec::sequential(input, &layers).unwrap();
     let wire = v1::ModelSpec::from(&spec);
     assert!(wire.layer_sizes.is_empty());
     assert_eq!(wire.layers[0], "conv:32:5:pad2");

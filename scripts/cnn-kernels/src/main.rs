@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Conv2dConfig, Module, Optimizer, SGD, VarBuilder, VarMap};
-use fl_model::cnn::{Cnn, CnnWorkspace, FEDAVG_CNN, LayerSpec, Shape};
+use fl_model::sequential::{Sequential, SequentialWorkspace, FEDAVG_CNN, LayerSpec, Shape};
 use std::time::Instant;
 
 const EXAMPLES: usize = 600;
@@ -31,13 +31,13 @@ fn ours(batch: usize) -> f64 {
         width: 28,
         channels: 1,
     };
-    let cnn = Cnn::new(input, &layers).unwrap();
+    let cnn = Sequential::new(input, &layers).unwrap();
     let mut params: Vec<f32> = (0..cnn.num_params())
         .map(|i| ((i % 97) as f32 - 48.0) * 1e-3)
         .collect();
     let (x, y) = data();
     let x = ndarray::Array2::from_shape_vec((EXAMPLES, 784), x).unwrap();
-    let mut ws = CnnWorkspace::default();
+    let mut ws = SequentialWorkspace::default();
     let times = (0..6)
         .map(|_| {
             let t = Instant::now();

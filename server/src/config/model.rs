@@ -1,7 +1,7 @@
 //! `[model]`: the architecture.
 
 use super::ConfigError;
-use fl_model::{LayerSpec, ModelSpec, Shape, cnn};
+use fl_model::{LayerSpec, ModelSpec, Shape, sequential};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -16,9 +16,9 @@ pub enum ModelKind {
     /// Convolutional network of the listed `layers`.
     Cnn,
     /// McMahan et al. 2017's CNN: two 5x5 convolutions of 32 and 64 channels, each with 2x2 max
-    /// pooling, then dense 512 (1,663,370 parameters on MNIST; [`cnn::FEDAVG_CNN`]).
+    /// pooling, then dense 512 (1,663,370 parameters on MNIST; [`sequential::FEDAVG_CNN`]).
     FedavgCnn,
-    /// LeNet-5 as MindSpore Federated trains it (61,706 parameters; [`cnn::LENET5`]).
+    /// LeNet-5 as MindSpore Federated trains it (61,706 parameters; [`sequential::LENET5`]).
     Lenet5,
     /// A model only the clients' own code knows (e.g. a PyTorch `nn.Module`), defined by the
     /// f32 tensors of `init`. The server loads no test set for it and writes `test_accuracy` as
@@ -105,7 +105,7 @@ impl ModelSection {
                     }
                     _ => {}
                 }
-                ModelSpec::cnn(input, &layers)
+                ModelSpec::sequential(input, &layers)
             }
         }
         .map_err(|e| invalid(e.to_string()))
@@ -115,8 +115,8 @@ impl ModelSection {
     fn conv_layers(&self) -> Result<Vec<LayerSpec>, String> {
         let texts: Vec<&str> = match self.kind {
             ModelKind::Cnn => self.layers.iter().map(String::as_str).collect(),
-            ModelKind::FedavgCnn => cnn::FEDAVG_CNN.to_vec(),
-            ModelKind::Lenet5 => cnn::LENET5.to_vec(),
+            ModelKind::FedavgCnn => sequential::FEDAVG_CNN.to_vec(),
+            ModelKind::Lenet5 => sequential::LENET5.to_vec(),
             ModelKind::Logistic | ModelKind::Mlp | ModelKind::External => Vec::new(),
         };
         if texts.is_empty() {

@@ -167,7 +167,7 @@ mod tests {
         .iter()
         .map(|t| t.parse().unwrap())
         .collect();
-        ModelSpec::cnn(input, &layers).unwrap().into()
+        ModelSpec::sequential(input, &layers).unwrap().into()
     }
 
     #[test]

@@ -16,13 +16,13 @@ fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
 
 /// A small CNN with padding, stride, pooling, flatten, tanh and dense layers (272 parameters), its
 /// parameters and a batch of 3 examples of 8 x 8 x 2.
-fn small_problem(seed: u64) -> (Cnn, Vec<f32>, Array2<f32>, Vec<u32>) {
+fn small_problem(seed: u64) -> (Sequential, Vec<f32>, Array2<f32>, Vec<u32>) {
     let input = Shape {
         height: 8,
         width: 8,
         channels: 2,
     };
-    let cnn = Cnn::new(
+    let cnn = Sequential::new(
         input,
         &layers(&[
             "conv:3:3:pad1",
@@ -61,7 +61,7 @@ fn the_small_problem_has_the_layout_of_its_layers() {
 /// Layer `l`'s outputs for a batch of `batch` against the convolution written from its
 /// definition, with kernel k, stride s and padding p; its input is `input`.
 fn assert_convolution_by_definition(
-    (cnn, l, batch): (&Cnn, usize, usize),
+    (cnn, l, batch): (&Sequential, usize, usize),
     params: &[f32],
     input: &[f32],
     output: &[f32],
@@ -101,7 +101,7 @@ fn assert_convolution_by_definition(
 #[test]
 fn forward_is_convolution_then_pooling_by_definition() {
     let (cnn, params, x, _) = small_problem(2);
-    let mut ws = CnnWorkspace::default();
+    let mut ws = SequentialWorkspace::default();
     cnn.forward(&params, x.view(), &mut ws);
     let (input, output) = (&ws.outs[2], &ws.outs[3]);
     assert_convolution_by_definition((&cnn, 3, 3), &params, input, output, (3, 2, 1));
@@ -135,14 +135,14 @@ fn pooling_before_relu_computes_the_stated_network() {
     };
     let (small, ..) = small_problem(3);
     let networks = [
-        Cnn::new(mnist, &layers(&FEDAVG_CNN)).unwrap(),
-        Cnn::new(mnist, &layers(&LENET5)).unwrap(),
+        Sequential::new(mnist, &layers(&FEDAVG_CNN)).unwrap(),
+        Sequential::new(mnist, &layers(&LENET5)).unwrap(),
         small,
     ];
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     for cnn in networks {
         assert_ne!(cnn.steps, cnn.layers, "a ReLU before pooling is moved");
-        let stated = Cnn {
+        let stated = Sequential {
             steps: cnn.layers.clone(),
             ..cnn.clone()
         };
@@ -160,8 +160,8 @@ fn pooling_before_relu_computes_the_stated_network() {
         let y: Vec<u32> = (0..batch as u32)
             .map(|i| i % cnn.classes() as u32)
             .collect();
-        let mut ws = CnnWorkspace::default();
-        let run = |net: &Cnn, ws: &mut CnnWorkspace| {
+        let mut ws = SequentialWorkspace::default();
+        let run = |net: &Sequential, ws: &mut SequentialWorkspace| {
             let mut grad = vec![0.0; params.len()];
             let loss = net.loss_and_grad(&params, x.view(), &y, &mut grad, ws);
             let mut stepped = params.clone();
@@ -190,11 +190,11 @@ fn a_one_channel_convolution_is_its_definition() {
         ("conv:2:4:pad3", (4, 1, 3)),
         ("conv:2:3:stride2:pad1", (3, 2, 1)),
     ] {
-        let cnn = Cnn::new(input, &layers(&[spec, "dense:2"])).unwrap();
+        let cnn = Sequential::new(input, &layers(&[spec, "dense:2"])).unwrap();
         let params = random(&mut rng, cnn.num_params());
         let x =
             Array2::from_shape_vec((2, input.len()), random(&mut rng, 2 * input.len())).unwrap();
-        let mut ws = CnnWorkspace::default();
+        let mut ws = SequentialWorkspace::default();
         cnn.forward(&params, x.view(), &mut ws);
         let image = x.as_slice().unwrap();
         assert_convolution_by_definition((&cnn, 0, 2), &params, image, &ws.outs[0], geometry);
@@ -215,10 +215,10 @@ fn itertools_product(
 #[test]
 fn backward_matches_finite_differences() {
     let (cnn, params, x, y) = small_problem(11);
-    let mut ws = CnnWorkspace::default();
+    let mut ws = SequentialWorkspace::default();
     let mut grad = vec![0.0; params.len()];
     cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
-    let loss_at = |p: &[f32], ws: &mut CnnWorkspace| {
+    let loss_at = |p: &[f32], ws: &mut SequentialWorkspace| {
         let mut g = vec![0.0; p.len()];
         f64::from(cnn.loss_and_grad(p, x.view(), &y, &mut g, ws))
     };
@@ -233,7 +233,7 @@ fn backward_matches_finite_differences() {
 fn a_fused_step_equals_gradient_then_update() {
     let (cnn, params, x, y) = small_problem(12);
     let eta = 0.3;
-    let mut ws = CnnWorkspace::default();
+    let mut ws = SequentialWorkspace::default();
     let mut grad = vec![0.0; params.len()];
     let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
     let mut stepped = params.clone();
@@ -262,7 +262,7 @@ fn a_batch_in_several_blocks_is_the_mean_of_its_examples() {
         "maxpool:2",
         "dense:3",
     ];
-    let cnn = Cnn::new(input, &layers(&list)).unwrap();
+    let cnn = Sequential::new(input, &layers(&list)).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     let params: Vec<f32> = random(&mut rng, cnn.num_params())
         .iter()
@@ -272,7 +272,7 @@ fn a_batch_in_several_blocks_is_the_mean_of_its_examples() {
     let x = Array2::from_shape_vec((batch, input.len()), random(&mut rng, batch * input.len()))
         .unwrap();
     let y: Vec<u32> = (0..batch as u32).map(|i| i % 3).collect();
-    let mut ws = CnnWorkspace::default();
+    let mut ws = SequentialWorkspace::default();
     // A stale buffer: the first block must overwrite it, the later ones add.
     let mut grad = vec![7.0; params.len()];
     let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
@@ -311,7 +311,7 @@ fn a_batch_in_several_blocks_is_the_mean_of_its_examples() {
 #[test]
 fn a_network_must_end_in_logits() {
     let input = Shape::flat(4);
-    let e = Cnn::new(input, &layers(&["dense:3", "relu"])).unwrap_err();
+    let e = Sequential::new(input, &layers(&["dense:3", "relu"])).unwrap_err();
     assert!(e.contains("last layer must be dense"), "{e}");
 }
 
@@ -324,7 +324,7 @@ fn a_refusal_names_the_layer_as_stated() {
         width: 4,
         channels: 1,
     };
-    let e = Cnn::new(input, &layers(&["relu", "maxpool:8", "dense:2"])).unwrap_err();
+    let e = Sequential::new(input, &layers(&["relu", "maxpool:8", "dense:2"])).unwrap_err();
     assert!(e.starts_with("layer 1 (maxpool:8)"), "{e}");
 }
 

@@ -1,5 +1,6 @@
-//! Convolutional networks over the flat parameter vector: 2-D convolution (stride, padding), max
-//! pooling, ReLU, flatten and dense layers, with their forward and backward passes.
+//! Networks given as a list of layers over the flat parameter vector: 2-D convolution (stride,
+//! padding), max pooling, ReLU, tanh, flatten and dense layers, with their forward and backward
+//! passes. The convolutional networks (FedAvg's CNN, LeNet-5) are such lists.
 //!
 //! Activations are stored per example height-major with channels last (HWC), so a batch of B
 //! examples at a layer is a (B * H * W) x C matrix. A convolution is then a dense layer over
@@ -72,7 +73,7 @@ pub const LENET5: [&str; 11] = [
 
 /// A convolutional network: its layers placed after the input's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cnn {
+pub struct Sequential {
     /// The layers as stated.
     layers: Vec<Placed>,
     /// The layers as run: the same but for each ReLU before max pooling, run after it
@@ -83,7 +84,7 @@ pub struct Cnn {
 /// Buffers of a forward and backward pass, kept from step to step: each layer's output, a block
 /// of a convolution's patch matrix, each pooling layer's argmax positions, and the deltas.
 #[derive(Debug, Default)]
-pub struct CnnWorkspace {
+pub struct SequentialWorkspace {
     outs: Vec<Vec<f32>>,
     patches: Vec<f32>,
     argmax: Vec<Vec<u32>>,
@@ -92,7 +93,7 @@ pub struct CnnWorkspace {
     scratch: Vec<f32>,
 }
 
-impl Cnn {
+impl Sequential {
     /// `layers` after an input of shape `input`; the last layer must be dense (the logits).
     pub fn new(input: Shape, layers: &[LayerSpec]) -> Result<Self, String> {
         // The stated layers first, so that a refusal names the layer where the user wrote it;
@@ -134,7 +135,7 @@ impl Cnn {
         &self,
         params: &[f32],
         x: ArrayView2<'_, f32>,
-        ws: &'w mut CnnWorkspace,
+        ws: &'w mut SequentialWorkspace,
     ) -> &'w [f32] {
         assert_eq!(params.len(), self.num_params(), "parameter vector length");
         self.forward(params, x, ws);
@@ -154,7 +155,7 @@ impl Cnn {
         x: ArrayView2<'_, f32>,
         y: &[u32],
         grad: &mut [f32],
-        ws: &mut CnnWorkspace,
+        ws: &mut SequentialWorkspace,
     ) -> f32 {
         assert_eq!(grad.len(), params.len(), "gradient buffer length");
         self.backprop(Target::Gradient { params, grad }, x, y, ws)
@@ -168,13 +169,13 @@ impl Cnn {
         eta: f32,
         x: ArrayView2<'_, f32>,
         y: &[u32],
-        ws: &mut CnnWorkspace,
+        ws: &mut SequentialWorkspace,
     ) -> f32 {
         self.backprop(Target::Step { params, eta }, x, y, ws)
     }
 
     /// Writes every layer's output for the batch `x` into the workspace.
-    fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut CnnWorkspace) {
+    fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut SequentialWorkspace) {
         assert_eq!(x.ncols(), self.inputs(), "input width");
         let batch = x.nrows();
         let n = self.steps.len();
@@ -225,7 +226,7 @@ impl Cnn {
         mut target: Target<'_>,
         x: ArrayView2<'_, f32>,
         y: &[u32],
-        ws: &mut CnnWorkspace,
+        ws: &mut SequentialWorkspace,
     ) -> f32 {
         assert_eq!(x.nrows(), y.len(), "one label per example");
         assert_eq!(
