@@ -82,6 +82,65 @@ fn default_magnitude() -> f64 {
     DEFAULT_MAX_MODEL_MAGNITUDE
 }
 
+/// The rule of the federation's policy that a secure round breaks, as one client sees the
+/// round ([`FederationPolicy::check_round`]); each names the federation and the round's figure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OutsidePolicy {
+    /// |U1| below `min_clients`.
+    #[error(
+        "federation {federation:?} policy: a secure round admits at least {min} clients, this \
+         one {members}"
+    )]
+    TooFewMembers {
+        /// The federation id.
+        federation: String,
+        /// The policy's `min_clients`.
+        min: u64,
+        /// |U1|.
+        members: usize,
+    },
+    /// A sparse graph where the policy asks for the complete one.
+    #[error(
+        "federation {federation:?} policy: the graph must be complete ({needed} neighbours), \
+         this client has {k}"
+    )]
+    IncompleteGraph {
+        /// The federation id.
+        federation: String,
+        /// |U1| - 1.
+        needed: usize,
+        /// The client's neighbours.
+        k: usize,
+    },
+    /// Fewer neighbours than `min_degree`.
+    #[error("federation {federation:?} policy: at least {min} neighbours, this client has {k}")]
+    TooFewNeighbours {
+        /// The federation id.
+        federation: String,
+        /// The policy's `min_degree`.
+        min: u64,
+        /// The client's neighbours.
+        k: usize,
+    },
+    /// A Shamir threshold t below `min_threshold` of the client's k neighbours.
+    #[error(
+        "federation {federation:?} policy: threshold at least {fraction} of the {k} neighbours \
+         (t >= {min_t}), this round's is {t}"
+    )]
+    ThresholdTooLow {
+        /// The federation id.
+        federation: String,
+        /// The policy's `min_threshold`.
+        fraction: f64,
+        /// The client's neighbours.
+        k: usize,
+        /// The smallest t the policy allows for k.
+        min_t: usize,
+        /// The round's t.
+        t: usize,
+    },
+}
+
 impl FederationPolicy {
     /// Refuses a policy that cannot protect anyone: an empty or long federation id, fewer than
     /// 3 clients or 2 neighbours, a threshold fraction not in (2/3, 1], a negative noise
@@ -157,37 +216,41 @@ impl FederationPolicy {
 
     /// Checks a secure round's shape as one client sees it: |U1| = `members`, its `k`
     /// neighbours and threshold `t`. The error names the rule.
-    pub fn check_round(&self, members: usize, k: usize, t: usize) -> Result<(), String> {
-        let id = &self.federation;
+    pub fn check_round(&self, members: usize, k: usize, t: usize) -> Result<(), OutsidePolicy> {
+        let federation = || self.federation.clone();
         if (members as u64) < self.min_clients {
-            return Err(format!(
-                "federation {id:?} policy: a secure round admits at least {} clients, this \
-                 one {members}",
-                self.min_clients
-            ));
+            return Err(OutsidePolicy::TooFewMembers {
+                federation: federation(),
+                min: self.min_clients,
+                members,
+            });
         }
         match self.min_degree {
             MinDegree::Complete if k + 1 != members => {
-                return Err(format!(
-                    "federation {id:?} policy: the graph must be complete ({} neighbours), this \
-                     client has {k}",
-                    members - 1
-                ));
+                return Err(OutsidePolicy::IncompleteGraph {
+                    federation: federation(),
+                    needed: members - 1,
+                    k,
+                });
             }
             MinDegree::AtLeast(min) if (k as u64) < min => {
-                return Err(format!(
-                    "federation {id:?} policy: at least {min} neighbours, this client has {k}"
-                ));
+                return Err(OutsidePolicy::TooFewNeighbours {
+                    federation: federation(),
+                    min,
+                    k,
+                });
             }
             _ => {}
         }
         let min_t = self.min_threshold_for(k);
         if t < min_t {
-            return Err(format!(
-                "federation {id:?} policy: threshold at least {} of the {k} neighbours \
-                 (t >= {min_t}), this round's is {t}",
-                self.min_threshold
-            ));
+            return Err(OutsidePolicy::ThresholdTooLow {
+                federation: federation(),
+                fraction: self.min_threshold,
+                k,
+                min_t,
+                t,
+            });
         }
         Ok(())
     }
@@ -377,28 +440,43 @@ mod tests {
     fn a_round_outside_the_policy_names_the_rule() {
         let p = policy();
         p.check_round(4, 3, 3).unwrap();
-        assert!(
-            p.check_round(3, 2, 2)
-                .unwrap_err()
-                .contains("at least 4 clients")
-        );
-        assert!(
-            p.check_round(5, 2, 2)
-                .unwrap_err()
-                .contains("at least 3 neighbours")
-        );
+        let members = p.check_round(3, 2, 2).unwrap_err();
+        assert!(matches!(
+            members,
+            OutsidePolicy::TooFewMembers {
+                min: 4,
+                members: 3,
+                ..
+            }
+        ));
+        assert!(members.to_string().contains("at least 4 clients"));
+        let degree = p.check_round(5, 2, 2).unwrap_err();
+        assert!(matches!(
+            degree,
+            OutsidePolicy::TooFewNeighbours { min: 3, k: 2, .. }
+        ));
+        assert!(degree.to_string().contains("at least 3 neighbours"));
         // 0.7 * 3 = 2.1: t >= 3.
-        assert!(p.check_round(5, 3, 2).unwrap_err().contains("t >= 3"));
+        let threshold = p.check_round(5, 3, 2).unwrap_err();
+        assert!(matches!(
+            threshold,
+            OutsidePolicy::ThresholdTooLow { min_t: 3, t: 2, .. }
+        ));
+        assert!(threshold.to_string().contains("t >= 3"));
         let complete = FederationPolicy {
             min_degree: MinDegree::Complete,
             ..p.clone()
         };
-        assert!(
-            complete
-                .check_round(6, 4, 4)
-                .unwrap_err()
-                .contains("complete")
-        );
+        let graph = complete.check_round(6, 4, 4).unwrap_err();
+        assert!(matches!(
+            graph,
+            OutsidePolicy::IncompleteGraph {
+                needed: 5,
+                k: 4,
+                ..
+            }
+        ));
+        assert!(graph.to_string().contains("complete"));
         complete.check_round(5, 4, 3).unwrap();
         // k = 24, t_min = ceil(0.7 * 24) = 17: |C| <= 9.
         let wide = FederationPolicy {

@@ -259,8 +259,7 @@ impl ClientRound {
         self.expect(Stage::AdvertiseKeys, "neighbours")?;
         self.check_threshold(hood.threshold, hood.neighbours.len())?;
         if let Some(policy) = &self.policy {
-            (policy.check_round(hood.members.len(), hood.neighbours.len(), hood.threshold))
-                .map_err(SecAggError::Refused)?;
+            policy.check_round(hood.members.len(), hood.neighbours.len(), hood.threshold)?;
         }
         let (n, t) = (hood.neighbours.len(), hood.threshold);
         let mut neighbours = BTreeMap::new();

@@ -166,6 +166,9 @@ pub enum SecAggError {
     /// A server message the client refuses (it would break the protocol's guarantees).
     #[error("refused: {0}")]
     Refused(String),
+    /// A round outside the federation's policy, which the client holds from its authority.
+    #[error("refused: {0}")]
+    OutsidePolicy(#[from] fl_authority::policy::OutsidePolicy),
     /// Too few clients survived a stage: the round ends with no update and nothing revealed.
     #[error("round {round} aborted during {stage}: {reason}")]
     Aborted {
