@@ -83,7 +83,7 @@ impl TryFrom<&v1::ModelSpec> for Model {
 impl TryFrom<&v1::ModelSpec> for ModelSpec {
     type Error = ModelError;
 
-    /// Validates the architecture as [`ModelSpec::new`] and [`ModelSpec::cnn`] do (a peer's
+    /// Validates the architecture as [`ModelSpec::new`] and [`ModelSpec::sequential`] do (a peer's
     /// spec is untrusted).
     fn try_from(wire: &v1::ModelSpec) -> Result<Self, Self::Error> {
         if !wire.tensors.is_empty() {
