@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+pub mod files;
 pub mod policy;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
@@ -293,113 +294,6 @@ impl RevocationList {
     /// Whether `name` is revoked.
     pub fn revokes(&self, name: &str) -> bool {
         self.names.contains(name)
-    }
-}
-
-/// A certificate or revocation list as a file (TOML, keys and signatures in hex), what the
-/// authority hands out and clients and servers read.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CertificateFile {
-    name: String,
-    identity: String,
-    signature: String,
-}
-
-/// A revocation list as a file.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RevocationsFile {
-    serial: u64,
-    names: BTreeSet<String>,
-    signature: String,
-}
-
-/// `N` bytes from hex, naming `what` when they are not.
-fn from_hex<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> {
-    let bytes = hex::decode(text.trim()).map_err(|e| format!("{what}: {e}"))?;
-    let len = bytes.len();
-    bytes
-        .try_into()
-        .map_err(|_| format!("{what}: {len} bytes, not {N}"))
-}
-
-/// A 32-byte key or secret in hex, as the key files hold it.
-pub fn key_from_hex(text: &str, what: &str) -> Result<[u8; 32], String> {
-    from_hex(text, what)
-}
-
-impl IdentityCertificate {
-    /// The certificate's file.
-    pub fn to_toml(&self) -> String {
-        let file = CertificateFile {
-            name: self.name.clone(),
-            identity: hex::encode(self.identity.0),
-            signature: hex::encode(self.signature),
-        };
-        toml::to_string(&file).expect("a certificate always serialises")
-    }
-
-    /// Reads a certificate's file (its signature is checked by [`AuthorityKey::verify`]).
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let file: CertificateFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        Ok(Self {
-            name: file.name,
-            identity: IdentityKey(from_hex(&file.identity, "identity")?),
-            signature: from_hex(&file.signature, "signature")?,
-        })
-    }
-}
-
-impl RevocationList {
-    /// The list's file.
-    pub fn to_toml(&self) -> String {
-        let file = RevocationsFile {
-            serial: self.serial,
-            names: self.names.clone(),
-            signature: hex::encode(self.signature),
-        };
-        toml::to_string(&file).expect("a revocation list always serialises")
-    }
-
-    /// Reads a list's file (its signature is checked by [`AuthorityKey::verify_revocations`]).
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let file: RevocationsFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        Ok(Self {
-            serial: file.serial,
-            names: file.names,
-            signature: from_hex(&file.signature, "signature")?,
-        })
-    }
-}
-
-/// The file at `path` read by `parse`; either failure names the file.
-fn read_parsed<T>(
-    path: &std::path::Path,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// A 32-byte key from its hex file (`fl authority init` and `identity` write them), naming
-/// `what` and the file when it is not one.
-pub fn read_key_file(path: &std::path::Path, what: &str) -> Result<[u8; 32], String> {
-    read_parsed(path, |text| key_from_hex(text, what))
-}
-
-impl IdentityCertificate {
-    /// A certificate's file (not yet verified).
-    pub fn read(path: &std::path::Path) -> Result<Self, String> {
-        read_parsed(path, Self::from_toml)
-    }
-}
-
-impl RevocationList {
-    /// A revocation list's file (not yet verified).
-    pub fn read(path: &std::path::Path) -> Result<Self, String> {
-        read_parsed(path, Self::from_toml)
     }
 }
 

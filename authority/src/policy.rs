@@ -11,7 +11,7 @@
 //! bits (f64) of min_threshold, min_noise_multiplier, max_release_epsilon, max_total_epsilon
 //! and max_model_magnitude as u64 each.
 
-use crate::{Authority, AuthorityKey};
+use crate::{Authority, AuthorityError, AuthorityKey, MAX_NAME_BYTES};
 
 /// Domain string of a policy's signed payload.
 const POLICY_DOMAIN: &[u8] = b"flp.v1 federation policy";
@@ -59,27 +59,6 @@ pub struct SignedPolicy {
     pub policy: FederationPolicy,
     /// The authority's Ed25519 signature over [`FederationPolicy::payload`].
     pub signature: [u8; 64],
-}
-
-/// The policy's file (TOML): the rules, then the signature in hex.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
-    federation: String,
-    min_clients: u64,
-    /// A number, or "complete".
-    min_degree: toml::Value,
-    min_threshold: f64,
-    min_noise_multiplier: f64,
-    max_release_epsilon: f64,
-    max_total_epsilon: f64,
-    #[serde(default = "default_magnitude")]
-    max_model_magnitude: f64,
-    signature: String,
-}
-
-fn default_magnitude() -> f64 {
-    DEFAULT_MAX_MODEL_MAGNITUDE
 }
 
 /// The rule of the federation's policy that a secure round breaks, as one client sees the
@@ -141,46 +120,69 @@ pub enum OutsidePolicy {
     },
 }
 
+/// Why a federation policy cannot protect anyone: the rule named, with the value given.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    /// A federation id that is empty or too long (its length).
+    #[error("the federation id must have 1 to {MAX_NAME_BYTES} bytes (got {0})")]
+    FederationId(usize),
+    /// Fewer than 3 clients per round.
+    #[error("min_clients = {0} (at least 3)")]
+    MinClients(u64),
+    /// Fewer than 2 neighbours.
+    #[error("min_degree = {0} (at least 2, or \"complete\")")]
+    MinDegree(u64),
+    /// A threshold fraction not in (2/3, 1].
+    #[error("min_threshold = {0} (a fraction of k above 2/3, at most 1)")]
+    MinThreshold(f64),
+    /// A negative or infinite noise multiplier.
+    #[error("min_noise_multiplier = {0} (0 or more)")]
+    MinNoiseMultiplier(f64),
+    /// The signature does not verify under the authority's key.
+    #[error(transparent)]
+    Signature(AuthorityError),
+    /// A limit (named) that is not positive and finite.
+    #[error("{name} = {value} (a positive number)")]
+    NotPositive {
+        /// The limit.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+}
+
 impl FederationPolicy {
     /// Refuses a policy that cannot protect anyone: an empty or long federation id, fewer than
     /// 3 clients or 2 neighbours, a threshold fraction not in (2/3, 1], a negative noise
     /// multiplier, or limits that are not positive and finite.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), PolicyError> {
         let len = self.federation.len();
         if len == 0 || len > crate::MAX_NAME_BYTES {
-            return Err(format!(
-                "the federation id must have 1 to 256 bytes (got {len})"
-            ));
+            return Err(PolicyError::FederationId(len));
         }
         if self.min_clients < 3 {
-            return Err(format!("min_clients = {} (at least 3)", self.min_clients));
+            return Err(PolicyError::MinClients(self.min_clients));
         }
         if let MinDegree::AtLeast(k) = self.min_degree
             && k < 2
         {
-            return Err(format!("min_degree = {k} (at least 2, or \"complete\")"));
+            return Err(PolicyError::MinDegree(k));
         }
         // t > 2k/3 keeps both secrets of a client hidden from fewer than 2t - k colluders
         // (Bonawitz et al. 2017, Sec. 6).
         if !(self.min_threshold > 2.0 / 3.0 && self.min_threshold <= 1.0) {
-            return Err(format!(
-                "min_threshold = {} (a fraction of k above 2/3, at most 1)",
-                self.min_threshold
-            ));
+            return Err(PolicyError::MinThreshold(self.min_threshold));
         }
         if !(self.min_noise_multiplier >= 0.0 && self.min_noise_multiplier.is_finite()) {
-            return Err(format!(
-                "min_noise_multiplier = {} (0 or more)",
-                self.min_noise_multiplier
-            ));
+            return Err(PolicyError::MinNoiseMultiplier(self.min_noise_multiplier));
         }
-        for (name, v) in [
+        for (name, value) in [
             ("max_release_epsilon", self.max_release_epsilon),
             ("max_total_epsilon", self.max_total_epsilon),
             ("max_model_magnitude", self.max_model_magnitude),
         ] {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(format!("{name} = {v} (a positive number)"));
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(PolicyError::NotPositive { name, value });
             }
         }
         Ok(())
@@ -277,7 +279,7 @@ impl FederationPolicy {
 
 impl Authority {
     /// Signs `policy`, refusing one that fails [`FederationPolicy::check`].
-    pub fn sign_policy(&self, policy: FederationPolicy) -> Result<SignedPolicy, String> {
+    pub fn sign_policy(&self, policy: FederationPolicy) -> Result<SignedPolicy, PolicyError> {
         policy.check()?;
         let signature = self.sign_payload(&policy.payload());
         Ok(SignedPolicy { policy, signature })
@@ -287,77 +289,12 @@ impl Authority {
 impl SignedPolicy {
     /// The policy, once its signature verifies under `authority` and its rules pass
     /// [`FederationPolicy::check`].
-    pub fn verified(self, authority: &AuthorityKey) -> Result<FederationPolicy, String> {
-        authority
-            .verify_payload(
-                &self.policy.payload(),
-                &self.signature,
-                "the federation policy",
-            )
-            .map_err(|e| e.to_string())?;
+    pub fn verified(self, authority: &AuthorityKey) -> Result<FederationPolicy, PolicyError> {
+        let payload = self.policy.payload();
+        (authority.verify_payload(&payload, &self.signature, "the federation policy"))
+            .map_err(PolicyError::Signature)?;
         self.policy.check()?;
         Ok(self.policy)
-    }
-
-    /// The policy's file.
-    pub fn to_toml(&self) -> String {
-        let p = &self.policy;
-        let min_degree = match p.min_degree {
-            MinDegree::Complete => toml::Value::String("complete".into()),
-            MinDegree::AtLeast(k) => toml::Value::Integer(k as i64),
-        };
-        let file = PolicyFile {
-            federation: p.federation.clone(),
-            min_clients: p.min_clients,
-            min_degree,
-            min_threshold: p.min_threshold,
-            min_noise_multiplier: p.min_noise_multiplier,
-            max_release_epsilon: p.max_release_epsilon,
-            max_total_epsilon: p.max_total_epsilon,
-            max_model_magnitude: p.max_model_magnitude,
-            signature: hex::encode(self.signature),
-        };
-        toml::to_string(&file).expect("a policy always serialises")
-    }
-
-    /// Reads a policy's file (its signature is checked by [`SignedPolicy::verified`]).
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let file: PolicyFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        let min_degree = match &file.min_degree {
-            toml::Value::String(s) if s == "complete" => MinDegree::Complete,
-            toml::Value::Integer(k) if *k >= 0 => MinDegree::AtLeast(*k as u64),
-            other => return Err(format!("min_degree = {other} (a number, or \"complete\")")),
-        };
-        let bytes = hex::decode(file.signature.trim()).map_err(|e| format!("signature: {e}"))?;
-        let signature = (bytes.try_into()).map_err(|_| "signature: not 64 bytes".to_string())?;
-        Ok(Self {
-            policy: FederationPolicy {
-                federation: file.federation,
-                min_clients: file.min_clients,
-                min_degree,
-                min_threshold: file.min_threshold,
-                min_noise_multiplier: file.min_noise_multiplier,
-                max_release_epsilon: file.max_release_epsilon,
-                max_total_epsilon: file.max_total_epsilon,
-                max_model_magnitude: file.max_model_magnitude,
-            },
-            signature,
-        })
-    }
-
-    /// The verified policy in the file `path`, signed by the authority whose public key is in
-    /// the file `authority`; every failure names its file.
-    pub fn read_verified(
-        path: &std::path::Path,
-        authority: &std::path::Path,
-    ) -> Result<FederationPolicy, String> {
-        let key = crate::read_key_file(authority, "the authority's public key")?;
-        let key =
-            AuthorityKey::from_bytes(&key).map_err(|e| format!("{}: {e}", authority.display()))?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading the federation policy {}: {e}", path.display()))?;
-        (Self::from_toml(&text).and_then(|p| p.verified(&key)))
-            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

@@ -4,10 +4,10 @@
 //! certified.
 
 use anyhow::{Context, bail};
+use fl_authority::files::read_key_file;
 use fl_authority::policy::{FederationPolicy, MinDegree};
 use fl_authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
-    read_key_file,
 };
 use fl_server::output::write_atomic;
 use std::collections::BTreeSet;
@@ -155,18 +155,18 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
             identity,
             out,
         } => {
-            let authority = Authority::from_secret(&read_key(&key, "authority key")?);
-            let identity = IdentityKey(read_key(&identity, "identity key")?);
+            let authority = Authority::from_secret(&read_key_file(&key, "authority key")?);
+            let identity = IdentityKey(read_key_file(&identity, "identity key")?);
             let cert = authority.certify(&name, &identity)?;
             write_atomic(&out, cert.to_toml().as_bytes())
                 .with_context(|| format!("writing {}", out.display()))?;
             Ok(format!("{name} certified in {}", out.display()))
         }
         AuthorityCommand::Revoke { key, name, list } => {
-            let authority = Authority::from_secret(&read_key(&key, "authority key")?);
+            let authority = Authority::from_secret(&read_key_file(&key, "authority key")?);
             let (serial, mut names) = match list.exists() {
                 true => {
-                    let old = read_revocations(&list)?;
+                    let old = RevocationList::read(&list)?;
                     authority.public().verify_revocations(&old)?;
                     (old.serial + 1, old.names)
                 }
@@ -179,10 +179,8 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
             Ok(format!("{name} revoked (list serial {serial})"))
         }
         AuthorityCommand::Policy(args) => {
-            let authority = Authority::from_secret(&read_key(&args.key, "authority key")?);
-            let signed = authority
-                .sign_policy(args.policy()?)
-                .map_err(anyhow::Error::msg)?;
+            let authority = Authority::from_secret(&read_key_file(&args.key, "authority key")?);
+            let signed = authority.sign_policy(args.policy()?)?;
             write_atomic(&args.out, signed.to_toml().as_bytes())
                 .with_context(|| format!("writing {}", args.out.display()))?;
             let tolerated = signed.policy.tolerated_compromised();
@@ -198,11 +196,11 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
             cert,
             revocations,
         } => {
-            let key = AuthorityKey::from_bytes(&read_key(&authority, "authority public key")?)?;
-            let cert = IdentityCertificate::read(&cert).map_err(anyhow::Error::msg)?;
+            let key = AuthorityKey::read(&authority)?;
+            let cert = IdentityCertificate::read(&cert)?;
             key.verify(&cert)?;
             if let Some(path) = revocations {
-                let list = read_revocations(&path)?;
+                let list = RevocationList::read(&path)?;
                 key.verify_revocations(&list)?;
                 if list.revokes(&cert.name) {
                     bail!("{} is revoked (list serial {})", cert.name, list.serial);
@@ -239,14 +237,4 @@ fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut file = (options.open(path)).with_context(|| format!("creating {}", path.display()))?;
     file.write_all(text.as_bytes())?;
     Ok(file.sync_all()?)
-}
-
-/// A 32-byte key from its hex file.
-fn read_key(path: &Path, what: &str) -> anyhow::Result<[u8; 32]> {
-    read_key_file(path, what).map_err(anyhow::Error::msg)
-}
-
-/// A revocation list's file (not yet verified).
-fn read_revocations(path: &Path) -> anyhow::Result<RevocationList> {
-    RevocationList::read(path).map_err(anyhow::Error::msg)
 }

@@ -48,8 +48,7 @@ pub fn enroll(args: &EnrollArgs) -> anyhow::Result<Option<String>> {
             (Some(token), Some(digest), None)
         }
     };
-    list.enroll(&args.name, digest, fingerprint)
-        .map_err(anyhow::Error::msg)?;
+    list.enroll(&args.name, digest, fingerprint)?;
     write_atomic(&args.file, list.to_toml().as_bytes())
         .with_context(|| format!("writing {}", args.file.display()))?;
     Ok(token)
@@ -57,15 +56,15 @@ pub fn enroll(args: &EnrollArgs) -> anyhow::Result<Option<String>> {
 
 /// Revokes a client.
 pub fn revoke(args: &RevokeArgs) -> anyhow::Result<()> {
-    let mut list = EnrollmentList::read(&args.file).map_err(anyhow::Error::msg)?;
-    list.revoke(&args.name).map_err(anyhow::Error::msg)?;
+    let mut list = EnrollmentList::read(&args.file)?;
+    list.revoke(&args.name)?;
     write_atomic(&args.file, list.to_toml().as_bytes())
         .with_context(|| format!("writing {}", args.file.display()))
 }
 
 fn read_or_empty(path: &Path) -> anyhow::Result<EnrollmentList> {
     if path.exists() {
-        EnrollmentList::read(path).map_err(anyhow::Error::msg)
+        Ok(EnrollmentList::read(path)?)
     } else {
         Ok(EnrollmentList::default())
     }

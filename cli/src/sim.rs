@@ -390,7 +390,7 @@ fn sim_credentials(
             let identity = Identity::generate()?;
             let certificate = authority.certify(&sim_name(i), &identity.public())?;
             let credentials = Credentials::new(identity, certificate, verifier.clone());
-            Ok(Some(Arc::new(credentials.map_err(anyhow::Error::msg)?)))
+            Ok(Some(Arc::new(credentials?)))
         })
         .collect()
 }

@@ -5,6 +5,7 @@
 //! requires. `crate::session` drives it over gRPC; nothing here knows the wire.
 
 use crate::ClientPrivacy;
+use crate::refusal::Refusal;
 use crate::round::{Computed, Work, compute, needs_built_in};
 use crate::secure::{SecureContext, SecureRound, Step};
 use crate::state::ClientState;
@@ -52,7 +53,7 @@ pub(crate) struct Prepared {
     /// t.
     round: u64,
     /// The upload or the started secure round, or why there is neither.
-    ready: Result<Ready, String>,
+    ready: Result<Ready, Refusal>,
     /// Seconds the job took.
     pub(crate) seconds: f64,
     /// The trainer's mean loss, when the round's upload is plain (a local mechanism's release
@@ -71,7 +72,7 @@ enum Ready {
 /// A stage message's job done: the secure round's state and its next step.
 pub(crate) struct Stepped {
     state: SecureRound,
-    step: Result<Step, String>,
+    step: Result<Step, Refusal>,
 }
 
 /// The slot's half of a computed round (no engine state): under secure aggregation, quantise,
@@ -79,7 +80,7 @@ pub(crate) struct Stepped {
 fn prepare(
     me: u64,
     work: &Work,
-    computed: Result<Computed, String>,
+    computed: Result<Computed, Refusal>,
     context: &SecureContext,
 ) -> Prepared {
     let round = work.task.round;
@@ -94,9 +95,7 @@ fn prepare(
             let (state, keys) = SecureRound::start((me, tag), task, &values, context);
             Ok(Ready::Secure(Box::new(state), keys))
         }
-        (Ok(Computed::Protected(_)), Some(_)) => {
-            Err("a local release cannot enter secure aggregation".into())
-        }
+        (Ok(Computed::Protected(_)), Some(_)) => Err(Refusal::LocalReleaseInSecure),
         (Ok(computed), None) => Ok(Ready::Upload(computed)),
         (Err(reason), _) => Err(reason),
     };
@@ -199,7 +198,8 @@ impl Engine {
     }
 
     /// The client cannot do round `round`: the refusal to send.
-    pub(crate) fn refuse(&mut self, round: u64, reason: String) -> Outgoing {
+    pub(crate) fn refuse(&mut self, round: u64, refusal: Refusal) -> Outgoing {
+        let reason = refusal.to_string();
         tracing::warn!(round, %reason, "cannot do this round's task");
         self.tasks_refused += 1;
         self.last_refusal = Some(reason.clone());
@@ -209,53 +209,55 @@ impl Engine {
     /// Checks a task against the trainer and this client's privacy requirements. The client
     /// never uploads with less protection than it requires: its limits only tighten the round's
     /// mechanism, and a round of another kind is refused.
-    fn plan(&mut self, mut task: Task, received: Vec<f32>) -> Result<Work, String> {
+    fn plan(&mut self, mut task: Task, received: Vec<f32>) -> Result<Work, Refusal> {
         let d = task.model.num_params();
         if received.len() != task.tensor_len() {
-            return Err(format!(
-                "model {} has {d} parameters but {} values were sent",
-                task.model,
-                received.len()
-            ));
+            return Err(Refusal::TensorLength {
+                model: task.model,
+                params: d,
+                sent: received.len(),
+            });
         }
         self.check_values(&received)?;
-        self.trainer.check(&task.model)?;
+        (self.trainer.check(&task.model)).map_err(Refusal::Trainer)?;
         match &self.model {
             Some(first) if *first != task.model => {
-                return Err(format!(
-                    "the model changed mid-run from {first} to {}: a server cannot change what \
-                     this client uploads",
-                    task.model
-                ));
+                return Err(Refusal::ModelChanged {
+                    first: first.clone(),
+                    now: task.model,
+                });
             }
             Some(_) => {}
             None => self.model = Some(task.model.clone()),
         }
-        (task.config.check())
-            .map_err(|e| format!("unusable local config {:?}: {e}", task.config))?;
+        (task.config.check()).map_err(|reason| Refusal::LocalConfig {
+            config: task.config,
+            reason,
+        })?;
         let asked = task.local.map_or("none", |m| m.name());
         if let Some(required) = self.privacy.require
             && required.name() != asked
         {
-            return Err(format!(
-                "this client uploads only with {}; the round asks for {asked}",
-                required.name()
-            ));
+            return Err(Refusal::OtherMechanism {
+                required: required.name(),
+                asked,
+            });
         }
         if let Some(secure) = &task.secure {
-            check_combination(task.local.is_some(), task.admm.is_some())?;
+            check_combination(task.local.is_some(), task.admm.is_some())
+                .map_err(Refusal::Combination)?;
             self.check_secure(secure)?;
         }
         task.local = task.local.map(|m| m.tightened(&self.limits()));
         if let Some(m) = &task.local {
-            m.check(d).map_err(|e| e.to_string())?;
-            let release = m.accounted_release().map_err(|e| e.to_string())?;
+            m.check(d)?;
+            let release = m.accounted_release()?;
             self.state.check(&release)?;
         }
         if self.trainer.built_in().is_none()
-            && let Some(reason) = needs_built_in(&task)
+            && let Some(refusal) = needs_built_in(&task)
         {
-            return Err(reason);
+            return Err(refusal);
         }
         if let Some(secure) = &task.secure {
             self.state.take_part(secure.run, task.round)?;
@@ -270,26 +272,18 @@ impl Engine {
 
     /// A secure round's federation and signing against this client's: its policy's federation,
     /// and signed exactly when this client has an identity.
-    fn check_secure(&self, secure: &SecureTask) -> Result<(), String> {
+    fn check_secure(&self, secure: &SecureTask) -> Result<(), Refusal> {
         if let Some(p) = &self.policy
             && p.federation != secure.federation
         {
-            return Err(format!(
-                "the round is of federation {:?}, this client's policy is of {:?}",
-                secure.federation, p.federation
-            ));
+            return Err(Refusal::OtherFederation {
+                round: secure.federation.clone(),
+                ours: p.federation.clone(),
+            });
         }
         match (secure.signed, self.secure_context.credentials.is_some()) {
-            (false, true) => Err(
-                "this client takes part only in signed secure rounds, and the \
-                                  server runs unsigned ones (it has no secagg.authority)"
-                    .into(),
-            ),
-            (true, false) => Err(
-                "the round is signed and this client has no identity to sign \
-                                  with (give it --authority, --identity and --certificate)"
-                    .into(),
-            ),
+            (false, true) => Err(Refusal::UnsignedRound),
+            (true, false) => Err(Refusal::NoIdentity),
             _ => Ok(()),
         }
     }
@@ -309,17 +303,17 @@ impl Engine {
     /// max_model_magnitude (or [`DEFAULT_MAX_MODEL_MAGNITUDE`]), before any of this client's
     /// examples is touched: such a model could make training fail for some examples only, and
     /// the failure would tell the server about them.
-    fn check_values(&self, received: &[f32]) -> Result<(), String> {
+    fn check_values(&self, received: &[f32]) -> Result<(), Refusal> {
         let bound =
             (self.policy.as_ref()).map_or(DEFAULT_MAX_MODEL_MAGNITUDE, |p| p.max_model_magnitude);
         let within = |v: &f32| v.is_finite() && f64::from(v.abs()) <= bound;
         match received.iter().position(|v| !within(v)) {
             None => Ok(()),
-            Some(i) => Err(format!(
-                "the received model's value {i} is {} (not finite, or beyond the bound {bound} \
-                 on a model's values): refused before training",
-                received[i]
-            )),
+            Some(index) => Err(Refusal::ValueOutOfBounds {
+                index,
+                value: received[index],
+                bound,
+            }),
         }
     }
 
@@ -373,11 +367,11 @@ impl Engine {
     pub(crate) fn stage_job(
         &mut self,
         round: u64,
-        stage: Result<ServerStage, String>,
+        stage: Result<ServerStage, Refusal>,
     ) -> Option<impl FnOnce() -> Stepped + Send + 'static> {
         let mut state = self.secure.take_if(|s| s.round == round)?;
         Some(move || {
-            let step = stage.and_then(|stage| state.step(stage));
+            let step = stage.and_then(|s| Ok(state.step(s)?));
             Stepped { state, step }
         })
     }
@@ -405,7 +399,7 @@ impl Engine {
 
     /// Adds a result's local release, if any, to what this client has spent (refused past its
     /// cap; remembered on disk before the release is sent).
-    fn record(&mut self, round: u64, computed: &Computed) -> Result<(), String> {
+    fn record(&mut self, round: u64, computed: &Computed) -> Result<(), Refusal> {
         let Some(release) = computed.release() else {
             return Ok(());
         };

@@ -10,6 +10,7 @@
 mod connection;
 mod engine;
 mod logging;
+mod refusal;
 mod round;
 mod secure;
 mod session;
@@ -25,7 +26,7 @@ pub use connection::{
 pub use logging::init_logging;
 pub use session::{run, run_client};
 pub use slots::TrainingSlots;
-pub use state::state_file;
+pub use state::{StateError, state_file};
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
 
 pub use fl_common::pace::Pace;
@@ -62,8 +63,8 @@ pub enum ClientError {
     #[error("this client has no training examples")]
     NoData,
     /// This client's state file cannot be read or is of another federation.
-    #[error("{0}")]
-    State(String),
+    #[error(transparent)]
+    State(#[from] StateError),
     /// The session ended without a Shutdown (the server went away).
     #[error("the server closed the session without Shutdown")]
     SessionLost,

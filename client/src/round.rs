@@ -11,6 +11,7 @@
 //! Noise and SignDS draws come from an OS-seeded CSPRNG, even in seeded runs; the seed only fixes
 //! the order of local examples.
 
+use crate::refusal::{ComputationError, Refusal};
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::cores::CoreBudget;
 use fl_model::{all_finite, subtract_global};
@@ -63,16 +64,20 @@ impl Computed {
 }
 
 /// Why a trainer other than the built-in one cannot take a round of `task`'s kind, if it cannot.
-pub(crate) fn needs_built_in(task: &Task) -> Option<String> {
+pub(crate) fn needs_built_in(task: &Task) -> Option<Refusal> {
     let why = match (task.admm, task.local) {
         (Some(_), _) => "an IADMM round",
         (None, Some(LocalMechanism::Laplace { .. })) => "the ldp-laplace mechanism",
         _ => return None,
     };
-    Some(format!(
-        "{why} needs per-example L1 clipping inside training, which only the built-in trainer \
-         (fl_client::SgdTrainer) does: this client's trainer cannot take part"
-    ))
+    Some(Refusal::NeedsBuiltIn(why))
+}
+
+/// The built-in trainer, which a round of `task`'s kind needs (refused before training when
+/// the client has another: [`needs_built_in`]).
+fn built_in<'a>(task: &Task, trainer: &'a dyn Trainer) -> Result<&'a SgdTrainer, Refusal> {
+    (trainer.built_in())
+        .ok_or_else(|| needs_built_in(task).unwrap_or(Refusal::NeedsBuiltIn("this round")))
 }
 
 /// Runs the round's local computation with `trainer` and protects the result. When the server
@@ -80,7 +85,7 @@ pub(crate) fn needs_built_in(task: &Task) -> Option<String> {
 /// (diverged, or the trainer failed) is not reported: the failure could depend on the client's
 /// examples. The client sends [`fallback`], the zero update through the same mechanism, and
 /// keeps the reason in its own log.
-pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> {
+pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, Refusal> {
     let protected = work.task.local.is_some() || work.task.secure.is_some();
     match compute_once(work, trainer) {
         Err(reason) if protected => {
@@ -98,7 +103,7 @@ pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, St
 
 /// The data-independent result of a failed round: the zero update (IADMM: the zero iterate)
 /// through the round's mechanism, or as the plain input of secure aggregation.
-fn fallback(work: &Work) -> Result<Computed, String> {
+fn fallback(work: &Work) -> Result<Computed, Refusal> {
     let zeros = vec![0.0; work.task.model.num_params()];
     let mut noise_rng = StdRng::from_os_rng();
     match (work.task.local, work.task.admm) {
@@ -110,22 +115,20 @@ fn fallback(work: &Work) -> Result<Computed, String> {
         }),
         (Some(m), Some(step)) => m
             .protect_admm_step(zeros, step.rho, step.total_examples, &mut noise_rng)
-            .map(Computed::Protected),
+            .map(Computed::Protected)
+            .map_err(Refusal::from),
         (Some(m), None) => m
             .protect_update(zeros, &work.task.config, &mut noise_rng)
-            .map(Computed::Protected),
+            .map(Computed::Protected)
+            .map_err(Refusal::from),
     }
 }
 
 /// One attempt at the round's computation: training, then the mechanism.
-fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> {
-    let built_in = || {
-        let reason = needs_built_in(&work.task).unwrap_or_default();
-        trainer.built_in().ok_or(reason)
-    };
+fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, Refusal> {
     let mut noise_rng = StdRng::from_os_rng();
     let computed = match work.task.admm {
-        Some(step) => admm_step(work, step, built_in()?, &mut noise_rng)?,
+        Some(step) => admm_step(work, step, built_in(&work.task, trainer)?, &mut noise_rng)?,
         None => fedavg(work, trainer, &mut noise_rng)?,
     };
     let values = match &computed {
@@ -133,7 +136,7 @@ fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> 
         Computed::Protected(p) => p.values(),
     };
     if values.is_some_and(|v| !all_finite(v)) {
-        return Err("local training diverged (non-finite parameters)".into());
+        return Err(ComputationError::Diverged.into());
     }
     Ok(computed)
 }
@@ -141,9 +144,9 @@ fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, String> 
 /// The reason sent to the server when the trainer fails: a fixed text, since the trainer's own
 /// (`reason`) may describe the data, and under a client-side mode the server is the adversary.
 /// The trainer's reason stays on the device, in the client's log.
-fn trainer_failed(reason: String) -> String {
+fn trainer_failed(reason: String) -> Refusal {
     tracing::warn!(%reason, "the trainer failed");
-    "the client's trainer failed (its reason stays on the client)".into()
+    ComputationError::TrainerFailed.into()
 }
 
 /// The received model's figures on this client's examples, if the task asks and its upload is
@@ -190,17 +193,15 @@ fn request(work: &Work) -> TrainRequest {
 }
 
 /// FedAvg's local training from w_t, then the round's mechanism on u = w_k - w_t.
-fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<Computed, String> {
+fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<Computed, Refusal> {
     let global = &work.received;
     let request = request(work);
     let mechanism = work.task.local.as_ref();
     let (weights, loss, examples) = match mechanism {
         Some(&LocalMechanism::Laplace { clip, steps, .. }) => {
-            let sgd = trainer
-                .built_in()
-                .ok_or_else(|| needs_built_in(&work.task).unwrap_or_default())?;
-            let (weights, loss) =
-                on_a_core(|| sgd.train_clipped_l1(&request, global, clip, steps))?;
+            let sgd = built_in(&work.task, trainer)?;
+            let (weights, loss) = on_a_core(|| sgd.train_clipped_l1(&request, global, clip, steps))
+                .map_err(trainer_failed)?;
             (weights, Some(loss), sgd.examples())
         }
         _ => {
@@ -209,11 +210,11 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
         }
     };
     if weights.len() != global.len() {
-        return Err(format!(
-            "the trainer returned {} values for a model of {} parameters",
-            weights.len(),
-            global.len()
-        ));
+        return Err(ComputationError::TrainerLength {
+            returned: weights.len(),
+            params: global.len(),
+        }
+        .into());
     }
     let mut u = weights;
     subtract_global(&mut u, global);
@@ -225,9 +226,8 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
             evaluation: evaluation(work, trainer),
         });
     };
-    mechanism
-        .protect_update(u, &work.task.config, noise_rng)
-        .map(Computed::Protected)
+    let protected = mechanism.protect_update(u, &work.task.config, noise_rng)?;
+    Ok(Computed::Protected(protected))
 }
 
 /// One inexact-ADMM primal step from the anchor and point the task carries.
@@ -236,14 +236,15 @@ fn admm_step(
     step: AdmmStep,
     sgd: &SgdTrainer,
     noise_rng: &mut StdRng,
-) -> Result<Computed, String> {
+) -> Result<Computed, Refusal> {
     let d = work.task.model.num_params();
     let received = &work.received;
     if received.len() != 2 * d {
-        return Err(format!(
-            "an IADMM task carries 2 x {d} values (anchor and point), not {}",
-            received.len()
-        ));
+        return Err(ComputationError::AdmmTensor {
+            params: d,
+            sent: received.len(),
+        }
+        .into());
     }
     let (anchor, point) = received.split_at(d);
     let mechanism = work.task.local;
@@ -252,7 +253,8 @@ fn admm_step(
         Some(m) => m.admm_clip()?,
     };
     let (gradient_sum, loss) =
-        on_a_core(|| sgd.clipped_gradient_sum(&work.task.model, point, clip))?;
+        on_a_core(|| sgd.clipped_gradient_sum(&work.task.model, point, clip))
+            .map_err(trainer_failed)?;
     let z = primal_step(anchor, &gradient_sum, step.rho, step.total_examples);
     match mechanism {
         None => Ok(Computed::Plain {
@@ -261,8 +263,9 @@ fn admm_step(
             examples: sgd.examples(),
             evaluation: None,
         }),
-        Some(m) => m
-            .protect_admm_step(z, step.rho, step.total_examples, noise_rng)
-            .map(Computed::Protected),
+        Some(m) => {
+            let protected = m.protect_admm_step(z, step.rho, step.total_examples, noise_rng)?;
+            Ok(Computed::Protected(protected))
+        }
     }
 }

@@ -4,7 +4,9 @@
 use fl_authority::policy::FederationPolicy;
 use fl_privacy::add_discrete_gaussian_noise;
 use fl_secagg::task::SecureTask;
-use fl_secagg::{ClientRound, Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
+use fl_secagg::{
+    ClientRound, Credentials, PlainInputs, Ring, RoundTag, SecAggError, ServerStage, StageMessage,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -71,18 +73,17 @@ impl SecureRound {
     }
 
     /// Answers one stage message of the server; an error is the reason to leave the round.
-    pub(crate) fn step(&mut self, stage: ServerStage) -> Result<Step, String> {
-        let text = |e: fl_secagg::SecAggError| e.to_string();
+    pub(crate) fn step(&mut self, stage: ServerStage) -> Result<Step, SecAggError> {
         let (p, rng) = (&mut self.protocol, &mut self.secret);
         Ok(match stage {
             // Stage 1: share this client's secrets among its neighbours.
             ServerStage::Neighbours(hood) => {
-                Step::Send(StageMessage::Shares(p.share_keys(hood, rng).map_err(text)?))
+                Step::Send(StageMessage::Shares(p.share_keys(hood, rng)?))
             }
             // The check: name the neighbours whose shares do not open (to this client, they
             // have dropped).
             ServerStage::ShareInbox(shares) => {
-                let refused = p.check_shares(&shares).map_err(text)?;
+                let refused = p.check_shares(&shares)?;
                 if !refused.is_empty() {
                     let round = self.round;
                     tracing::warn!(
@@ -95,20 +96,20 @@ impl SecureRound {
             }
             // Stage 2: the masked input y_u.
             ServerStage::Proceed(proceed) => {
-                let y = p.masked_input(&proceed, &self.input).map_err(text)?;
+                let y = p.masked_input(&proceed, &self.input)?;
                 Step::Send(StageMessage::Masked(y))
             }
             // Stage 3 (unsigned): the shares that unmask the survivors' sum.
             ServerStage::Survivors(survivors) if !p.signed() => {
-                Step::Done(StageMessage::Reveal(p.unmask(&survivors).map_err(text)?))
+                Step::Done(StageMessage::Reveal(p.unmask(&survivors)?))
             }
             // The consistency check (signed): sign the survivor set, once.
             ServerStage::Survivors(survivors) => {
-                Step::Send(StageMessage::Endorse(p.endorse(&survivors).map_err(text)?))
+                Step::Send(StageMessage::Endorse(p.endorse(&survivors)?))
             }
             // Stage 3 (signed): reveal once t neighbours signed the same sets.
             ServerStage::Endorsements(signatures) => {
-                let reveals = p.reveal_endorsed(&signatures).map_err(text)?;
+                let reveals = p.reveal_endorsed(&signatures)?;
                 Step::Done(StageMessage::Reveal(reveals))
             }
         })

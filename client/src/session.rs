@@ -5,6 +5,7 @@
 
 use crate::connection::open_session;
 use crate::engine::Engine;
+use crate::refusal::Refusal;
 use crate::state::ClientState;
 use crate::trainer::{SgdTrainer, Trainer};
 use crate::wire::send_outgoing;
@@ -152,7 +153,7 @@ impl Session<'_> {
         };
         let task = match Task::try_from(&t) {
             Ok(task) => self.engine.task(task, received),
-            Err(e) => Err(self.engine.refuse(t.round, e.to_string())),
+            Err(e) => Err(self.engine.refuse(t.round, unreadable(e))),
         };
         let outgoing = match task {
             // The job goes on in its slot if this session is dropped.
@@ -180,7 +181,7 @@ impl Session<'_> {
         let (round, stage) = match stage {
             Ok((round, stage)) => (round, Ok(stage)),
             // A stage message that does not read ends the client's secure round, whichever it is.
-            Err(e) => (self.engine.secure_round().unwrap_or(0), Err(e.to_string())),
+            Err(e) => (self.engine.secure_round().unwrap_or(0), Err(unreadable(e))),
         };
         let Some(job) = self.engine.stage_job(round, stage) else {
             tracing::debug!(
@@ -192,4 +193,9 @@ impl Session<'_> {
         let stepped = self.opts.training_slots.run(job).await?;
         send_outgoing(&self.outbox, self.engine.stepped(stepped)).await
     }
+}
+
+/// A server message that did not read, as the reason to refuse its round.
+fn unreadable(e: fl_proto::WireError) -> Refusal {
+    Refusal::Unreadable(e.to_string())
 }

@@ -13,6 +13,70 @@ use fl_privacy::{LocalLedger, Release};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Why the client state refuses: a file that cannot be used (starting over would forget what
+/// was spent), a spent budget, or a secure attempt taken part in already.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file cannot be read.
+    #[error("reading the client state {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a client state.
+    #[error("the client state {}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// The file is of another federation.
+    #[error("the client state {} is of federation {found:?}, not {expected:?}", path.display())]
+    OtherFederation {
+        /// The file.
+        path: PathBuf,
+        /// Its federation.
+        found: String,
+        /// This client's.
+        expected: String,
+    },
+    /// The file cannot be written.
+    #[error("writing the client state {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// One more release would take the client past its cap.
+    #[error(
+        "this client's local privacy budget is spent: one more release at epsilon {epsilon} \
+         would bring its total to {total:.4}, above its cap of {cap}"
+    )]
+    BudgetSpent {
+        /// The release's epsilon.
+        epsilon: f64,
+        /// The total it would bring.
+        total: f64,
+        /// The client's cap.
+        cap: f64,
+    },
+    /// The client took part in this round, or a later one, of the run.
+    #[error(
+        "this client already took part in round {last} of run {run:016x}: a secure round is \
+         taken part in once, and rounds only go forward"
+    )]
+    AlreadyTookPart {
+        /// The last round it took part in.
+        last: u64,
+        /// The run.
+        run: u64,
+    },
+}
+
 /// The state file of the client `name` in the folder `dir`: `FEDERATION--NAME.json`, the
 /// federation being `policy`'s id (`local` without one), every character other than an ASCII
 /// letter, digit, `-` or `.` written `_`.
@@ -62,23 +126,28 @@ impl ClientState {
         file: Option<PathBuf>,
         federation: &str,
         cap: Option<f64>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StateError> {
         let fresh = Remembered {
             federation: federation.into(),
             ..Remembered::default()
         };
         let remembered = match &file {
             Some(path) if path.exists() => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("reading the client state {}: {e}", path.display()))?;
-                let read: Remembered = serde_json::from_str(&text)
-                    .map_err(|e| format!("the client state {}: {e}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(|source| StateError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                let read: Remembered =
+                    serde_json::from_str(&text).map_err(|source| StateError::Parse {
+                        path: path.clone(),
+                        source,
+                    })?;
                 if read.federation != federation {
-                    return Err(format!(
-                        "the client state {} is of federation {:?}, not {federation:?}",
-                        path.display(),
-                        read.federation
-                    ));
+                    return Err(StateError::OtherFederation {
+                        path: path.clone(),
+                        found: read.federation,
+                        expected: federation.into(),
+                    });
                 }
                 read
             }
@@ -101,13 +170,16 @@ impl ClientState {
     }
 
     /// Writes the file, if the client has one.
-    fn save(&self) -> Result<(), String> {
+    fn save(&self) -> Result<(), StateError> {
         let Some(path) = &self.file else {
             return Ok(());
         };
         let text = serde_json::to_string_pretty(&self.remembered).expect("the state serialises");
         let tmp = path.with_extension("json.tmp");
-        let fail = |e: std::io::Error| format!("writing the client state {}: {e}", path.display());
+        let fail = |source| StateError::Write {
+            path: path.clone(),
+            source,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
@@ -119,13 +191,10 @@ impl ClientState {
     /// when this client already took part in this round or a later one of the same run (an
     /// attempt is signed once; an aborted one is re-run as a new round number). Remembered
     /// before it returns.
-    pub(crate) fn take_part(&mut self, run: u64, round: u64) -> Result<(), String> {
+    pub(crate) fn take_part(&mut self, run: u64, round: u64) -> Result<(), StateError> {
         let last = self.remembered.attempts.get(&run).copied();
         if let Some(last) = last.filter(|&last| round <= last) {
-            return Err(format!(
-                "this client already took part in round {last} of run {run:016x}: a secure \
-                 round is taken part in once, and rounds only go forward"
-            ));
+            return Err(StateError::AlreadyTookPart { last, run });
         }
         self.remembered.attempts.insert(run, round);
         self.save()
@@ -141,20 +210,20 @@ impl ClientState {
     }
 
     /// Refuses `release` when it would take this client past its cap.
-    pub(crate) fn check(&self, release: &Release) -> Result<(), String> {
-        let (_, _, epsilon) = self.with(release);
+    pub(crate) fn check(&self, release: &Release) -> Result<(), StateError> {
+        let (_, _, total) = self.with(release);
         match self.cap {
-            Some(cap) if epsilon > cap => Err(format!(
-                "this client's local privacy budget is spent: one more release at epsilon {} \
-                 would bring its total to {epsilon:.4}, above its cap of {cap}",
-                release.epsilon
-            )),
+            Some(cap) if total > cap => Err(StateError::BudgetSpent {
+                epsilon: release.epsilon,
+                total,
+                cap,
+            }),
             _ => Ok(()),
         }
     }
 
     /// Records `release` (checked against the cap first), remembered before it returns.
-    pub(crate) fn record(&mut self, release: &Release) -> Result<(), String> {
+    pub(crate) fn record(&mut self, release: &Release) -> Result<(), StateError> {
         self.check(release)?;
         let (spent, delta, _) = self.with(release);
         self.remembered.spent = spent;
@@ -220,18 +289,30 @@ mod tests {
         assert_eq!(again.releases(), 2);
         assert_eq!(again.epsilon(), 4.0);
         let refused = again.record(&release).unwrap_err();
-        assert!(refused.contains("budget is spent"), "{refused}");
         assert!(
-            again
-                .take_part(7, 3)
-                .unwrap_err()
-                .contains("already took part")
+            matches!(
+                refused,
+                StateError::BudgetSpent {
+                    total: 6.0,
+                    cap: 5.0,
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+        let twice = again.take_part(7, 3).unwrap_err();
+        assert!(
+            matches!(twice, StateError::AlreadyTookPart { last: 3, run: 7 }),
+            "{twice}"
         );
         assert!(again.take_part(7, 2).is_err());
         again.take_part(7, 4).unwrap();
         again.take_part(8, 1).unwrap();
         let other = ClientState::open(Some(path.clone()), "elsewhere", None).unwrap_err();
-        assert!(other.contains("federation"), "{other}");
+        assert!(
+            matches!(&other, StateError::OtherFederation { found, .. } if found == "hospitals"),
+            "{other}"
+        );
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

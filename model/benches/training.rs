@@ -10,7 +10,8 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_datasets::{Split, load_mnist};
 use fl_model::{
-    CheckedUpdate, GradientRule, LocalConfig, ModelSpec, WeightedMean, mat_mul, train_local,
+    CheckedUpdate, GradientRule, LayerSpec, LocalConfig, ModelSpec, Shape, WeightedMean, mat_mul,
+    train_local,
 };
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
@@ -151,40 +152,60 @@ fn matmul_every_core(c: &mut Criterion) {
     group.finish();
 }
 
+/// The default MLP as `Architecture::Dense` (`mlp`) and as the equivalent layer list
+/// (`layers`: dense:600, relu, dense:100, relu, dense:10), so that the two dense kernels are
+/// compared on one epoch.
 fn local_epoch(c: &mut Criterion) {
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let data = load_mnist(&mnist, Split::Train).expect("shipped MNIST");
-    let spec = ModelSpec::mlp(784, &[600, 100], 10).unwrap();
+    let layers: Vec<LayerSpec> = ["dense:600", "relu", "dense:100", "relu", "dense:10"]
+        .iter()
+        .map(|l| l.parse().expect("a layer"))
+        .collect();
+    let specs = [
+        ("mlp", ModelSpec::mlp(784, &[600, 100], 10).unwrap()),
+        (
+            "layers",
+            ModelSpec::sequential(Shape::flat(784), &layers).unwrap(),
+        ),
+    ];
     let mut rng = StdRng::seed_from_u64(0);
-    let params = spec.init(&mut rng);
     let indices: Vec<usize> = (0..EXAMPLES).collect();
     let mut group = c.benchmark_group("local_epoch_600_examples_mlp_784_600_100_10");
     group.sample_size(20);
     group.throughput(Throughput::Elements(EPOCH_FLOPS));
-    for batch_size in [10, 20, 50] {
-        let config = LocalConfig {
-            epochs: 1,
-            batch_size,
-            learning_rate: 0.05,
-            random_shift: 0,
-        };
-        group.bench_function(format!("B={batch_size}"), |b| {
-            b.iter_batched(
-                || params.clone(),
-                |mut p| {
-                    train_local(
-                        &spec,
-                        &mut p,
-                        &data,
-                        &indices,
-                        &config,
-                        GradientRule::Mean,
-                        &mut rng,
-                    )
-                },
-                BatchSize::LargeInput,
-            )
-        });
+    for (name, spec) in &specs {
+        assert_eq!(
+            spec.num_params(),
+            specs[0].1.num_params(),
+            "the same network"
+        );
+        let params = spec.init(&mut rng);
+        for batch_size in [10, 20, 50] {
+            let config = LocalConfig {
+                epochs: 1,
+                batch_size,
+                learning_rate: 0.05,
+                random_shift: 0,
+            };
+            group.bench_function(format!("{name}/B={batch_size}"), |b| {
+                b.iter_batched(
+                    || params.clone(),
+                    |mut p| {
+                        train_local(
+                            spec,
+                            &mut p,
+                            &data,
+                            &indices,
+                            &config,
+                            GradientRule::Mean,
+                            &mut rng,
+                        )
+                    },
+                    BatchSize::LargeInput,
+                )
+            });
+        }
     }
     group.finish();
 }

@@ -47,7 +47,7 @@ pub use local::{add_laplace_noise, sgd_l1_sensitivity};
 pub use local_ledger::LocalLedger;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
-pub use protect::{Protected, Released};
+pub use protect::{ProtectError, Protected, Released};
 pub use rdp::{
     default_orders, poisson_curve, rdp_poisson, rdp_without_replacement, without_replacement_curve,
 };

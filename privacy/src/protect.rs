@@ -15,10 +15,26 @@
 use super::{
     LocalMechanism, Release, add_gaussian_noise, add_laplace_noise, clip_l2, sgd_l1_sensitivity,
 };
+use crate::AccountingError;
 use crate::admm::laplace_sensitivity;
-use crate::signds::SignDs;
+use crate::signds::{SignDs, SignDsError};
 use fl_model::{GradientRule, LocalConfig};
 use rand::{CryptoRng, Rng};
+
+/// Why a local mechanism cannot protect a round's result: its parameters, not the result, are
+/// at fault, so the reason says nothing of the client's examples.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ProtectError {
+    /// The Gaussian mechanism's (epsilon, delta) cannot be calibrated.
+    #[error(transparent)]
+    Calibration(#[from] AccountingError),
+    /// SignDS's k, h or epsilon do not fit the model.
+    #[error(transparent)]
+    SignDs(#[from] SignDsError),
+    /// An inexact-ADMM step asked of a mechanism other than Laplace (named).
+    #[error("IADMM rounds support ldp-laplace only, not {0}")]
+    AdmmNeedsLaplace(&'static str),
+}
 
 /// What a local mechanism released: the only thing a client under a local mode sends. Its
 /// contents are private: only the mechanisms of this module build one, so holding a `Protected`
@@ -86,7 +102,7 @@ impl LocalMechanism {
         mut u: Vec<f32>,
         config: &LocalConfig,
         rng: &mut R,
-    ) -> Result<Protected, String> {
+    ) -> Result<Protected, ProtectError> {
         let release = match *self {
             LocalMechanism::Gaussian {
                 epsilon,
@@ -94,7 +110,7 @@ impl LocalMechanism {
                 clip,
             } => {
                 clip_l2(&mut u, clip);
-                let release = Release::gaussian(epsilon, delta, clip).map_err(|e| e.to_string())?;
+                let release = Release::gaussian(epsilon, delta, clip)?;
                 add_gaussian_noise(&mut u, release.noise, rng);
                 release
             }
@@ -110,7 +126,7 @@ impl LocalMechanism {
                 release
             }
             LocalMechanism::SignDs { epsilon, k, h } => {
-                let mechanism = SignDs::new(u.len(), k, h, epsilon).map_err(|e| e.to_string())?;
+                let mechanism = SignDs::new(u.len(), k, h, epsilon)?;
                 let (sign, indices) = mechanism.release(&u, rng);
                 let release = Release::signds(epsilon);
                 return Ok(Protected(Released::Sign {
@@ -125,13 +141,12 @@ impl LocalMechanism {
 
     /// The L1 clip bound C of the per-example gradients an inexact-ADMM primal step under this
     /// mechanism must use; only the Laplace mechanism protects one.
-    pub fn admm_clip(&self) -> Result<f64, String> {
+    pub fn admm_clip(&self) -> Result<f64, ProtectError> {
         match *self {
             LocalMechanism::Laplace { clip, .. } => Ok(clip),
-            LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => Err(format!(
-                "IADMM rounds support ldp-laplace only, not {}",
-                self.name()
-            )),
+            LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. } => {
+                Err(ProtectError::AdmmNeedsLaplace(self.name()))
+            }
         }
     }
 
@@ -144,7 +159,7 @@ impl LocalMechanism {
         rho: f64,
         total_examples: u64,
         rng: &mut R,
-    ) -> Result<Protected, String> {
+    ) -> Result<Protected, ProtectError> {
         let clip = self.admm_clip()?;
         let LocalMechanism::Laplace { epsilon, .. } = *self else {
             unreachable!("admm_clip accepts the Laplace mechanism only");

@@ -72,7 +72,7 @@ impl Client {
             (Some(authority), Some(identity), Some(certificate)) => {
                 let anchor = (authority.as_path(), revocations.as_deref());
                 let credentials = Credentials::from_files(&identity, &certificate, anchor);
-                Some(Arc::new(credentials.map_err(PyValueError::new_err)?))
+                Some(Arc::new(credentials.map_err(value_error)?))
             }
             _ => {
                 return Err(PyValueError::new_err(
@@ -166,15 +166,13 @@ fn federation_policy(
         (Some(_), None) => Err(PyValueError::new_err("policy needs authority")),
         (Some(policy), Some(authority)) => (SignedPolicy::read_verified(&policy, authority))
             .map(|p| Some(Arc::new(p)))
-            .map_err(PyValueError::new_err),
+            .map_err(value_error),
     }
 }
 
 /// The client's requirements from `privacy`'s name and its limits.
 fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy> {
-    limits
-        .check()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    limits.check().map_err(value_error)?;
     let require = match privacy {
         "follow" => None,
         name => Some(name.parse::<ReleaseKind>().map_err(PyValueError::new_err)?),
@@ -229,4 +227,9 @@ fn report_dict<'py>(py: Python<'py>, r: &ClientReport) -> PyResult<Bound<'py, Py
     d.set_item("tasks_refused", r.tasks_refused)?;
     d.set_item("last_refusal", &r.last_refusal)?;
     Ok(d)
+}
+
+/// A Rust error as Python's `ValueError`, with its message.
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }

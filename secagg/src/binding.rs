@@ -13,11 +13,45 @@
 use super::SecAggError;
 use super::keys::RoundTag;
 use super::messages::{AdvertisedKeys, Member, Signed};
+use fl_authority::files::{FileError, read_key_file};
 use fl_authority::{AuthorityError, AuthorityKey, Identity, IdentityCertificate};
-use fl_authority::{IdentityKey, RevocationList, SignedBy, read_key_file, verify_all};
+use fl_authority::{IdentityKey, RevocationList, SignedBy, verify_all};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+
+/// Why a certificate is refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CertificateError {
+    /// Its signature does not verify under the authority's key.
+    #[error(transparent)]
+    Authority(#[from] AuthorityError),
+    /// The authority revoked its name.
+    #[error("the authority revoked {name:?} (revocation list {serial})")]
+    Revoked {
+        /// The name.
+        name: String,
+        /// The revocation list's serial number.
+        serial: u64,
+    },
+    /// It certifies another identity key than the one it comes with.
+    #[error("the certificate of {0:?} is for another identity key")]
+    OtherKey(String),
+}
+
+/// Why a verifier or a client's credentials cannot be built from their files.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// A file cannot be read or does not hold what it should.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The revocation list is not the authority's.
+    #[error("the revocation list: {0}")]
+    Revocations(#[from] AuthorityError),
+    /// The certificate is refused.
+    #[error(transparent)]
+    Certificate(#[from] CertificateError),
+}
 
 /// Domain string of a signed key advertisement.
 const KEYS_DOMAIN: &[u8] = b"flp.v1 secagg keys";
@@ -137,28 +171,29 @@ impl Verifier {
     pub fn from_files(
         authority: &std::path::Path,
         revocations: Option<&std::path::Path>,
-    ) -> Result<Self, String> {
-        let key = read_key_file(authority, "the authority's public key")?;
-        let key =
-            AuthorityKey::from_bytes(&key).map_err(|e| format!("{}: {e}", authority.display()))?;
+    ) -> Result<Self, IdentityError> {
+        let key = AuthorityKey::read(authority)?;
         let list = revocations.map(RevocationList::read).transpose()?;
-        Self::new(key, list).map_err(|e| e.to_string())
+        Ok(Self::new(key, list)?)
     }
 
     /// A certificate the authority signed, for a name it has not revoked.
-    pub fn check_certificate(&self, certificate: &IdentityCertificate) -> Result<(), String> {
+    pub fn check_certificate(
+        &self,
+        certificate: &IdentityCertificate,
+    ) -> Result<(), CertificateError> {
         let known = (self.verified.lock()).is_ok_and(|set| set.contains(certificate));
         if !known {
-            (self.authority.verify(certificate)).map_err(|e| e.to_string())?;
+            self.authority.verify(certificate)?;
             if let Ok(mut set) = self.verified.lock() {
                 set.insert(certificate.clone());
             }
         }
         match &self.revoked {
-            Some(list) if list.revokes(&certificate.name) => Err(format!(
-                "the authority revoked {:?} (revocation list {})",
-                certificate.name, list.serial
-            )),
+            Some(list) if list.revokes(&certificate.name) => Err(CertificateError::Revoked {
+                name: certificate.name.clone(),
+                serial: list.serial,
+            }),
             _ => Ok(()),
         }
     }
@@ -178,7 +213,7 @@ impl Verifier {
             };
             let signed =
                 (k.signed.as_ref()).ok_or_else(|| bad("its keys are not signed".into()))?;
-            self.check_certificate(&signed.certificate).map_err(bad)?;
+            (self.check_certificate(&signed.certificate)).map_err(|e| bad(e.to_string()))?;
             certificates.push(&signed.certificate);
         }
         let payloads: Vec<Vec<u8>> = keys.iter().map(|k| keys_payload(tag, k)).collect();
@@ -261,12 +296,9 @@ impl Credentials {
         identity: Identity,
         certificate: IdentityCertificate,
         verifier: Verifier,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CertificateError> {
         if certificate.identity != identity.public() {
-            return Err(format!(
-                "the certificate of {:?} is for another identity key",
-                certificate.name
-            ));
+            return Err(CertificateError::OtherKey(certificate.name));
         }
         verifier.check_certificate(&certificate)?;
         Ok(Self {
@@ -283,11 +315,15 @@ impl Credentials {
         identity: &std::path::Path,
         certificate: &std::path::Path,
         (authority, revocations): (&std::path::Path, Option<&std::path::Path>),
-    ) -> Result<Self, String> {
+    ) -> Result<Self, IdentityError> {
         let verifier = Verifier::from_files(authority, revocations)?;
         let secret = read_key_file(identity, "the identity key")?;
         let certificate = IdentityCertificate::read(certificate)?;
-        Self::new(Identity::from_secret(&secret), certificate, verifier)
+        Ok(Self::new(
+            Identity::from_secret(&secret),
+            certificate,
+            verifier,
+        )?)
     }
 
     /// Signs this client's advertisement `keys` for the round.

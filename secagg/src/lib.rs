@@ -45,7 +45,10 @@ mod server;
 mod shamir;
 pub mod task;
 
-pub use binding::{Credentials, Verifier, keys_payload, members_digest, survivors_payload};
+pub use binding::{
+    CertificateError, Credentials, IdentityError, Verifier, keys_payload, members_digest,
+    survivors_payload,
+};
 pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape};
 pub use client::{ClientRound, min_threshold};
 pub use graph::{GraphKind, auto_degree, derive as derive_graph};

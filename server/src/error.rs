@@ -39,7 +39,15 @@ pub enum ServerError {
     /// sampler's range).
     #[error("secure aggregation: {0}")]
     Calibration(#[from] fl_secagg::CalibrationError),
+    /// The checkpoint's strategy state does not fit the run's strategy.
+    #[error("resuming from the checkpoint: {0}")]
+    Restore(RestoreError),
     /// A bug or a lost background task.
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+/// Why a checkpoint's strategy state cannot be restored: what it lacks, or holds unusable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the checkpoint has no usable {0}")]
+pub struct RestoreError(pub &'static str);

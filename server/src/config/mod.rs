@@ -71,9 +71,27 @@ pub enum ConfigError {
         /// What does not fit (in words, with the nearest key to an unknown one).
         message: String,
     },
-    /// A value is out of range or inconsistent with another.
+    /// A value is out of range or inconsistent with another (the rule, in words).
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    /// The federation authority's files (`secagg.authority`, `secagg.revocations`) are refused.
+    #[error("secagg.authority: {0}")]
+    Authority(#[from] fl_secagg::IdentityError),
+    /// The federation policy (`secagg.policy`) is refused.
+    #[error("secagg.policy: {0}")]
+    Policy(#[from] fl_authority::files::FileError),
+    /// The enrollment list (`server.enrollment`) is refused.
+    #[error("server.enrollment: {0}")]
+    Enrollment(#[from] crate::identity::credentials::EnrollmentError),
+    /// The privacy settings cannot be accounted (the budget, or the first round's terms).
+    #[error("invalid privacy settings: {0}")]
+    Accounting(#[from] fl_privacy::AccountingError),
+    /// The client-side mechanism's settings (`[local]`) are refused.
+    #[error("[local]: {0}")]
+    Mechanism(#[from] fl_privacy::LocalPrivacyError),
+    /// SignDS's sizes do not fit the model.
+    #[error("[local]: {0}")]
+    SignDs(#[from] fl_privacy::signds::SignDsError),
 }
 
 /// Everything a run needs.

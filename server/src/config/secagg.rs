@@ -48,10 +48,8 @@ impl SecAggSection {
         let Some(authority) = &self.authority else {
             return Ok(None);
         };
-        let verifier = Verifier::from_files(authority, self.revocations.as_deref());
-        verifier
-            .map(Some)
-            .map_err(|e| ConfigError::Invalid(format!("secagg.authority: {e}")))
+        let verifier = Verifier::from_files(authority, self.revocations.as_deref())?;
+        Ok(Some(verifier))
     }
 
     /// The federation policy, verified under `secagg.authority`, when `secagg.policy` is set.
@@ -59,9 +57,7 @@ impl SecAggSection {
         let (Some(policy), Some(authority)) = (&self.policy, &self.authority) else {
             return Ok(None);
         };
-        (SignedPolicy::read_verified(policy, authority))
-            .map(Some)
-            .map_err(|e| ConfigError::Invalid(format!("secagg.policy: {e}")))
+        Ok(Some(SignedPolicy::read_verified(policy, authority)?))
     }
 
     /// Refuses a configuration whose rounds `policy`'s clients would refuse: a threshold

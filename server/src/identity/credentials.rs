@@ -59,32 +59,76 @@ pub struct EnrollmentList {
     pub clients: Vec<Enrolled>,
 }
 
+/// Why an enrollment list, or a change to it, is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollmentError {
+    /// The file cannot be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file (named) holds a list that is refused.
+    #[error("{}: {problem}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: Box<EnrollmentError>,
+    },
+    /// Not the TOML of an enrollment list.
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    /// A client with an empty name.
+    #[error("a client has an empty name")]
+    EmptyName,
+    /// A name enrolled twice.
+    #[error("client {0:?} is enrolled twice")]
+    Twice(String),
+    /// A client with neither credential.
+    #[error("client {0:?} has neither a token nor a certificate")]
+    NoCredential(String),
+    /// A token or certificate of two clients (the second named).
+    #[error("client {0:?} shares a credential with another client")]
+    SharedCredential(String),
+    /// No client of that name to revoke.
+    #[error("no client {0:?} is enrolled")]
+    NotEnrolled(String),
+}
+
+impl EnrollmentError {
+    /// This refusal of the list in the file `path`.
+    fn in_file(self, path: &Path) -> Self {
+        Self::Invalid {
+            path: path.to_path_buf(),
+            problem: Box::new(self),
+        }
+    }
+}
+
 impl EnrollmentList {
     /// Parses and checks a file's text: names are unique and not empty, every client has a token
     /// or a certificate, and no credential belongs to two clients.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let list: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Self, EnrollmentError> {
+        let list: Self = toml::from_str(text)?;
         let mut names = BTreeSet::new();
         let mut credentials = BTreeSet::new();
         for c in &list.clients {
+            let name = || c.name.clone();
             if c.name.trim().is_empty() {
-                return Err("a client has an empty name".into());
+                return Err(EnrollmentError::EmptyName);
             }
             if !names.insert(c.name.as_str()) {
-                return Err(format!("client {:?} is enrolled twice", c.name));
+                return Err(EnrollmentError::Twice(name()));
             }
             if c.token.is_none() && c.certificate.is_none() {
-                return Err(format!(
-                    "client {:?} has neither a token nor a certificate",
-                    c.name
-                ));
+                return Err(EnrollmentError::NoCredential(name()));
             }
             for d in c.token.iter().chain(&c.certificate) {
                 if !credentials.insert(d.0) {
-                    return Err(format!(
-                        "client {:?} shares a credential with another client",
-                        c.name
-                    ));
+                    return Err(EnrollmentError::SharedCredential(name()));
                 }
             }
         }
@@ -92,9 +136,18 @@ impl EnrollmentList {
     }
 
     /// Reads and checks `path`.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn read(path: &Path) -> Result<Self, EnrollmentError> {
+        Self::read_text(path).map(|(_, list)| list)
+    }
+
+    /// The text of `path` and the list it holds, checked.
+    fn read_text(path: &Path) -> Result<(String, Self), EnrollmentError> {
+        let text = std::fs::read_to_string(path).map_err(|source| EnrollmentError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let list = Self::parse(&text).map_err(|e| e.in_file(path))?;
+        Ok((text, list))
     }
 
     /// The TOML text of the list.
@@ -108,7 +161,7 @@ impl EnrollmentList {
         name: &str,
         token: Option<Digest>,
         certificate: Option<Digest>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EnrollmentError> {
         let entry = Enrolled {
             name: name.to_owned(),
             token,
@@ -145,12 +198,9 @@ impl EnrollmentList {
     }
 
     /// Revokes an enrolled client.
-    pub fn revoke(&mut self, name: &str) -> Result<(), String> {
-        let c = self
-            .clients
-            .iter_mut()
-            .find(|c| c.name == name)
-            .ok_or_else(|| format!("no client {name:?} is enrolled"))?;
+    pub fn revoke(&mut self, name: &str) -> Result<(), EnrollmentError> {
+        let c = (self.clients.iter_mut().find(|c| c.name == name))
+            .ok_or_else(|| EnrollmentError::NotEnrolled(name.into()))?;
         c.revoked = true;
         Ok(())
     }
@@ -206,7 +256,7 @@ struct EnrollmentFile {
     /// The last good list.
     list: EnrollmentList,
     /// Why the file cannot be used now, if it cannot.
-    broken: Option<String>,
+    broken: Option<EnrollmentError>,
 }
 
 /// The server's admission rule.
@@ -219,13 +269,10 @@ pub struct Credentials {
 impl Credentials {
     /// Admits holders of `shared` (anyone when `None`), or, with an enrollment file at `path`,
     /// only the clients it names. Fails when the file cannot be read or checked.
-    pub fn new(shared: Option<Digest>, path: Option<&Path>) -> Result<Self, String> {
+    pub fn new(shared: Option<Digest>, path: Option<&Path>) -> Result<Self, EnrollmentError> {
         let enrollment = match path {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                let list =
-                    EnrollmentList::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                let (text, list) = EnrollmentList::read_text(path)?;
                 tracing::info!(
                     path = %path.display(),
                     clients = list.clients.len(),
@@ -252,8 +299,11 @@ impl Credentials {
         let text = match std::fs::read_to_string(&file.path) {
             Ok(t) => t,
             Err(e) => {
-                file.broken = Some(e.to_string());
                 tracing::error!(path = %file.path.display(), error = %e, "enrollment list unreadable");
+                file.broken = Some(EnrollmentError::Read {
+                    path: file.path.clone(),
+                    source: e,
+                });
                 return false;
             }
         };
@@ -277,7 +327,7 @@ impl Credentials {
                     error = %e,
                     "enrollment list invalid: the last good list stays in force, joins are refused"
                 );
-                file.broken = Some(e);
+                file.broken = Some(e.in_file(&file.path));
                 file.text = text;
                 false
             }
@@ -436,18 +486,16 @@ mod tests {
         let ok = entry("a", "ta", false);
         assert!(EnrollmentList::parse(&ok).is_ok());
         let twice = format!("{ok}{}", entry("a", "tb", false));
-        assert!(EnrollmentList::parse(&twice).unwrap_err().contains("twice"));
+        let refused = |text: &str| EnrollmentList::parse(text).unwrap_err();
+        assert!(matches!(refused(&twice), EnrollmentError::Twice(n) if n == "a"));
         let shared = format!("{ok}{}", entry("b", "ta", false));
-        assert!(
-            EnrollmentList::parse(&shared)
-                .unwrap_err()
-                .contains("shares")
-        );
+        assert!(matches!(refused(&shared), EnrollmentError::SharedCredential(n) if n == "b"));
         let bare = "[[client]]\nname = \"a\"\n";
-        assert!(EnrollmentList::parse(bare).unwrap_err().contains("neither"));
+        assert!(matches!(refused(bare), EnrollmentError::NoCredential(_)));
         let empty = entry(" ", "ta", false);
-        assert!(EnrollmentList::parse(&empty).unwrap_err().contains("empty"));
-        assert!(EnrollmentList::parse("[[client]]\nname = \"a\"\ncolour = 1\n").is_err());
+        assert!(matches!(refused(&empty), EnrollmentError::EmptyName));
+        let unknown = refused("[[client]]\nname = \"a\"\ncolour = 1\n");
+        assert!(matches!(unknown, EnrollmentError::Toml(_)));
         let (_guard, path) = file(&twice);
         assert!(Credentials::new(None, Some(&path)).is_err());
     }

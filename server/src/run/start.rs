@@ -1,7 +1,7 @@
 //! Start-up: checks, the run folder, the pipeline, every endpoint, and the background tasks
 //! that keep the edge's state (enrollment file, idle clients), handed to the coordinator.
 
-use crate::config::{self, ConfigError, RunConfig};
+use crate::config::{self, RunConfig};
 use crate::edge::clients;
 use crate::edge::registry::Registry;
 use crate::edge::shared::Shared;
@@ -233,7 +233,7 @@ fn shared_state(
         config.server.token.as_ref().map(|t| t.digest()),
         config.server.enrollment.as_deref(),
     )
-    .map_err(|e| ServerError::Config(ConfigError::Invalid(e)))?;
+    .map_err(|e| ServerError::Config(e.into()))?;
     let registry = match checkpoint {
         Some(c) => Registry::restore(&c.progress.clients),
         None => Registry::default(),

@@ -153,8 +153,7 @@ impl Args {
             bail!("--identity is one client's: run one fl-client per identity, not --simulate");
         }
         let anchor = (authority.as_path(), self.revocations.as_deref());
-        let credentials =
-            Credentials::from_files(identity, certificate, anchor).map_err(anyhow::Error::msg)?;
+        let credentials = Credentials::from_files(identity, certificate, anchor)?;
         Ok(Some(Arc::new(credentials)))
     }
 
@@ -189,7 +188,7 @@ impl Args {
         let (Some(policy), Some(authority)) = (&self.policy, &self.authority) else {
             return Ok(None);
         };
-        let policy = SignedPolicy::read_verified(policy, authority).map_err(anyhow::Error::msg)?;
+        let policy = SignedPolicy::read_verified(policy, authority)?;
         Ok(Some(Arc::new(policy)))
     }
 

@@ -135,8 +135,7 @@ impl MechanismSpec {
                 let signds = match sizes.output_dimensions {
                     0 => SignDs::with_ratio(dim, k, epsilon, sizes.ratio),
                     h => SignDs::new(dim, k, h, epsilon),
-                }
-                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                }?;
                 LocalMechanism::SignDs {
                     epsilon,
                     k: signds.k,
@@ -144,9 +143,7 @@ impl MechanismSpec {
                 }
             }
         };
-        mechanism
-            .check(dim)
-            .map_err(|e| ConfigError::Invalid(format!("[local]: {e}")))?;
+        mechanism.check(dim)?;
         Ok(mechanism)
     }
 }

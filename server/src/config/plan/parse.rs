@@ -273,9 +273,7 @@ impl RunConfig {
                 p.clip_bound
             )));
         }
-        p.budget()
-            .check()
-            .map_err(|e| ConfigError::Invalid(format!("privacy budget: {e}")))
+        Ok(p.budget().check()?)
     }
 
     /// The ledger's terms: `privacy.accountant`, or by default PLD (tighter) when it accounts
@@ -339,11 +337,9 @@ impl RunConfig {
         first: GaussianRound,
         ledger: &LedgerTerms,
     ) -> Result<(), ConfigError> {
-        let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let first = GaussianRound::new(first.q, first.noise_multiplier, first.sampling)?;
         let event = PrivacyEvent::from(first);
-        let allowed = max_rounds(ledger.accountant, &event, &ledger.budget, 1)
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let allowed = max_rounds(ledger.accountant, &event, &ledger.budget, 1)?;
         if allowed == 0 {
             return Err(ConfigError::Invalid(format!(
                 "privacy budget {:?} is already spent by round 1 (q = {:.4}, sigma = {}): raise \

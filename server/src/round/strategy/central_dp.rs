@@ -22,7 +22,8 @@
 
 use super::tree_noise::{self, FtrlNoise};
 use super::{
-    Layer, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy, Upload, moved,
+    Layer, RestoreError, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy,
+    Upload, moved,
 };
 use crate::config::plan::ClipRule;
 use crate::identity::ids::ClientId;
@@ -169,12 +170,12 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         }
     }
 
-    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
+    fn restore(&mut self, state: &StrategyState) -> Result<(), RestoreError> {
         if let ClipRule::Quantile(q) = &mut self.rule {
             let bound = state.scalars["clip_bound"]
                 .as_f64()
                 .filter(|b| *b > 0.0 && b.is_finite())
-                .ok_or("checkpoint without a usable adaptive clip bound")?;
+                .ok_or(RestoreError("adaptive clip bound"))?;
             q.bound = bound;
         }
         Ok(())

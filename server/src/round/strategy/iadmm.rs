@@ -7,8 +7,8 @@
 //! their last state), and optionally rebalances rho.
 
 use super::{
-    ClientTensors, RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError,
-    StrategyState, Upload, Views,
+    ClientTensors, RestoreError, RoundContext, RoundInstructions, RoundOutcome, Strategy,
+    StrategyError, StrategyState, Upload, Views,
 };
 use crate::identity::ids::ClientId;
 use fl_privacy::admm::{ClientState, anchor, balance_rho, consensus, dual_step};
@@ -90,13 +90,12 @@ impl Strategy for Iadmm {
         }
     }
 
-    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, state: StrategyState) -> Result<(), RestoreError> {
         self.rho = state.scalars["rho"]
             .as_f64()
             .filter(|r| *r > 0.0 && r.is_finite())
-            .ok_or("checkpoint without a usable rho")?;
-        let bad =
-            || "IADMM checkpoint tensors must come in (ID.lambda, ID.z) pairs of the model's size";
+            .ok_or(RestoreError("rho"))?;
+        let bad = || RestoreError("IADMM state ((ID.lambda, ID.z) pairs of the model's size)");
         self.states = state
             .tensors
             .chunks(2)

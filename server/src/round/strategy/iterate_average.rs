@@ -8,7 +8,7 @@
 //! is post-processing: no privacy cost and no ledger entry. A round the coordinator does not
 //! release leaves the average as it was.
 
-use super::{Layer, RoundContext, RoundOutcome, Strategy, StrategyState, Views};
+use super::{Layer, RestoreError, RoundContext, RoundOutcome, Strategy, StrategyState, Views};
 
 /// The average's checkpoint name.
 const AVERAGE: &str = "iterate_average";
@@ -90,11 +90,11 @@ impl<S: Strategy> Layer<S> for IterateAverage {
         }
     }
 
-    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
-        let average = (state.tensor(AVERAGE)).ok_or("the checkpoint has no iterate average")?;
+    fn restore(&mut self, state: &StrategyState) -> Result<(), RestoreError> {
+        let average = (state.tensor(AVERAGE)).ok_or(RestoreError("iterate average"))?;
         let count = state.scalars["iterate_average_count"]
             .as_u64()
-            .ok_or("the checkpoint has no iterate average count")?;
+            .ok_or(RestoreError("iterate average count"))?;
         (self.average, self.count) = (average, count);
         Ok(())
     }

@@ -5,8 +5,8 @@
 //! shape of tower's `Layer` and `Service`).
 
 use super::{
-    RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError, StrategyState, Upload,
-    Views,
+    RestoreError, RoundContext, RoundInstructions, RoundOutcome, Strategy, StrategyError,
+    StrategyState, Upload, Views,
 };
 
 /// What a decorator does around an inner strategy of type `S`; every hook is given the inner
@@ -50,7 +50,7 @@ pub(crate) trait Layer<S: Strategy>: Send {
 
     /// Restores the layer's own part of `state`, whose scalars are the layer's own (the inner
     /// strategy restores its part from the rest).
-    fn restore(&mut self, _state: &StrategyState) -> Result<(), String> {
+    fn restore(&mut self, _state: &StrategyState) -> Result<(), RestoreError> {
         Ok(())
     }
 
@@ -91,7 +91,7 @@ impl<L: Layer<S>, S: Strategy> Strategy for Decorated<L, S> {
         merged(self.inner.state(), self.layer.state(), L::NAME)
     }
 
-    fn restore(&mut self, mut state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, mut state: StrategyState) -> Result<(), RestoreError> {
         // The layer sees its own scalars; a checkpoint written before they were kept apart
         // holds every scalar in one object, which the layer then reads whole.
         let own = match &mut state.scalars {
@@ -181,11 +181,13 @@ mod tests {
             }
         }
 
-        fn restore(&mut self, state: StrategyState) -> Result<(), String> {
-            self.absorbed = state.scalars["absorbed"].as_u64().ok_or("no count")?;
+        fn restore(&mut self, state: StrategyState) -> Result<(), RestoreError> {
+            self.absorbed = state.scalars["absorbed"]
+                .as_u64()
+                .ok_or(RestoreError("count"))?;
             let (_, total) = (state.tensors.into_iter())
                 .find(|(name, _)| name == "total")
-                .ok_or("no total")?;
+                .ok_or(RestoreError("total"))?;
             self.total = total;
             Ok(())
         }
@@ -258,8 +260,10 @@ mod tests {
             }
         }
 
-        fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
-            self.0 = state.scalars["absorbed"].as_u64().ok_or("no count")?;
+        fn restore(&mut self, state: &StrategyState) -> Result<(), RestoreError> {
+            self.0 = state.scalars["absorbed"]
+                .as_u64()
+                .ok_or(RestoreError("count"))?;
             Ok(())
         }
     }

@@ -5,7 +5,8 @@
 //! what the clients declare they applied, which each client also logs for itself.
 
 use super::{
-    Layer, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState, Upload, Views,
+    Layer, RestoreError, RoundContext, RoundInstructions, Strategy, StrategyError, StrategyState,
+    Upload, Views,
 };
 use crate::records::local_accounts::LocalAccounts;
 
@@ -56,7 +57,7 @@ impl<S: Strategy> Layer<S> for LocalDp {
         }
     }
 
-    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
+    fn restore(&mut self, state: &StrategyState) -> Result<(), RestoreError> {
         self.accounts.restore(state.local_ledgers.clone());
         Ok(())
     }

@@ -40,6 +40,7 @@ pub(crate) use signds_avg::SignDsAvg;
 pub(crate) use trimmed_mean::TrimmedMean;
 pub(crate) use views::{ClientTensors, Views};
 
+pub(crate) use crate::error::RestoreError;
 use crate::identity::ids::ClientId;
 pub(crate) use crate::records::checkpoint::StrategyState;
 use fl_model::{CheckedUpdate, UpdateError};
@@ -220,7 +221,7 @@ pub(crate) trait Strategy: Send {
         StrategyState::default()
     }
     /// Restores what [`Strategy::state`] returned.
-    fn restore(&mut self, _state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, _state: StrategyState) -> Result<(), RestoreError> {
         Ok(())
     }
     /// What the strategy shows beyond its aggregate ([`Views`]): none by default.
@@ -244,7 +245,7 @@ impl Strategy for Box<dyn Strategy> {
     fn state(&self) -> StrategyState {
         (**self).state()
     }
-    fn restore(&mut self, state: StrategyState) -> Result<(), String> {
+    fn restore(&mut self, state: StrategyState) -> Result<(), RestoreError> {
         (**self).restore(state)
     }
     fn views(&self) -> Views<'_> {

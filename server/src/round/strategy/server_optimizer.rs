@@ -10,7 +10,7 @@
 //! coordinator does not release leaves the optimizer's moments as they were
 //! ([`Strategy::released`]).
 
-use super::{Layer, RoundContext, RoundOutcome, Strategy, StrategyState};
+use super::{Layer, RestoreError, RoundContext, RoundOutcome, Strategy, StrategyState};
 use crate::config::{ServerOptimizerConfig, ServerStep};
 
 /// The optimizer's moments m_t and, for the adaptive steps, v_t: kept in f32 as the model is
@@ -131,11 +131,11 @@ impl<S: Strategy> Layer<S> for ServerOptimizer {
         }
     }
 
-    fn restore(&mut self, state: &StrategyState) -> Result<(), String> {
-        let m = (state.tensor(M)).ok_or("the checkpoint has no server optimizer state")?;
+    fn restore(&mut self, state: &StrategyState) -> Result<(), RestoreError> {
+        let m = (state.tensor(M)).ok_or(RestoreError("server optimizer state"))?;
         let v = state.tensor(V).unwrap_or_default();
         if self.config.step.is_adaptive() && !m.is_empty() && v.len() != m.len() {
-            return Err("the checkpoint's server optimizer has no second moment".into());
+            return Err(RestoreError("server optimizer second moment"));
         }
         self.moments = Moments { m, v };
         Ok(())

@@ -249,7 +249,7 @@ impl Coordinator {
         let strategy = &mut self.pipeline.strategy;
         strategy
             .restore(checkpoint.strategy_state())
-            .map_err(ServerError::Internal)?;
+            .map_err(ServerError::Restore)?;
         let next = checkpoint.progress.round + 1;
         tracing::info!(checkpoint = next - 1, next, "resuming from the checkpoint");
         let totals = RunTotals {
