@@ -223,8 +223,8 @@ impl Engine {
         match &self.model {
             Some(first) if *first != task.model => {
                 return Err(Refusal::ModelChanged {
-                    first: first.clone(),
-                    now: task.model,
+                    first: Box::new(first.clone()),
+                    now: Box::new(task.model),
                 });
             }
             Some(_) => {}

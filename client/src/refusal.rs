@@ -47,9 +47,9 @@ pub(crate) enum Refusal {
     )]
     ModelChanged {
         /// The first task's model.
-        first: Model,
+        first: Box<Model>,
         /// This task's.
-        now: Model,
+        now: Box<Model>,
     },
     /// The task's local training settings are unusable.
     #[error("unusable local config {config:?}: {reason}")]

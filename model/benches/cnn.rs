@@ -12,7 +12,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fl_datasets::{Split, load_mnist};
 use fl_model::mat_mul;
-use fl_model::sequential::{FEDAVG_CNN, LENET5, LayerSpec, Sequential, SequentialWorkspace, Shape};
+use fl_model::sequential::{FEDAVG_CNN, LENET5, LayerSpec, Sequential, Shape, Workspace};
 use ndarray::Array2;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -81,7 +81,7 @@ fn epochs(c: &mut Criterion, name: &str, layers: &[&str], batches: &[usize]) {
     group.throughput(Throughput::Elements(epoch_flops(&cnn)));
     for &batch in batches {
         let mut params = init.clone();
-        let mut ws = SequentialWorkspace::default();
+        let mut ws = Workspace::default();
         group.bench_function(format!("local_epoch/B={batch}"), |b| {
             b.iter(|| {
                 for start in (0..EXAMPLES).step_by(batch) {

@@ -152,9 +152,9 @@ fn matmul_every_core(c: &mut Criterion) {
     group.finish();
 }
 
-/// The default MLP as `Architecture::Dense` (`mlp`) and as the equivalent layer list
-/// (`layers`: dense:600, relu, dense:100, relu, dense:10), so that the two dense kernels are
-/// compared on one epoch.
+/// The default MLP as `ModelSpec::mlp` (`mlp`) and as the layer list it stands for (`layers`:
+/// dense:600, relu, dense:100, relu, dense:10): both run the same kernel, so the two must agree
+/// within noise.
 fn local_epoch(c: &mut Criterion) {
     let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     let data = load_mnist(&mnist, Split::Train).expect("shipped MNIST");

@@ -32,8 +32,8 @@ pub use aggregate::{
 pub use checked::CheckedUpdate;
 pub use external::{ExternalModel, MAX_DIMS, MAX_NAME_BYTES, MAX_TENSORS, TensorShape};
 pub use matmul::{mat_mul, times_transposed_weights};
-pub use network::{Workspace, logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
-pub use sequential::{LayerSpec, Sequential, Shape};
+pub use network::{logits_in, loss_and_grad, loss_and_grad_in, loss_and_step_in};
+pub use sequential::{LayerSpec, Sequential, Shape, Workspace};
 pub use training::{
     Evaluation, GradientRule, LocalConfig, clipped_gradient_sum, evaluate, train_local,
 };
@@ -106,38 +106,20 @@ impl From<ModelSpec> for Model {
     }
 }
 
-/// The shape of one dense layer inside the flat parameter vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layer {
-    /// Input width.
-    pub inputs: usize,
-    /// Output width.
-    pub outputs: usize,
-    /// Offset of W (inputs x outputs, row-major).
-    pub weight_offset: usize,
-    /// Offset of b (outputs).
-    pub bias_offset: usize,
-}
-
-/// What a model is: its layers from the input to the class logits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Architecture {
-    /// A fully connected ReLU network: widths from inputs through hidden layers to classes.
-    Dense(Vec<usize>),
-    /// A list of layers (convolutions, pooling, activations, dense), placed after the input's
-    /// shape.
-    Layers(Sequential),
-}
-
-/// A validated architecture: every constructor checks it, so the passes can trust it.
+/// A validated network: every constructor checks it, so the passes can trust it. Every network
+/// runs as a list of layers ([`Sequential`]); a fully connected one keeps the widths it was
+/// stated with, which are how it is shown and sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSpec {
-    architecture: Architecture,
+    /// The widths (inputs, hidden..., classes) of a network stated as fully connected.
+    widths: Option<Vec<usize>>,
+    /// The layers every pass runs.
+    net: Sequential,
 }
 
 /// One weight matrix W and its bias b in the flat parameter vector.
 struct Block {
-    /// Position of the layer in the architecture's list.
+    /// The index in the tensor names: the layer's position in the stated list.
     layer: usize,
     /// W's shape as it is named: (fan-in, outputs), or (k, k, C_in, C_out) for a convolution.
     shape: Vec<usize>,
@@ -153,25 +135,23 @@ struct Block {
 pub const MAX_PARAMS: usize = 1 << 28;
 
 impl ModelSpec {
-    /// A fully connected network with these widths (inputs, hidden..., classes).
-    pub fn new(layer_sizes: Vec<usize>) -> Result<Self, ModelError> {
-        let ok = layer_sizes.len() >= 2
-            && layer_sizes.iter().all(|&w| w > 0 && w <= MAX_PARAMS)
-            && layer_sizes
-                .windows(2)
-                .try_fold(0usize, |acc, w| {
-                    w[0].checked_mul(w[1])
-                        .and_then(|p| p.checked_add(w[1]))
-                        .and_then(|p| acc.checked_add(p))
-                })
-                .is_some_and(|n| n <= MAX_PARAMS);
-        if ok {
-            Ok(ModelSpec {
-                architecture: Architecture::Dense(layer_sizes),
-            })
-        } else {
-            Err(ModelError::BadSizes(layer_sizes))
+    /// A fully connected network with these widths (inputs, hidden..., classes): dense layers
+    /// with ReLU between them, Z_l = A_{l-1} W_l + b_l, A_l = ReLU(Z_l), the last Z the logits.
+    pub fn new(widths: Vec<usize>) -> Result<Self, ModelError> {
+        let refused = || ModelError::BadSizes(widths.clone());
+        let (&inputs, outputs) = widths.split_first().ok_or_else(refused)?;
+        if outputs.is_empty() || widths.contains(&0) {
+            return Err(refused());
         }
+        let layers: Vec<LayerSpec> = (outputs.iter())
+            .flat_map(|&units| [LayerSpec::Relu, LayerSpec::Dense { units }])
+            .skip(1)
+            .collect();
+        let net = Sequential::new(Shape::flat(inputs), &layers).map_err(|_| refused())?;
+        Ok(ModelSpec {
+            widths: Some(widths),
+            net,
+        })
     }
 
     /// Multinomial logistic regression.
@@ -190,72 +170,56 @@ impl ModelSpec {
     /// A network of `layers` (convolutional or not) over inputs of shape `input`.
     pub fn sequential(input: Shape, layers: &[LayerSpec]) -> Result<Self, ModelError> {
         Ok(ModelSpec {
-            architecture: Architecture::Layers(
-                Sequential::new(input, layers).map_err(ModelError::BadLayers)?,
-            ),
+            widths: None,
+            net: Sequential::new(input, layers).map_err(ModelError::BadLayers)?,
         })
     }
 
-    /// The architecture.
-    pub fn architecture(&self) -> &Architecture {
-        &self.architecture
+    /// The widths (inputs, hidden..., classes) of a network stated as fully connected.
+    pub fn dense_widths(&self) -> Option<&[usize]> {
+        self.widths.as_deref()
+    }
+
+    /// The layers the network runs.
+    pub fn layers(&self) -> &Sequential {
+        &self.net
     }
 
     /// Values per input example.
     pub fn inputs(&self) -> usize {
-        match &self.architecture {
-            Architecture::Dense(sizes) => sizes[0],
-            Architecture::Layers(net) => net.inputs(),
-        }
+        self.net.inputs()
     }
 
     /// Number of classes (output width).
     pub fn classes(&self) -> usize {
-        match &self.architecture {
-            Architecture::Dense(sizes) => sizes[sizes.len() - 1],
-            Architecture::Layers(net) => net.classes(),
-        }
+        self.net.classes()
     }
 
     /// Length of the flat parameter vector.
     pub fn num_params(&self) -> usize {
-        match &self.architecture {
-            Architecture::Dense(sizes) => sizes.windows(2).map(|w| w[0] * w[1] + w[1]).sum(),
-            Architecture::Layers(net) => net.num_params(),
-        }
+        self.net.num_params()
     }
 
-    /// Every weight matrix and bias, in parameter order.
+    /// Every weight matrix and bias, in parameter order. A fully connected network names its
+    /// dense layers 0, 1, ... as its widths count them, not counting the ReLUs between.
     fn blocks(&self) -> Vec<Block> {
-        match &self.architecture {
-            Architecture::Dense(sizes) => dense_layers(sizes)
-                .enumerate()
-                .map(|(l, layer)| Block {
-                    layer: l,
-                    shape: vec![layer.inputs, layer.outputs],
-                    fan_in: layer.inputs,
-                    weight_offset: layer.weight_offset,
-                    bias_offset: layer.bias_offset,
-                    end: layer.bias_offset + layer.outputs,
-                })
-                .collect(),
-            Architecture::Layers(net) => (net.layers().iter().enumerate())
-                .filter(|(_, p)| p.outputs_per_position() > 0)
-                .map(|(l, p)| Block {
-                    layer: l,
-                    shape: match p.spec {
-                        LayerSpec::Conv { kernel, .. } => {
-                            vec![kernel, kernel, p.input.channels, p.output.channels]
-                        }
-                        _ => vec![p.fan_in(), p.outputs_per_position()],
-                    },
-                    fan_in: p.fan_in(),
-                    weight_offset: p.weight_offset,
-                    bias_offset: p.bias_offset,
-                    end: p.end(),
-                })
-                .collect(),
-        }
+        (self.net.layers().iter().enumerate())
+            .filter(|(_, p)| p.outputs_per_position() > 0)
+            .enumerate()
+            .map(|(block, (l, p))| Block {
+                layer: if self.widths.is_some() { block } else { l },
+                shape: match p.spec {
+                    LayerSpec::Conv { kernel, .. } => {
+                        vec![kernel, kernel, p.input.channels, p.output.channels]
+                    }
+                    _ => vec![p.fan_in(), p.outputs_per_position()],
+                },
+                fan_in: p.fan_in(),
+                weight_offset: p.weight_offset,
+                bias_offset: p.bias_offset,
+                end: p.end(),
+            })
+            .collect()
     }
 
     /// Fresh parameters: He-uniform weights, U(-sqrt(6/n_in), sqrt(6/n_in)) with n_in the fan-in
@@ -297,38 +261,17 @@ impl ModelSpec {
     }
 }
 
-/// The layers of a fully connected network of widths `sizes`, in parameter order.
-pub(crate) fn dense_layers(sizes: &[usize]) -> impl Iterator<Item = Layer> + '_ {
-    let mut offset = 0;
-    sizes.windows(2).map(move |w| {
-        let layer = Layer {
-            inputs: w[0],
-            outputs: w[1],
-            weight_offset: offset,
-            bias_offset: offset + w[0] * w[1],
-        };
-        offset += w[0] * w[1] + w[1];
-        layer
-    })
-}
-
 /// `784-600-100-10` for a fully connected network; `28x28x1 conv:32:5:pad2 relu ... dense:10`
-/// for a convolutional one.
+/// for a list of layers.
 impl std::fmt::Display for ModelSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.architecture {
-            Architecture::Dense(sizes) => {
-                let widths: Vec<String> = sizes.iter().map(usize::to_string).collect();
-                write!(f, "{}", widths.join("-"))
-            }
-            Architecture::Layers(net) => {
-                let i = net.layers()[0].input;
-                write!(f, "{}x{}x{}", i.height, i.width, i.channels)?;
-                net.layers()
-                    .iter()
-                    .try_for_each(|layer| write!(f, " {}", layer.spec))
-            }
+        if let Some(widths) = &self.widths {
+            let widths: Vec<String> = widths.iter().map(usize::to_string).collect();
+            return write!(f, "{}", widths.join("-"));
         }
+        let i = self.net.layers()[0].input;
+        write!(f, "{}x{}x{}", i.height, i.width, i.channels)?;
+        (self.net.layers().iter()).try_for_each(|layer| write!(f, " {}", layer.spec))
     }
 }
 
@@ -343,8 +286,8 @@ mod tests {
             spec.num_params(),
             784 * 600 + 600 + 600 * 100 + 100 + 100 * 10 + 10
         );
-        let layers: Vec<Layer> = dense_layers(&[784, 600, 100, 10]).collect();
-        assert_eq!(layers[1].weight_offset, 784 * 600 + 600);
+        let second = &spec.layers().layers()[2];
+        assert_eq!(second.weight_offset, 784 * 600 + 600);
         assert_eq!(spec.to_string(), "784-600-100-10");
         let params = vec![0.0; spec.num_params()];
         let names: Vec<String> = spec

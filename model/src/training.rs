@@ -1,6 +1,6 @@
 //! Local training (mini-batch SGD, McMahan et al. 2017's ClientUpdate) and evaluation.
 
-use super::{Architecture, ModelSpec, Workspace, loss_and_grad_in, loss_and_step_in};
+use super::{ModelSpec, Workspace, loss_and_grad_in, loss_and_step_in};
 use fl_common::cores::CoreBudget;
 use fl_datasets::{Dataset, shift_images};
 use ndarray::ArrayView2;
@@ -224,19 +224,16 @@ pub fn clipped_gradient_sum(
     (sum, loss)
 }
 
-/// Examples per forward pass of [`evaluate`] for a fully connected network.
+/// Examples per forward pass of [`evaluate`] at most.
 const EVAL_BATCH: usize = 1000;
 
-/// Values one forward pass of [`evaluate`] may keep (2^24 f32, 64 MiB) for a convolutional
-/// network, whose patch matrices are many times its input.
+/// Values one forward pass of [`evaluate`] may keep (2^24 f32, 64 MiB): a convolutional
+/// network's patch matrices are many times its input.
 const EVAL_VALUES: usize = 1 << 24;
 
 /// Examples per forward pass of [`evaluate`].
 fn eval_batch(spec: &ModelSpec) -> usize {
-    match spec.architecture() {
-        Architecture::Dense(_) => EVAL_BATCH,
-        Architecture::Layers(cnn) => (EVAL_VALUES / cnn.values_per_example()).clamp(1, EVAL_BATCH),
-    }
+    (EVAL_VALUES / spec.layers().values_per_example()).clamp(1, EVAL_BATCH)
 }
 
 /// Accuracy and mean cross-entropy of `params` on all of `data`, its batches spread over the

@@ -84,7 +84,7 @@ pub struct Sequential {
 /// Buffers of a forward and backward pass, kept from step to step: each layer's output, a block
 /// of a convolution's patch matrix, each pooling layer's argmax positions, and the deltas.
 #[derive(Debug, Default)]
-pub struct SequentialWorkspace {
+pub struct Workspace {
     outs: Vec<Vec<f32>>,
     patches: Vec<f32>,
     argmax: Vec<Vec<u32>>,
@@ -135,7 +135,7 @@ impl Sequential {
         &self,
         params: &[f32],
         x: ArrayView2<'_, f32>,
-        ws: &'w mut SequentialWorkspace,
+        ws: &'w mut Workspace,
     ) -> &'w [f32] {
         assert_eq!(params.len(), self.num_params(), "parameter vector length");
         self.forward(params, x, ws);
@@ -155,7 +155,7 @@ impl Sequential {
         x: ArrayView2<'_, f32>,
         y: &[u32],
         grad: &mut [f32],
-        ws: &mut SequentialWorkspace,
+        ws: &mut Workspace,
     ) -> f32 {
         assert_eq!(grad.len(), params.len(), "gradient buffer length");
         self.backprop(Target::Gradient { params, grad }, x, y, ws)
@@ -169,13 +169,13 @@ impl Sequential {
         eta: f32,
         x: ArrayView2<'_, f32>,
         y: &[u32],
-        ws: &mut SequentialWorkspace,
+        ws: &mut Workspace,
     ) -> f32 {
         self.backprop(Target::Step { params, eta }, x, y, ws)
     }
 
     /// Writes every layer's output for the batch `x` into the workspace.
-    fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut SequentialWorkspace) {
+    fn forward(&self, params: &[f32], x: ArrayView2<'_, f32>, ws: &mut Workspace) {
         assert_eq!(x.ncols(), self.inputs(), "input width");
         let batch = x.nrows();
         let n = self.steps.len();
@@ -226,7 +226,7 @@ impl Sequential {
         mut target: Target<'_>,
         x: ArrayView2<'_, f32>,
         y: &[u32],
-        ws: &mut SequentialWorkspace,
+        ws: &mut Workspace,
     ) -> f32 {
         assert_eq!(x.nrows(), y.len(), "one label per example");
         assert_eq!(

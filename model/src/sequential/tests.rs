@@ -101,7 +101,7 @@ fn assert_convolution_by_definition(
 #[test]
 fn forward_is_convolution_then_pooling_by_definition() {
     let (cnn, params, x, _) = small_problem(2);
-    let mut ws = SequentialWorkspace::default();
+    let mut ws = Workspace::default();
     cnn.forward(&params, x.view(), &mut ws);
     let (input, output) = (&ws.outs[2], &ws.outs[3]);
     assert_convolution_by_definition((&cnn, 3, 3), &params, input, output, (3, 2, 1));
@@ -160,8 +160,8 @@ fn pooling_before_relu_computes_the_stated_network() {
         let y: Vec<u32> = (0..batch as u32)
             .map(|i| i % cnn.classes() as u32)
             .collect();
-        let mut ws = SequentialWorkspace::default();
-        let run = |net: &Sequential, ws: &mut SequentialWorkspace| {
+        let mut ws = Workspace::default();
+        let run = |net: &Sequential, ws: &mut Workspace| {
             let mut grad = vec![0.0; params.len()];
             let loss = net.loss_and_grad(&params, x.view(), &y, &mut grad, ws);
             let mut stepped = params.clone();
@@ -194,7 +194,7 @@ fn a_one_channel_convolution_is_its_definition() {
         let params = random(&mut rng, cnn.num_params());
         let x =
             Array2::from_shape_vec((2, input.len()), random(&mut rng, 2 * input.len())).unwrap();
-        let mut ws = SequentialWorkspace::default();
+        let mut ws = Workspace::default();
         cnn.forward(&params, x.view(), &mut ws);
         let image = x.as_slice().unwrap();
         assert_convolution_by_definition((&cnn, 0, 2), &params, image, &ws.outs[0], geometry);
@@ -215,10 +215,10 @@ fn itertools_product(
 #[test]
 fn backward_matches_finite_differences() {
     let (cnn, params, x, y) = small_problem(11);
-    let mut ws = SequentialWorkspace::default();
+    let mut ws = Workspace::default();
     let mut grad = vec![0.0; params.len()];
     cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
-    let loss_at = |p: &[f32], ws: &mut SequentialWorkspace| {
+    let loss_at = |p: &[f32], ws: &mut Workspace| {
         let mut g = vec![0.0; p.len()];
         f64::from(cnn.loss_and_grad(p, x.view(), &y, &mut g, ws))
     };
@@ -233,7 +233,7 @@ fn backward_matches_finite_differences() {
 fn a_fused_step_equals_gradient_then_update() {
     let (cnn, params, x, y) = small_problem(12);
     let eta = 0.3;
-    let mut ws = SequentialWorkspace::default();
+    let mut ws = Workspace::default();
     let mut grad = vec![0.0; params.len()];
     let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);
     let mut stepped = params.clone();
@@ -272,7 +272,7 @@ fn a_batch_in_several_blocks_is_the_mean_of_its_examples() {
     let x = Array2::from_shape_vec((batch, input.len()), random(&mut rng, batch * input.len()))
         .unwrap();
     let y: Vec<u32> = (0..batch as u32).map(|i| i % 3).collect();
-    let mut ws = SequentialWorkspace::default();
+    let mut ws = Workspace::default();
     // A stale buffer: the first block must overwrite it, the later ones add.
     let mut grad = vec![7.0; params.len()];
     let loss = cnn.loss_and_grad(&params, x.view(), &y, &mut grad, &mut ws);

@@ -4,30 +4,28 @@
 use crate::v1;
 use fl_model::sequential::MAX_LAYERS;
 use fl_model::{
-    Architecture, ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape,
-    TensorShape,
+    ExternalModel, LayerSpec, LocalConfig, Model, ModelError, ModelSpec, Shape, TensorShape,
 };
 
 impl From<&ModelSpec> for v1::ModelSpec {
     fn from(spec: &ModelSpec) -> Self {
-        match spec.architecture() {
-            Architecture::Dense(sizes) => v1::ModelSpec {
-                layer_sizes: sizes.iter().map(|&w| w as u32).collect(),
+        if let Some(widths) = spec.dense_widths() {
+            return v1::ModelSpec {
+                layer_sizes: widths.iter().map(|&w| w as u32).collect(),
                 ..Default::default()
-            },
-            Architecture::Layers(cnn) => {
-                let input = cnn.layers()[0].input;
-                v1::ModelSpec {
-                    layer_sizes: Vec::new(),
-                    input: Some(v1::ImageShape {
-                        height: input.height as u32,
-                        width: input.width as u32,
-                        channels: input.channels as u32,
-                    }),
-                    layers: cnn.layers().iter().map(|l| l.spec.to_string()).collect(),
-                    tensors: Vec::new(),
-                }
-            }
+            };
+        }
+        let layers = spec.layers().layers();
+        let input = layers[0].input;
+        v1::ModelSpec {
+            layer_sizes: Vec::new(),
+            input: Some(v1::ImageShape {
+                height: input.height as u32,
+                width: input.width as u32,
+                channels: input.channels as u32,
+            }),
+            layers: layers.iter().map(|l| l.spec.to_string()).collect(),
+            tensors: Vec::new(),
         }
     }
 }

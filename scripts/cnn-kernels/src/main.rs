@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Conv2dConfig, Module, Optimizer, SGD, VarBuilder, VarMap};
-use fl_model::sequential::{Sequential, SequentialWorkspace, FEDAVG_CNN, LayerSpec, Shape};
+use fl_model::sequential::{Sequential, Workspace, FEDAVG_CNN, LayerSpec, Shape};
 use std::time::Instant;
 
 const EXAMPLES: usize = 600;
@@ -37,7 +37,7 @@ fn ours(batch: usize) -> f64 {
         .collect();
     let (x, y) = data();
     let x = ndarray::Array2::from_shape_vec((EXAMPLES, 784), x).unwrap();
-    let mut ws = SequentialWorkspace::default();
+    let mut ws = Workspace::default();
     let times = (0..6)
         .map(|_| {
             let t = Instant::now();
