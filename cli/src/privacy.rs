@@ -2,8 +2,8 @@
 
 use anyhow::{Context, bail};
 use fl_privacy::{
-    Accountant, AccountantKind, Budget, GaussianRound, PrivacyEvent, Sampling, after_rounds,
-    max_rounds, min_sigma, tree_depth, tree_nodes,
+    Accountant, AccountantKind, Budget, GaussianRound, Neighbours, PrivacyEvent, Sampling,
+    UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_depth, tree_nodes,
 };
 use serde_json::json;
 
@@ -158,6 +158,11 @@ pub struct Args {
     /// sampling: --q, --m, --k and --sampling are not used).
     #[arg(long, value_name = "N")]
     tree_rounds: Option<u64>,
+    /// Rounds whose participants are public (secure aggregation with central noise and
+    /// `secagg.neighbours`): the Gaussian mechanism without amplification, under zero-out or
+    /// replace-one neighbours (--q, --m, --k and --sampling are not used).
+    #[arg(long, value_name = "NEIGHBOURS", value_parser = parse_neighbours)]
+    unsampled: Option<Neighbours>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -171,9 +176,19 @@ fn parse_sampling(s: &str) -> Result<Sampling, String> {
     }
 }
 
+fn parse_neighbours(s: &str) -> Result<Neighbours, String> {
+    match s {
+        "zero-out" => Ok(Neighbours::ZeroOut),
+        "replace-one" => Ok(Neighbours::ReplaceOne),
+        _ => Err(format!(
+            "unknown neighbours `{s}` (zero-out or replace-one)"
+        )),
+    }
+}
+
 impl Args {
     fn q(&self) -> anyhow::Result<f64> {
-        if self.tree_rounds.is_some() {
+        if self.tree_rounds.is_some() || self.unsampled.is_some() {
             return Ok(1.0);
         }
         match (self.q, self.m, self.k) {
@@ -186,7 +201,7 @@ impl Args {
     /// The accountant asked for, or PLD for Poisson sampling and RDP otherwise; PLD does not
     /// account fixed-size sampling.
     fn accountant(&self) -> anyhow::Result<AccountantKind> {
-        if self.tree_rounds.is_some() {
+        if self.tree_rounds.is_some() || self.unsampled.is_some() {
             return Ok(self.accountant.unwrap_or(AccountantKind::Pld));
         }
         match (self.accountant, self.sampling) {
@@ -199,19 +214,32 @@ impl Args {
         }
     }
 
-    /// The Gaussian rounds that `rounds` rounds hold, as (q, sampling, count): under DP-FTRL the
-    /// trees' nodes, each without sampling.
-    fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64)> {
-        Ok(match self.tree_rounds {
-            Some(n) => (1.0, Sampling::Poisson, tree_nodes(rounds, n)),
-            None => (self.q()?, self.sampling, rounds),
+    /// The Gaussian rounds that `rounds` rounds hold, as (q, sampling, count, factor), each a
+    /// round at multiplier sigma / factor: under DP-FTRL the trees' nodes, each without
+    /// sampling; unsampled rounds as such, at their relation's sensitivity factor.
+    fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64, f64)> {
+        Ok(match (self.tree_rounds, self.unsampled) {
+            (Some(n), _) => (1.0, Sampling::Poisson, tree_nodes(rounds, n), 1.0),
+            (None, Some(neighbours)) => {
+                (1.0, Sampling::Poisson, rounds, neighbours.sensitivity(1.0))
+            }
+            (None, None) => (self.q()?, self.sampling, rounds, 1.0),
         })
     }
 
     /// The Gaussian round at `sigma` and how many of them `rounds` rounds hold.
     fn event(&self, sigma: f64, rounds: u64) -> anyhow::Result<(PrivacyEvent, u64)> {
-        let (q, sampling, count) = self.gaussian_rounds(rounds)?;
-        Ok((GaussianRound::new(q, sigma, sampling)?.into(), count))
+        let (q, sampling, count, factor) = self.gaussian_rounds(rounds)?;
+        let round = GaussianRound::new(q, sigma / factor, sampling)?;
+        let event = match self.unsampled {
+            Some(neighbours) => UnsampledGaussian {
+                noise_multiplier: sigma,
+                neighbours,
+            }
+            .into(),
+            None => round.into(),
+        };
+        Ok((event, count))
     }
 
     /// The accountant after `rounds` rounds at `sigma`.
@@ -293,8 +321,8 @@ impl Args {
     fn sigma_answer(&self) -> anyhow::Result<serde_json::Value> {
         let budget = self.budget()?;
         let rounds = Args::need(self.rounds, "--rounds")?;
-        let (q, sampling, count) = self.gaussian_rounds(rounds)?;
-        let sigma = min_sigma(self.accountant()?, q, count, &budget, sampling)?;
+        let (q, sampling, count, factor) = self.gaussian_rounds(rounds)?;
+        let sigma = factor * min_sigma(self.accountant()?, q, count, &budget, sampling)?;
         let delta = Args::need(self.delta, "--delta")?;
         let epsilon = self.after(sigma, rounds)?.epsilon(delta);
         Ok(json!({"sigma": sigma, "epsilon": epsilon, "delta": delta}))
@@ -327,9 +355,10 @@ impl Args {
     /// trees, and the given figures the answer does not already hold.
     fn described(&self, mut out: serde_json::Value) -> anyhow::Result<serde_json::Value> {
         out["accountant"] = json!(self.accountant()?.to_string());
-        match self.tree_rounds {
-            Some(n) => out["tree_rounds"] = json!(n),
-            None => {
+        match (self.tree_rounds, self.unsampled) {
+            (Some(n), _) => out["tree_rounds"] = json!(n),
+            (None, Some(neighbours)) => out["unsampled"] = json!(neighbours),
+            (None, None) => {
                 out["sampling"] = json!(self.sampling.to_string());
                 out["q"] = json!(self.q()?);
             }

@@ -9,6 +9,7 @@ use super::ddg::{DdgRound, DdgSettlement};
 use super::rdp::default_orders;
 use super::sampled_gaussian::{AccountingError, GaussianRound};
 use super::tree::TreeRound;
+use super::unsampled_gaussian::UnsampledGaussian;
 use serde::{Deserialize, Serialize};
 
 /// One round of any mechanism the accountant knows.
@@ -25,6 +26,9 @@ pub enum PrivacyEvent {
     /// The correction of a distributed-noise round once its survivors are known (never
     /// positive).
     DdgSettlement(DdgSettlement),
+    /// Central Gaussian noise on the sum of a round whose participants are public (no sampling
+    /// amplification). Last, so that an untagged line of any other kind is read as that kind.
+    UnsampledGaussian(UnsampledGaussian),
 }
 
 impl PrivacyEvent {
@@ -40,7 +44,27 @@ impl PrivacyEvent {
                 Some(node) => node.rdp_curve(orders),
                 None => vec![0.0; orders.len()],
             },
+            PrivacyEvent::UnsampledGaussian(g) => g.rdp_curve(orders),
         }
+    }
+
+    /// Whether a round spent with this event, its result unreleased when the server crashed,
+    /// may run again under the same entry: only noise the trusted curator adds after
+    /// collecting, whose draw never left the server. Noise the clients add (distributed
+    /// noise) may have been seen by the server, the adversary of that mode, in its noised sum.
+    pub fn reruns_after_crash(&self) -> bool {
+        match self {
+            PrivacyEvent::SampledGaussian(_) | PrivacyEvent::UnsampledGaussian(_) => true,
+            PrivacyEvent::DistributedDiscreteGaussian(_)
+            | PrivacyEvent::DdgSettlement(_)
+            | PrivacyEvent::TreeAggregation(_) => false,
+        }
+    }
+}
+
+impl From<UnsampledGaussian> for PrivacyEvent {
+    fn from(g: UnsampledGaussian) -> Self {
+        PrivacyEvent::UnsampledGaussian(g)
     }
 }
 

@@ -27,6 +27,7 @@ mod release;
 mod sampled_gaussian;
 pub mod signds;
 mod tree;
+mod unsampled_gaussian;
 
 pub use accountant::{
     Accountant, PrivacyEvent, RdpAccountant, check_delta, check_epsilon, delta_from_rdp,
@@ -54,3 +55,4 @@ pub use rdp::{
 pub use release::{ClientLimits, LocalMechanism, LocalPrivacyError, Release, ReleaseKind};
 pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes};
+pub use unsampled_gaussian::UnsampledGaussian;

@@ -75,8 +75,8 @@ impl PldAccountant {
         }
     }
 
-    /// Whether the accountant covers `event`: Poisson-subsampled Gaussian rounds, and tree
-    /// aggregation's rounds (Gaussian nodes without sampling).
+    /// Whether the accountant covers `event`: Poisson-subsampled Gaussian rounds, unsampled
+    /// Gaussian rounds, and tree aggregation's rounds (Gaussian nodes without sampling).
     pub fn supports(event: &PrivacyEvent) -> bool {
         Self::as_gaussian(event).is_some()
     }
@@ -92,6 +92,7 @@ impl PldAccountant {
                 },
             ) => Some(Some(*round)),
             PrivacyEvent::TreeAggregation(tree) => Some(tree.node()),
+            PrivacyEvent::UnsampledGaussian(g) => Some(Some(g.as_round())),
             _ => None,
         }
     }

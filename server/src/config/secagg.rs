@@ -152,11 +152,14 @@ pub struct SecAggSection {
     /// Seconds each stage after the first waits for answers (the first shares the round's
     /// deadline with local training).
     pub stage_timeout_secs: f64,
-    /// The neighbouring relation distributed noise is accounted under: `replace-one` (one
+    /// The neighbouring relation the rounds' noise is accounted under: `replace-one` (one
     /// client's data replaced: sensitivity 2 Delta_2) or `zero-out` (its contribution replaced
-    /// by zero while it still adds its noise share: Delta_2, half the noise for the same
-    /// epsilon, as TFF's DP-FTRL and DDGauss deployments account). Zero-out protects a client's
-    /// data, not the fact that it took part: use it when participation is public.
+    /// by zero while it still takes part: Delta_2, half the noise for the same epsilon, as
+    /// TFF's DP-FTRL and DDGauss deployments account). Zero-out protects a client's data, not
+    /// the fact that it took part: use it when participation is public. With central noise
+    /// (`privacy.sampling = "fixed"`), zero-out rounds are accounted without sampling
+    /// amplification (`fl privacy sigma --unsampled zero-out` plans them); replace-one rounds
+    /// as fixed-size samples of q = m/K.
     pub neighbours: Neighbours,
     /// `fl sim` only: fraction of each round's clients the dropout injector drops.
     pub sim_dropout: f64,
@@ -244,9 +247,9 @@ impl SecAggSection {
                 "secagg.policy is signed by the authority: set it with secagg.authority",
             ),
             (
-                self.neighbours == Neighbours::ReplaceOne || self.noise == SecAggNoise::Distributed,
-                "secagg.neighbours is the accounting of distributed noise: set it only with \
-                 secagg.noise = \"distributed\"",
+                self.neighbours == Neighbours::ReplaceOne || self.noise != SecAggNoise::None,
+                "secagg.neighbours is the accounting of the rounds' noise: set it only with \
+                 secagg.noise = \"central\" or \"distributed\"",
             ),
         ];
         match checks.into_iter().find(|(ok, _)| !ok) {
@@ -320,16 +323,18 @@ mod tests {
     use crate::config::{PrivacyMode, RunConfig};
 
     #[test]
-    fn zero_out_neighbours_are_for_distributed_noise_only() {
+    fn zero_out_neighbours_are_for_noised_rounds_only() {
         let mut c = RunConfig::default();
         c.privacy.mode = PrivacyMode::SecAgg;
         c.secagg.neighbours = Neighbours::ZeroOut;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("secagg.neighbours"), "{e}");
-        c.secagg.noise = SecAggNoise::Distributed;
         c.privacy.sampling = fl_privacy::Sampling::Fixed;
         c.privacy.noise_multiplier = 3.0.into();
-        c.validate().unwrap();
+        for noise in [SecAggNoise::Distributed, SecAggNoise::Central] {
+            c.secagg.noise = noise;
+            c.validate().unwrap();
+        }
     }
 
     /// A configuration whose rounds the policy's clients would refuse is refused at start-up,

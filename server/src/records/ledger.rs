@@ -230,19 +230,12 @@ impl Ledger {
     }
 
     /// Whether `round` was already spent with `event` before a crash, its result unreleased:
-    /// the round then runs again under that entry (once; any other round is spent as usual).
-    /// Only central noise qualifies, which the trusted curator adds after collecting: its draw
-    /// never left the server. Under distributed noise the server, the adversary, may have seen
-    /// the noised sum before the crash, so the round is charged again.
+    /// the round then runs again under that entry (once; any other round is spent as usual),
+    /// when the event says such a round may ([`PrivacyEvent::reruns_after_crash`]); otherwise
+    /// it is charged again.
     pub fn take_unreleased(&mut self, round: u64, event: &PrivacyEvent) -> bool {
         match self.unreleased.take() {
-            Some(e)
-                if e.round == round
-                    && e.event == *event
-                    && matches!(event, PrivacyEvent::SampledGaussian(_)) =>
-            {
-                true
-            }
+            Some(e) if e.round == round && e.event == *event && event.reruns_after_crash() => true,
             other => {
                 if let Some(e) = other {
                     tracing::warn!(

@@ -187,6 +187,7 @@ impl Builder<'_> {
         Box::new(SampledGaussian {
             cohort: self.cohort(),
             sampling: noise.sampling,
+            accounting: noise.accounting,
             noise_multiplier: noise.noise_multiplier,
         })
     }

@@ -7,7 +7,7 @@
 use super::{AdmmSection, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection};
 use fl_common::schedule::Schedule;
 use fl_privacy::signds::SignDs;
-use fl_privacy::{AccountantKind, Budget, LocalMechanism, Sampling};
+use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, Sampling};
 
 mod parse;
 #[cfg(test)]
@@ -57,12 +57,25 @@ pub enum AggregationRule {
 pub struct CentralNoise {
     /// How participants are drawn.
     pub sampling: Sampling,
+    /// How a round is accounted.
+    pub accounting: CentralAccounting,
     /// z_t.
     pub noise_multiplier: Schedule,
     /// How S is chosen.
     pub clip: ClipRule,
     /// What the ledger records and enforces.
     pub ledger: LedgerTerms,
+}
+
+/// How a round of central noise is accounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CentralAccounting {
+    /// As sampled: Poisson's add/remove-one neighbours with amplification at q = m/K, or
+    /// fixed-size sampling's replace-one neighbours (sensitivity 2S) at q = m/K.
+    Sampled,
+    /// Without amplification, the participants public (secure aggregation with fixed
+    /// participation), under this relation: a zero-out round moves the sum by at most S.
+    Unsampled(Neighbours),
 }
 
 /// DP-FTRL's tree noise on the clipped sum, and its accounting.

@@ -2,16 +2,19 @@
 //! [`PrivacyPlan`], refusing an invalid combination with the keys it involves.
 
 use super::{
-    Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
-    LocalAccounting, LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip, SecureNoise,
-    SecurePlan,
+    Aggregation, AggregationRule, CentralAccounting, CentralNoise, ClipRule, FtrlPlan, IadmmPlan,
+    LedgerTerms, LocalAccounting, LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip,
+    SecureNoise, SecurePlan,
 };
 use crate::config::{
     Aggregator, Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
     ServerOptimizerKind,
 };
 use fl_common::schedule::Schedule;
-use fl_privacy::{AccountantKind, GaussianRound, PrivacyEvent, Sampling, TreeRound, max_rounds};
+use fl_privacy::{
+    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, Sampling, TreeRound,
+    UnsampledGaussian, max_rounds,
+};
 
 impl RunConfig {
     /// Parses the privacy mode with the sections it uses into the run's [`PrivacyPlan`],
@@ -66,7 +69,9 @@ impl RunConfig {
         }
         Ok(match mode {
             PrivacyMode::None => PrivacyPlan::None(self.aggregation()),
-            PrivacyMode::Central => PrivacyPlan::Central(self.central_noise()?),
+            PrivacyMode::Central => {
+                PrivacyPlan::Central(self.central_noise(CentralAccounting::Sampled)?)
+            }
             PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => PrivacyPlan::Local(LocalPlan {
                 accounting: self.local_accounting()?,
                 rule: LocalRule::FedAvg(self.aggregation()),
@@ -149,7 +154,14 @@ impl RunConfig {
                      took part, which the epsilon does not cover",
                 );
             }
-            SecAggNoise::Central => SecureNoise::Central(self.central_noise()?),
+            SecAggNoise::Central => SecureNoise::Central(self.central_noise(
+                // Every round's participants are fixed by the plan, not by the data: zero-out
+                // neighbours need no sampling to be secret.
+                match self.secagg.neighbours {
+                    Neighbours::ReplaceOne => CentralAccounting::Sampled,
+                    zero_out => CentralAccounting::Unsampled(zero_out),
+                },
+            )?),
             SecAggNoise::Distributed if p.sampling != Sampling::Fixed => {
                 return bad(
                     "distributed noise is calibrated for a fixed number of participants: set \
@@ -186,8 +198,9 @@ impl RunConfig {
         })
     }
 
-    /// Central noise: its clip rule, its ledger, and a first round the budget allows.
-    fn central_noise(&self) -> Result<CentralNoise, ConfigError> {
+    /// Central noise accounted as `accounting` says: its clip rule, its ledger, and a first
+    /// round the budget allows.
+    fn central_noise(&self, accounting: CentralAccounting) -> Result<CentralNoise, ConfigError> {
         let p = &self.privacy;
         self.check_noise()?;
         let clip = match p.clip {
@@ -195,15 +208,25 @@ impl RunConfig {
             ClipMode::Median => ClipRule::Median,
             ClipMode::Quantile => ClipRule::Quantile(self.quantile_clip()?),
         };
-        let ledger = self.ledger_terms(p.sampling == Sampling::Poisson)?;
-        let first = GaussianRound {
-            q: self.clients_at(1) as f64 / self.server.clients as f64,
-            noise_multiplier: p.noise_multiplier.at(1, self.server.rounds),
-            sampling: p.sampling,
+        let unsampled = matches!(accounting, CentralAccounting::Unsampled(_));
+        let ledger = self.ledger_terms(p.sampling == Sampling::Poisson || unsampled)?;
+        let noise_multiplier = p.noise_multiplier.at(1, self.server.rounds);
+        let first = match accounting {
+            CentralAccounting::Sampled => GaussianRound {
+                q: self.clients_at(1) as f64 / self.server.clients as f64,
+                noise_multiplier,
+                sampling: p.sampling,
+            },
+            CentralAccounting::Unsampled(neighbours) => UnsampledGaussian {
+                noise_multiplier,
+                neighbours,
+            }
+            .as_round(),
         };
         self.check_first_round(first, &ledger)?;
         Ok(CentralNoise {
             sampling: p.sampling,
+            accounting,
             noise_multiplier: p.noise_multiplier.clone(),
             clip,
             ledger,
@@ -289,8 +312,9 @@ impl RunConfig {
         if accountant == AccountantKind::Pld && !pld_accounts {
             return Err(ConfigError::Invalid(format!(
                 "privacy.accountant = \"{accountant}\" accounts Poisson-subsampled Gaussian \
-                 rounds and DP-FTRL only: use \"rdp\" with fixed-size sampling or distributed \
-                 noise"
+                 rounds, rounds without sampling (DP-FTRL, secure aggregation's central noise \
+                 under secagg.neighbours = \"zero-out\") only: use \"rdp\" with fixed-size \
+                 sampling or distributed noise"
             )));
         }
         Ok(LedgerTerms {

@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::{Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise};
 use fl_common::schedule::Schedule;
+use fl_privacy::{GaussianRound, PrivacyEvent, UnsampledGaussian, max_rounds};
 
 fn private() -> RunConfig {
     let mut c = RunConfig::default();
@@ -153,6 +154,47 @@ fn secure_aggregation_settings_are_checked() {
     let mut bad = c;
     bad.secagg.sim_dropout = 1.0;
     assert!(refused(&bad).contains("sim_dropout"));
+}
+
+/// Secure aggregation's central noise under zero-out neighbours: its rounds are accounted
+/// without sampling at sensitivity S, with PLD by default. z = 1.36 then allows 8 rounds at
+/// (8, 1e-3), as `fl privacy sigma --unsampled zero-out` plans; replace-one at q = 1 allows
+/// fewer (its sensitivity is 2S).
+#[test]
+fn secure_central_noise_under_zero_out_is_accounted_without_sampling() {
+    let mut c = RunConfig::default();
+    c.privacy.mode = PrivacyMode::SecAgg;
+    c.secagg.noise = SecAggNoise::Central;
+    c.privacy.sampling = Sampling::Fixed;
+    c.server.clients_per_round = (c.server.clients as f64).into();
+    c.privacy.noise_multiplier = 1.36.into();
+    c.privacy.epsilon = 8.0;
+    c.privacy.delta = 1e-3;
+    let rounds = |c: &RunConfig| {
+        let plan = c.plan().unwrap();
+        let SecureNoise::Central(noise) = secure_noise(&plan) else {
+            panic!("central noise")
+        };
+        let event = match noise.accounting {
+            CentralAccounting::Unsampled(neighbours) => PrivacyEvent::from(UnsampledGaussian {
+                noise_multiplier: 1.36,
+                neighbours,
+            }),
+            CentralAccounting::Sampled => PrivacyEvent::from(GaussianRound {
+                q: 1.0,
+                noise_multiplier: 1.36,
+                sampling: Sampling::Fixed,
+            }),
+        };
+        let ledger = plan.ledger().unwrap();
+        (
+            ledger.accountant,
+            max_rounds(ledger.accountant, &event, &ledger.budget, 100).unwrap(),
+        )
+    };
+    assert_eq!(rounds(&c), (AccountantKind::Rdp, 1));
+    c.secagg.neighbours = fl_privacy::Neighbours::ZeroOut;
+    assert_eq!(rounds(&c), (AccountantKind::Pld, 8));
 }
 
 /// DP-FTRL: one z, a fixed S, trees of K/m rounds unless set, PLD by default; a first node

@@ -1,5 +1,7 @@
 //! Central Gaussian noise on a sampled round (Geyer et al. 2017; McMahan et al. 2018): the round
-//! is a subsampled Gaussian mechanism with rate q_t and multiplier z_t.
+//! is a subsampled Gaussian mechanism with rate q_t and multiplier z_t, or, when the
+//! participants are public ([`CentralAccounting::Unsampled`]), the Gaussian mechanism of
+//! multiplier z_t without amplification.
 //!
 //! - Poisson sampling includes each connected client with q_t = m_t / K, and the aggregate is
 //!   divided by the public expectation q_t K = m_t, never by the private number that took part.
@@ -8,11 +10,12 @@
 //!   m_t / K, and this errs towards a larger epsilon.
 
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, poisson};
+use crate::config::plan::CentralAccounting;
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
 use fl_common::schedule::Schedule;
-use fl_privacy::{GaussianRound, PrivacyEvent, Sampling};
+use fl_privacy::{GaussianRound, PrivacyEvent, Sampling, UnsampledGaussian};
 use rand::rngs::StdRng;
 
 /// See the module documentation.
@@ -22,13 +25,27 @@ pub(crate) struct SampledGaussian {
     pub cohort: Cohort,
     /// Poisson or fixed-size.
     pub sampling: Sampling,
+    /// Sampled, or with the participants public.
+    pub accounting: CentralAccounting,
     /// z_t.
     pub noise_multiplier: Schedule,
 }
 
 impl SampledGaussian {
     /// The accountant's view of round `round` when `connected` clients are connected.
-    pub(crate) fn event(&self, round: u64, connected: usize) -> GaussianRound {
+    pub(crate) fn event(&self, round: u64, connected: usize) -> PrivacyEvent {
+        let noise_multiplier = self.noise_multiplier.at(round, self.cohort.rounds);
+        match self.accounting {
+            CentralAccounting::Unsampled(neighbours) => PrivacyEvent::from(UnsampledGaussian {
+                noise_multiplier,
+                neighbours,
+            }),
+            CentralAccounting::Sampled => PrivacyEvent::from(self.sampled(round, connected)),
+        }
+    }
+
+    /// The sampled round `round` when `connected` clients are connected.
+    fn sampled(&self, round: u64, connected: usize) -> GaussianRound {
         let m = self.cohort.at(round);
         let q = match self.sampling {
             Sampling::Poisson => m as f64 / self.cohort.clients as f64,
@@ -53,9 +70,9 @@ impl RoundPolicy for SampledGaussian {
         rng: &mut StdRng,
     ) -> Result<RoundPlan, ServerError> {
         let planned = self.cohort.at(round);
-        let event = self.event(round, connected.len());
+        let q = planned as f64 / self.cohort.clients as f64;
         let (sampled, expected_clients) = match self.sampling {
-            Sampling::Poisson => (poisson(connected, event.q, rng), planned as f64),
+            Sampling::Poisson => (poisson(connected, q, rng), planned as f64),
             Sampling::Fixed => {
                 let sampled = fixed_size(connected, planned, rng);
                 let expected = sampled.len().max(1) as f64;
@@ -68,10 +85,10 @@ impl RoundPolicy for SampledGaussian {
             ctx: RoundContext {
                 round,
                 expected_clients,
-                noise_multiplier: Some(event.noise_multiplier),
+                noise_multiplier: Some(self.noise_multiplier.at(round, self.cohort.rounds)),
                 tree_step: None,
             },
-            event: Some(PrivacyEvent::from(event)),
+            event: Some(self.event(round, connected.len())),
             calibration: None,
         })
     }
@@ -94,6 +111,7 @@ mod tests {
                 rounds: 5,
             },
             sampling,
+            accounting: CentralAccounting::Sampled,
             noise_multiplier: 1.5.into(),
         }
     }
