@@ -4,7 +4,8 @@
 # budget and multiplier (training stops when the ledger reaches the budget). Each run's figures
 # are appended to $SWEEP_DIR/results.tsv under LABEL (SWEEP_DIR defaults to runs/sweep), the whole
 # table is printed as markdown and drawn into $SWEEP_DIR/accuracy-vs-epsilon.svg (`fl sweep-plot`).
-# Q = tree:N plans DP-FTRL's trees of N rounds instead of a sampling rate.
+# Q = tree:N plans DP-FTRL's trees of N rounds instead of a sampling rate, Q = banded:B banded
+# DP-FTRL with each client at most once every B rounds (the config sets privacy.noise = "banded").
 #
 #   scripts/epsilon-sweep.sh LABEL CONFIG Q ROUNDS DELTA "EPSILONS" [ACCOUNTANT] [-- fl sim args]
 #
@@ -16,10 +17,11 @@
 #   scripts/epsilon-sweep.sh ddg-zero-out configs/secagg-ddg.toml 1 8 1e-3 "1 2 4 8" rdp \
 #     -- --set secagg.neighbours=zero-out --set secagg.sim_dropout=0.0 --set secagg.min_survivors=1.0
 #   scripts/epsilon-sweep.sh dp-ftrl configs/dp-ftrl.toml tree:4 100 1e-5 "1 2 4 8"
+#   scripts/epsilon-sweep.sh dp-ftrl-mf configs/dp-ftrl-mf.toml banded:4 50 1e-5 "1 2 4 8"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 6 ]; then
-  sed -n '2,19p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 label=$1 config=$2 q=$3 rounds=$4 delta=$5 epsilons=$6
@@ -35,6 +37,7 @@ table=$dir/results.tsv
 field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 case "$q" in
   tree:*) plan=(--tree-rounds "${q#tree:}") ;;
+  banded:*) plan=(--min-separation "${q#banded:}") ;;
   *) plan=(--q "$q") ;;
 esac
 for eps in $epsilons; do

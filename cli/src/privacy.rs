@@ -156,8 +156,15 @@ pub struct Args {
     accountant: Option<AccountantKind>,
     /// DP-FTRL: the rounds are tree-aggregation steps, the tree restarted every N rounds (no
     /// sampling: --q, --m, --k and --sampling are not used).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "min_separation")]
     tree_rounds: Option<u64>,
+    /// Banded DP-FTRL: the rounds are steps of a banded matrix factorization, each client at
+    /// most once every B rounds (no sampling: --q, --m, --k and --sampling are not used).
+    #[arg(long, value_name = "B")]
+    min_separation: Option<u64>,
+    /// Banded DP-FTRL: each client at most this many times (default: B alone limits).
+    #[arg(long, value_name = "K", requires = "min_separation")]
+    max_participations: Option<u64>,
     /// Rounds whose participants are public (secure aggregation with central noise and
     /// `secagg.neighbours`): the Gaussian mechanism without amplification, under zero-out or
     /// replace-one neighbours (--q, --m, --k and --sampling are not used).
@@ -187,8 +194,13 @@ fn parse_neighbours(s: &str) -> Result<Neighbours, String> {
 }
 
 impl Args {
+    /// Whether the rounds are accounted without sampling (DP-FTRL or public participants).
+    fn unsampled_rounds(&self) -> bool {
+        self.tree_rounds.is_some() || self.min_separation.is_some() || self.unsampled.is_some()
+    }
+
     fn q(&self) -> anyhow::Result<f64> {
-        if self.tree_rounds.is_some() || self.unsampled.is_some() {
+        if self.unsampled_rounds() {
             return Ok(1.0);
         }
         match (self.q, self.m, self.k) {
@@ -201,7 +213,7 @@ impl Args {
     /// The accountant asked for, or PLD for Poisson sampling and RDP otherwise; PLD does not
     /// account fixed-size sampling.
     fn accountant(&self) -> anyhow::Result<AccountantKind> {
-        if self.tree_rounds.is_some() || self.unsampled.is_some() {
+        if self.unsampled_rounds() {
             return Ok(self.accountant.unwrap_or(AccountantKind::Pld));
         }
         match (self.accountant, self.sampling) {
@@ -215,9 +227,13 @@ impl Args {
     }
 
     /// The Gaussian rounds that `rounds` rounds hold, as (q, sampling, count, factor), each a
-    /// round at multiplier sigma / factor: under DP-FTRL the trees' nodes, each without
-    /// sampling; unsampled rounds as such, at their relation's sensitivity factor.
+    /// round at multiplier sigma / factor: under DP-FTRL the trees' nodes or the banded
+    /// stream's charges, each without sampling; unsampled rounds as such, at their relation's
+    /// sensitivity factor.
     fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64, f64)> {
+        if let Some(b) = self.min_separation {
+            return Ok((1.0, Sampling::Poisson, self.banded_charges(rounds, b), 1.0));
+        }
         Ok(match (self.tree_rounds, self.unsampled) {
             (Some(n), _) => (1.0, Sampling::Poisson, tree_nodes(rounds, n), 1.0),
             (None, Some(neighbours)) => {
@@ -255,6 +271,22 @@ impl Args {
         let n = n.max(1);
         let (trees, rest) = (nodes / tree_depth(n), nodes % tree_depth(n));
         trees * n + ((1u64 << rest) - 1)
+    }
+
+    /// The charges of `rounds` banded steps at separation `b` (`fl_privacy::BandedRound`): one
+    /// at each step t = 1 (mod b), at most --max-participations.
+    fn banded_charges(&self, rounds: u64, b: u64) -> u64 {
+        let charges = rounds.div_ceil(b.max(1));
+        self.max_participations.map_or(charges, |k| charges.min(k))
+    }
+
+    /// The most banded steps at separation `b` that `charges` charges cover (unbounded, here
+    /// `cap`, once they reach --max-participations).
+    fn banded_rounds_for(&self, charges: u64, b: u64, cap: u64) -> u64 {
+        match self.max_participations {
+            Some(k) if charges >= k => cap,
+            _ => charges.saturating_mul(b.max(1)).min(cap),
+        }
     }
 
     fn need<T: Copy>(value: Option<T>, flag: &str) -> anyhow::Result<T> {
@@ -333,10 +365,12 @@ impl Args {
         let budget = self.budget()?;
         let sigma = Args::need(self.sigma, "--sigma")?;
         let (event, _) = self.event(sigma, 1)?;
-        let count = max_rounds(self.accountant()?, &event, &budget, 10_000_000)?;
-        let rounds = match self.tree_rounds {
-            Some(n) => Args::tree_rounds_for(count, n),
-            None => count,
+        let cap = 10_000_000;
+        let count = max_rounds(self.accountant()?, &event, &budget, cap)?;
+        let rounds = match (self.tree_rounds, self.min_separation) {
+            (Some(n), _) => Args::tree_rounds_for(count, n),
+            (None, Some(b)) => self.banded_rounds_for(count, b, cap),
+            (None, None) => count,
         };
         let delta = Args::need(self.delta, "--delta")?;
         let epsilon = self.after(sigma, rounds)?.epsilon(delta);
@@ -355,10 +389,14 @@ impl Args {
     /// trees, and the given figures the answer does not already hold.
     fn described(&self, mut out: serde_json::Value) -> anyhow::Result<serde_json::Value> {
         out["accountant"] = json!(self.accountant()?.to_string());
-        match (self.tree_rounds, self.unsampled) {
-            (Some(n), _) => out["tree_rounds"] = json!(n),
-            (None, Some(neighbours)) => out["unsampled"] = json!(neighbours),
-            (None, None) => {
+        match (self.tree_rounds, self.min_separation, self.unsampled) {
+            (Some(n), _, _) => out["tree_rounds"] = json!(n),
+            (None, Some(b), _) => {
+                out["min_separation"] = json!(b);
+                out["max_participations"] = json!(self.max_participations);
+            }
+            (None, None, Some(neighbours)) => out["unsampled"] = json!(neighbours),
+            (None, None, None) => {
                 out["sampling"] = json!(self.sampling.to_string());
                 out["q"] = json!(self.q()?);
             }
@@ -394,5 +432,40 @@ mod tests {
                 assert!(tree_nodes(t + 1, n) > nodes, "n = {n}, {nodes} nodes: {t}");
             }
         }
+    }
+
+    /// Banded steps: a charge at steps 1, b + 1, ..., at most k; the rounds a number of charges
+    /// allows are the most whose charges fit.
+    #[test]
+    fn banded_charges_and_the_rounds_they_allow() {
+        let mut args = Args {
+            q: None,
+            m: None,
+            k: None,
+            sigma: None,
+            rounds: None,
+            delta: None,
+            eps: None,
+            sampling: Sampling::Poisson,
+            accountant: None,
+            tree_rounds: None,
+            min_separation: Some(4),
+            max_participations: None,
+            unsampled: None,
+            json: false,
+        };
+        let charges: Vec<u64> = [1, 4, 5, 50].map(|r| args.banded_charges(r, 4)).to_vec();
+        assert_eq!(charges, [1, 1, 2, 13]);
+        for n in 0..20 {
+            let rounds = args.banded_rounds_for(n, 4, 1000);
+            assert!(args.banded_charges(rounds, 4) <= n);
+            assert!(
+                args.banded_charges(rounds + 1, 4) > n,
+                "{n} charges: {rounds}"
+            );
+        }
+        args.max_participations = Some(3);
+        assert_eq!(args.banded_charges(50, 4), 3);
+        assert_eq!(args.banded_rounds_for(3, 4, 1000), 1000);
     }
 }

@@ -5,17 +5,19 @@
 //! The ledger persists the events, never a running epsilon, so the budget can always be
 //! recomputed from the file (the shape of Opacus' accountant history).
 
+use super::banded::BandedRound;
 use super::ddg::{DdgRound, DdgSettlement};
 use super::rdp::default_orders;
-use super::sampled_gaussian::{AccountingError, GaussianRound};
+use super::sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 use super::tree::TreeRound;
 use super::unsampled_gaussian::UnsampledGaussian;
 use serde::{Deserialize, Serialize};
 
-/// One round of any mechanism the accountant knows.
+/// One round of any mechanism the accountant knows. On disk (the ledger's lines) it is tagged by
+/// `mechanism`; [`read_event`] also reads the untagged lines of earlier ledgers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(untagged)]
+#[serde(tag = "mechanism", rename_all = "kebab-case")]
 pub enum PrivacyEvent {
     /// Central Gaussian noise on the sum of a sampled round.
     SampledGaussian(GaussianRound),
@@ -27,12 +29,50 @@ pub enum PrivacyEvent {
     /// positive).
     DdgSettlement(DdgSettlement),
     /// Central Gaussian noise on the sum of a round whose participants are public (no sampling
-    /// amplification). Last, so that an untagged line of any other kind is read as that kind.
+    /// amplification).
+    UnsampledGaussian(UnsampledGaussian),
+    /// A step of banded matrix-factorization DP-FTRL (zero-out neighbours, no sampling).
+    BandedMatrix(BandedRound),
+}
+
+/// The ledger lines written before events were tagged: the kinds of that time, told apart by
+/// their fields, in the order they were tried then.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum UntaggedEvent {
+    SampledGaussian(GaussianRound),
+    DistributedDiscreteGaussian(DdgRound),
+    TreeAggregation(TreeRound),
+    DdgSettlement(DdgSettlement),
     UnsampledGaussian(UnsampledGaussian),
 }
 
+/// A stored event: tagged, or an earlier ledger's untagged line.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredEvent {
+    Tagged(PrivacyEvent),
+    Untagged(UntaggedEvent),
+}
+
+/// Reads a stored event, tagged or untagged (for `#[serde(deserialize_with)]`).
+pub fn read_event<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PrivacyEvent, D::Error> {
+    Ok(match StoredEvent::deserialize(d)? {
+        StoredEvent::Tagged(event) => event,
+        StoredEvent::Untagged(old) => match old {
+            UntaggedEvent::SampledGaussian(g) => PrivacyEvent::SampledGaussian(g),
+            UntaggedEvent::DistributedDiscreteGaussian(d) => {
+                PrivacyEvent::DistributedDiscreteGaussian(d)
+            }
+            UntaggedEvent::TreeAggregation(t) => PrivacyEvent::TreeAggregation(t),
+            UntaggedEvent::DdgSettlement(s) => PrivacyEvent::DdgSettlement(s),
+            UntaggedEvent::UnsampledGaussian(g) => PrivacyEvent::UnsampledGaussian(g),
+        },
+    })
+}
+
 impl PrivacyEvent {
-    /// RDP of this round at each of `orders`.
+    /// RDP of this round at each of `orders` (infinite for a banded step whose bands overlap).
     pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
         match self {
             PrivacyEvent::SampledGaussian(g) => g.rdp_curve(orders),
@@ -40,25 +80,55 @@ impl PrivacyEvent {
                 orders.iter().map(|&a| d.rdp(a)).collect()
             }
             PrivacyEvent::DdgSettlement(s) => orders.iter().map(|&a| s.rdp(a)).collect(),
-            PrivacyEvent::TreeAggregation(t) => match t.node() {
-                Some(node) => node.rdp_curve(orders),
-                None => vec![0.0; orders.len()],
+            PrivacyEvent::BandedMatrix(b) if !b.separated() => vec![f64::INFINITY; orders.len()],
+            PrivacyEvent::TreeAggregation(_)
+            | PrivacyEvent::UnsampledGaussian(_)
+            | PrivacyEvent::BandedMatrix(_) => match self.as_gaussian() {
+                Some(Some(round)) => round.rdp_curve(orders),
+                _ => vec![0.0; orders.len()],
             },
-            PrivacyEvent::UnsampledGaussian(g) => g.rdp_curve(orders),
+        }
+    }
+
+    /// The Gaussian mechanism this event composes as (`Some(None)`: a correlated-noise step that
+    /// adds nothing to a client's worst case), or `None` when it is none: the PLD accountant
+    /// covers exactly the events with one.
+    pub fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        match self {
+            PrivacyEvent::SampledGaussian(
+                round @ GaussianRound {
+                    sampling: Sampling::Poisson,
+                    ..
+                },
+            ) => Some(Some(*round)),
+            PrivacyEvent::SampledGaussian(_) => None,
+            PrivacyEvent::TreeAggregation(tree) => Some(tree.node()),
+            PrivacyEvent::UnsampledGaussian(g) => Some(Some(g.as_round())),
+            PrivacyEvent::BandedMatrix(b) => b.separated().then(|| b.charge()),
+            PrivacyEvent::DistributedDiscreteGaussian(_) | PrivacyEvent::DdgSettlement(_) => None,
         }
     }
 
     /// Whether a round spent with this event, its result unreleased when the server crashed,
-    /// may run again under the same entry: only noise the trusted curator adds after
-    /// collecting, whose draw never left the server. Noise the clients add (distributed
-    /// noise) may have been seen by the server, the adversary of that mode, in its noised sum.
+    /// may run again under the same entry: only independent noise the trusted curator adds
+    /// after collecting, whose draw never left the server. Noise the clients add (distributed
+    /// noise) may have been seen by the server, the adversary of that mode, in its noised sum;
+    /// correlated noise (a tree, a banded stream) lives in memory only, and a restarted server
+    /// starts a new stream, which is a new event.
     pub fn reruns_after_crash(&self) -> bool {
         match self {
             PrivacyEvent::SampledGaussian(_) | PrivacyEvent::UnsampledGaussian(_) => true,
             PrivacyEvent::DistributedDiscreteGaussian(_)
             | PrivacyEvent::DdgSettlement(_)
-            | PrivacyEvent::TreeAggregation(_) => false,
+            | PrivacyEvent::TreeAggregation(_)
+            | PrivacyEvent::BandedMatrix(_) => false,
         }
+    }
+}
+
+impl From<BandedRound> for PrivacyEvent {
+    fn from(b: BandedRound) -> Self {
+        PrivacyEvent::BandedMatrix(b)
     }
 }
 
@@ -240,7 +310,60 @@ pub fn delta_from_rdp(orders: &[f64], rdp: &[f64], epsilon: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampled_gaussian::Sampling;
+    use crate::Neighbours;
+
+    fn read(line: &str) -> PrivacyEvent {
+        read_event(&mut serde_json::Deserializer::from_str(line)).unwrap()
+    }
+
+    /// Every kind is written tagged and reads back as itself; the untagged lines of earlier
+    /// ledgers read as the kind they were written as, a tree round (which has an unsampled
+    /// round's two fields and one more) as a tree round.
+    #[test]
+    fn stored_events_read_back_as_their_kind() {
+        let unsampled = UnsampledGaussian {
+            noise_multiplier: 1.36,
+            neighbours: Neighbours::ZeroOut,
+        };
+        let banded = BandedRound {
+            noise_multiplier: 2.0,
+            step: 5,
+            bands: 4,
+            min_separation: 4,
+            max_participations: Some(13),
+            neighbours: Neighbours::ZeroOut,
+        };
+        let events: [PrivacyEvent; 4] = [
+            GaussianRound::new(0.25, 1.2, Sampling::Poisson)
+                .unwrap()
+                .into(),
+            TreeRound::zero_out(1.5, 6).into(),
+            unsampled.into(),
+            banded.into(),
+        ];
+        for event in events {
+            let line = serde_json::to_string(&event).unwrap();
+            assert!(line.starts_with(r#"{"mechanism":"#), "{line}");
+            assert_eq!(read(&line), event, "{line}");
+        }
+        let untagged = [
+            (
+                r#"{"q":0.25,"noise_multiplier":1.2,"sampling":"poisson"}"#,
+                events[0],
+            ),
+            (
+                r#"{"noise_multiplier":1.5,"tree_step":6,"neighbours":"zero-out"}"#,
+                events[1],
+            ),
+            (
+                r#"{"noise_multiplier":1.36,"neighbours":"zero-out"}"#,
+                events[2],
+            ),
+        ];
+        for (line, event) in untagged {
+            assert_eq!(read(line), event, "{line}");
+        }
+    }
 
     /// Tiny q and 10^5 rounds stay finite and ordered (log-space arithmetic throughout).
     #[test]

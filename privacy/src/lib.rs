@@ -1,5 +1,5 @@
 //! Differential privacy: the mechanisms (the Gaussian and discrete Gaussian, the tree's
-//! correlated noise, local Laplace and Gaussian releases, [`signds`], the Laplace step of
+//! and banded factorizations' correlated noise, local Laplace and Gaussian releases, [`signds`], the Laplace step of
 //! [`admm`]), their sensitivities, the Rényi DP and PLD accountants of the sampled Gaussian
 //! mechanism, budgets and planning.
 //!
@@ -13,6 +13,7 @@ mod accountant;
 mod accountant_kind;
 pub mod admm;
 mod analytic_gaussian;
+mod banded;
 mod clip;
 mod ddg;
 mod discrete_gaussian;
@@ -31,12 +32,13 @@ mod unsampled_gaussian;
 
 pub use accountant::{
     Accountant, PrivacyEvent, RdpAccountant, check_delta, check_epsilon, delta_from_rdp,
-    epsilon_from_rdp,
+    epsilon_from_rdp, read_event,
 };
 pub use accountant_kind::AccountantKind;
 pub use analytic_gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta, gaussian_epsilon,
 };
+pub use banded::{BandedFactorization, BandedNoise, BandedRound};
 pub use clip::{UpdateMoments, median};
 pub use ddg::{DdgRound, DdgSettlement, Neighbours};
 pub use discrete_gaussian::{

@@ -153,18 +153,6 @@ mod tests {
         }
     }
 
-    /// A tree round reads back from the ledger's JSON as itself, not as another event.
-    #[test]
-    fn a_tree_round_reads_back_as_itself() {
-        let event = PrivacyEvent::TreeAggregation(TreeRound::zero_out(1.5, 6));
-        let json = serde_json::to_string(&event).unwrap();
-        assert_eq!(
-            json,
-            r#"{"noise_multiplier":1.5,"tree_step":6,"neighbours":"zero-out"}"#
-        );
-        assert_eq!(serde_json::from_str::<PrivacyEvent>(&json).unwrap(), event);
-    }
-
     /// The noise in S_t is the sum of one independent node per set bit of t: its variance is
     /// popcount(t) std^2, and nodes that S_t and S_{t+1} share cancel in their difference.
     #[test]

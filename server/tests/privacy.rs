@@ -297,6 +297,89 @@ async fn dp_ftrl_accounts_its_trees_and_stops_at_the_budget() {
     std::fs::remove_file(out.with_extension("clients.toml")).unwrap();
 }
 
+/// Banded DP-FTRL end to end: b = K/m = 3, each round's ledger entry is its step; a charge
+/// (epsilon moves) exactly at rounds 1, 4, 7, ...; the run stops at the first charge that would
+/// cross the budget, every round is full (the rule leaves m of the K clients each round), and
+/// the ledger alone reproduces the reported epsilon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn banded_dp_ftrl_charges_once_per_separation_and_stops_at_the_budget() {
+    use fl_privacy::BandedRound;
+    let out = temp("banded");
+    let (mut config, tokens) = ftrl_config(&out, 1000);
+    config.privacy.noise = fl_server::config::FtrlNoiseKind::Banded;
+    let budget = config.privacy.budget();
+    let Budget::Epsilon { delta, .. } = budget else {
+        unreachable!()
+    };
+    let event = |step| BandedRound {
+        noise_multiplier: 3.0,
+        step,
+        bands: 3,
+        min_separation: 3,
+        max_participations: None,
+        neighbours: fl_privacy::Neighbours::ZeroOut,
+    };
+    let charge: PrivacyEvent = event(1).charge().unwrap().into();
+    let charges = max_rounds(AccountantKind::Pld, &charge, &budget, 1000).unwrap();
+    assert!((3..30).contains(&charges), "{charges} charges");
+
+    let (summary, metrics) = run_enrolled(config, Some(&tokens)).await;
+
+    assert_eq!(summary.stopped_by, fl_server::output::StoppedBy::Budget);
+    assert_eq!(metrics.len() as u64, 3 * charges);
+    let ledger = fl_server::ledger::read(&out.join("ledger.jsonl")).unwrap();
+    for (i, (m, entry)) in metrics.iter().zip(&ledger).enumerate() {
+        let step = i as u64 + 1;
+        assert_eq!(entry.event, PrivacyEvent::BandedMatrix(event(step)));
+        assert_eq!(
+            (m.sampled, m.noise_std),
+            (2, Some(3.0 * 0.5)),
+            "round {step}"
+        );
+        let expected = after_rounds(AccountantKind::Pld, &charge, i as u64 / 3 + 1);
+        assert!(
+            (m.epsilon.unwrap() - expected.epsilon(delta)).abs() < 1e-9,
+            "round {step}"
+        );
+    }
+    let ((eps, _), rounds) =
+        replay(&out.join("ledger.jsonl"), &budget, AccountantKind::Pld).unwrap();
+    assert_eq!((rounds, eps), (metrics.len(), summary.epsilon.unwrap()));
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_file(out.with_extension("clients.toml")).unwrap();
+}
+
+/// Ledgers written before events named their `mechanism` (by `fl sim` of an earlier version,
+/// central DP and DP-FTRL, 4 rounds at delta 1e-3) still verify, read as the kinds they were
+/// written as, and replay to the epsilon their runs reported in `summary.json`.
+#[test]
+fn ledgers_from_before_tagged_events_read_and_verify() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/untagged-ledgers");
+    // (file, the epsilon its run's summary.json reported)
+    for (name, reported) in [
+        ("central", 4.573814629333321),
+        ("dp-ftrl", 1.6072411116265277),
+    ] {
+        let path = dir.join(format!("{name}.jsonl"));
+        let (entries, head) = fl_server::ledger::verify(&path, None).unwrap();
+        assert_eq!((entries.len(), head.lines), (4, 4), "{name}");
+        for e in &entries {
+            let kind_ok = match name {
+                "central" => matches!(e.event, PrivacyEvent::SampledGaussian(_)),
+                _ => matches!(e.event, PrivacyEvent::TreeAggregation(_)),
+            };
+            assert!(kind_ok, "{name} round {}: {:?}", e.round, e.event);
+        }
+        let budget = Budget::Epsilon {
+            epsilon: f64::INFINITY,
+            delta: 1e-3,
+        };
+        let ((eps, _), rounds) = replay(&path, &budget, AccountantKind::Pld).unwrap();
+        assert_eq!(rounds, 4);
+        assert!((eps - reported).abs() < 1e-9, "{name}: {eps} vs {reported}");
+    }
+}
+
 /// The tree's noise is a secret held in memory only: a DP-FTRL checkpoint holds the model and no
 /// tensor beside it, and a resumed run starts a new tree, which its ledger accounts as one (steps
 /// 1, 2, 3, 1 before the restart, then 1, 2 again).

@@ -18,7 +18,7 @@
 //! Neighbours are add/remove one client: both directions are composed and the larger delta taken.
 
 use super::accountant::{Accountant, PrivacyEvent};
-use super::sampled_gaussian::{GaussianRound, Sampling};
+use super::sampled_gaussian::GaussianRound;
 
 /// Grid step of the privacy loss (dp_accounting's default value_discretization_interval).
 pub const GRID: f64 = 1e-4;
@@ -78,23 +78,7 @@ impl PldAccountant {
     /// Whether the accountant covers `event`: Poisson-subsampled Gaussian rounds, unsampled
     /// Gaussian rounds, and tree aggregation's rounds (Gaussian nodes without sampling).
     pub fn supports(event: &PrivacyEvent) -> bool {
-        Self::as_gaussian(event).is_some()
-    }
-
-    /// The Gaussian round `event` composes as (`Some(None)`: a tree step that adds no node), or
-    /// `None` when this accountant cannot account it.
-    fn as_gaussian(event: &PrivacyEvent) -> Option<Option<GaussianRound>> {
-        match event {
-            PrivacyEvent::SampledGaussian(
-                round @ GaussianRound {
-                    sampling: Sampling::Poisson,
-                    ..
-                },
-            ) => Some(Some(*round)),
-            PrivacyEvent::TreeAggregation(tree) => Some(tree.node()),
-            PrivacyEvent::UnsampledGaussian(g) => Some(Some(g.as_round())),
-            _ => None,
-        }
+        event.as_gaussian().is_some()
     }
 
     /// The single-round PLDs (remove, add) of `round` on the grid of step `h`.
@@ -166,7 +150,7 @@ impl Accountant for PldAccountant {
         if count == 0 {
             return;
         }
-        let round = match Self::as_gaussian(event) {
+        let round = match event.as_gaussian() {
             Some(Some(round)) => round,
             Some(None) => return,
             None => {
@@ -216,6 +200,7 @@ mod tests {
     use super::distribution::convolve;
     use super::subsampled_gaussian::normal_mass;
     use super::*;
+    use crate::Sampling;
 
     fn round(q: f64, sigma: f64) -> PrivacyEvent {
         GaussianRound::new(q, sigma, Sampling::Poisson)

@@ -99,6 +99,7 @@ fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
 mod tests {
     use super::*;
     use crate::config::PrivacyPlan;
+    use crate::config::plan::NoiseStream;
 
     /// An asynchronous run of 100 clients, P = 20, M = 10, in `mode`.
     fn in_mode(mode: PrivacyMode) -> RunConfig {
@@ -144,18 +145,23 @@ mod tests {
         }
     }
 
-    /// DP-FTRL's trees default to one pass of distinct clients, M per step, and may not ask for
-    /// more distinct clients than there are.
+    /// DP-FTRL's trees default to one pass of distinct clients, M per step, and neither a tree
+    /// nor a banded stream's separation may ask for more distinct clients than there are.
     #[test]
     fn dp_ftrl_trees_are_one_pass_of_distinct_clients() {
         let tree = |c: &RunConfig| match c.plan().unwrap() {
-            PrivacyPlan::Ftrl(f) => f.tree_rounds,
+            PrivacyPlan::Ftrl(f) => f.stream,
             other => panic!("{other:?}"),
         };
         let mut c = in_mode(PrivacyMode::DpFtrl);
         c.privacy.noise_multiplier = 5.0.into();
-        assert_eq!(tree(&c), 10, "100 clients / M = 10");
+        let one_pass = NoiseStream::Tree { tree_rounds: 10 };
+        assert_eq!(tree(&c), one_pass, "100 clients / M = 10");
+        let mut banded = c.clone();
         c.privacy.tree_rounds = Some(11);
-        assert!(refused(&c).contains("each client enters a tree at most once"));
+        assert!(refused(&c).contains("privacy.tree_rounds (11) times buffer.size"));
+        banded.privacy.noise = crate::config::FtrlNoiseKind::Banded;
+        banded.privacy.min_separation = Some(11);
+        assert!(refused(&banded).contains("privacy.min_separation (11) times buffer.size"));
     }
 }

@@ -26,7 +26,7 @@ pub use eval::EvalSection;
 pub use local::{LocalSection, SignDsSection};
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
-pub use privacy::{BudgetKind, ClipMode, PrivacyMode, PrivacySection};
+pub use privacy::{BudgetKind, ClipMode, FtrlNoiseKind, PrivacyMode, PrivacySection};
 pub use robust::{Aggregator, NormAction, RobustSection};
 pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
 pub use server::{ServerSection, is_loopback};

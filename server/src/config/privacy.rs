@@ -25,10 +25,23 @@ pub enum PrivacyMode {
     /// Each client uploads only a sign and a few dimensions (SignDS, EM-MDS), see `[signds]`.
     #[serde(rename = "signds")]
     SignDs,
-    /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds tree-aggregation noise;
-    /// no sampling, each client at most once per tree of `tree_rounds` rounds.
+    /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds correlated noise
+    /// (`noise`: a tree or a banded matrix factorization); no sampling, each client within the
+    /// noise's participation rule.
     #[serde(rename = "dp-ftrl")]
     DpFtrl,
+}
+
+/// DP-FTRL's correlated noise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FtrlNoiseKind {
+    /// Tree aggregation (Kairouz et al. 2021): each client at most once per tree of
+    /// `tree_rounds` steps.
+    Tree,
+    /// Banded matrix factorization (Choquette-Choo et al. 2023): each client at most once every
+    /// `min_separation` steps and at most `max_participations` times; `bands` <= `min_separation`.
+    Banded,
 }
 
 /// Which quantity the budget caps.
@@ -80,6 +93,16 @@ pub struct PrivacySection {
     /// `fl-server` refuses `dp-ftrl` without `server.enrollment`, and `fl sim` enrolls its own
     /// clients in `RUN/sim-enrollment.toml`.
     pub tree_rounds: Option<u64>,
+    /// DP-FTRL's noise: `tree` or `banded`.
+    pub noise: FtrlNoiseKind,
+    /// Banded DP-FTRL: b, the fewest steps between two contributions of one client; unset: K / m_1
+    /// (K / M asynchronously), the most that keeps every step full.
+    pub min_separation: Option<u64>,
+    /// Banded DP-FTRL: p, the factorization's bands, at most b; unset: b.
+    pub bands: Option<u64>,
+    /// Banded DP-FTRL: k, the most contributions of one client in a stream; unset: b alone
+    /// limits them (and the budget ends training).
+    pub max_participations: Option<u64>,
 }
 
 impl Default for PrivacySection {
@@ -98,6 +121,10 @@ impl Default for PrivacySection {
             delta: 1e-5,
             accountant: None,
             tree_rounds: None,
+            noise: FtrlNoiseKind::Tree,
+            min_separation: None,
+            bands: None,
+            max_participations: None,
         }
     }
 }

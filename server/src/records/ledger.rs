@@ -22,9 +22,11 @@ use std::path::Path;
 pub struct LedgerEntry {
     /// The round.
     pub round: u64,
-    /// The mechanism and its parameters (sampling rate, noise multiplier and sampling scheme
-    /// for central noise; clients, variance, sensitivity and dimension for distributed noise).
-    #[serde(flatten)]
+    /// The mechanism (`mechanism`, absent from the lines of earlier ledgers, which are read by
+    /// their fields) and its parameters (sampling rate, noise multiplier and sampling scheme
+    /// for central noise; clients, variance, sensitivity and dimension for distributed noise;
+    /// the stream step and participation rule of DP-FTRL).
+    #[serde(flatten, deserialize_with = "fl_privacy::read_event")]
     pub event: PrivacyEvent,
     /// How S was chosen.
     pub clip_mode: ClipMode,

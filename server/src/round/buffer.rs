@@ -9,7 +9,7 @@
 
 use crate::identity::ids::ClientId;
 use crate::round::rejection::Rejection;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The weight of an update of staleness s: 1 / sqrt(1 + s) (FedBuff, Sec. 5, the polynomial
@@ -171,28 +171,6 @@ impl Dispatches {
     /// The last round `client` was sent.
     fn latest(&self, client: ClientId) -> Option<u64> {
         self.sent.get(&client)?.keys().next_back().copied()
-    }
-}
-
-/// Which identities are in the current DP-FTRL tree (each at most once per tree, Kairouz et al.
-/// 2021, Sec. 4): kept by the buffer's policy.
-#[derive(Debug, Default)]
-pub(crate) struct TreeMembers(BTreeSet<ClientId>);
-
-impl TreeMembers {
-    /// Whether `client` already contributed to the current tree.
-    pub(crate) fn contains(&self, client: ClientId) -> bool {
-        self.0.contains(&client)
-    }
-
-    /// `client` contributed; false if it already had.
-    pub(crate) fn insert(&mut self, client: ClientId) -> bool {
-        self.0.insert(client)
-    }
-
-    /// A new tree starts.
-    pub(crate) fn clear(&mut self) {
-        self.0.clear()
     }
 }
 

@@ -5,14 +5,15 @@
 
 use crate::config::plan::{
     Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
-    LocalAccounting, LocalPlan, LocalRule, SecureNoise, SecurePlan,
+    LocalAccounting, LocalPlan, LocalRule, NoiseStream, SecureNoise, SecurePlan,
 };
 use crate::config::{Cadence, PrivacyPlan, RunConfig};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
 use crate::round::policy::{
-    BufferPolicy, Cohort, DistributedNoise, Plain, RoundPolicy, SampledGaussian, TreeAggregation,
+    BandedSchedule, BufferPolicy, Cohort, Correlated, DistributedNoise, NoiseSchedule, Plain,
+    RoundPolicy, SampledGaussian, TreeSchedule,
 };
 use crate::round::strategy::{
     CentralDp, Divisor, FedAvg, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
@@ -100,7 +101,10 @@ pub(crate) fn pipeline(
     let plan = config.plan()?;
     let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
     let builder = Builder { config, dim };
-    let trees = plan.trees();
+    let ftrl = match &plan {
+        PrivacyPlan::Ftrl(ftrl) => Some(ftrl.clone()),
+        _ => None,
+    };
     let (min_results, updates) = (builder.release_at_min_clients(), builder.collect_updates());
     let (policy, strategy, collection, release) = match plan {
         PrivacyPlan::None(aggregation) => {
@@ -113,13 +117,12 @@ pub(crate) fn pipeline(
             (policy, strategy, updates, ReleaseRule::Always)
         }
         PrivacyPlan::Ftrl(ftrl) => {
-            let strategy = builder.central_dp(ClipRule::Fixed(ftrl.clip_bound), FedAvg::new(dim));
-            (
-                builder.tree_aggregation(&ftrl),
-                strategy,
-                updates,
-                ReleaseRule::Always,
-            )
+            let layer = (builder.central_dp_layer(ClipRule::Fixed(ftrl.clip_bound)))
+                .with_stream(schedule(&ftrl).noise(dim));
+            let strategy: Box<dyn Strategy> = Box::new(layer.around(FedAvg::new(dim)));
+            let policy: Box<dyn RoundPolicy> =
+                Box::new(Correlated::new(builder.cohort(), schedule(&ftrl)));
+            (policy, strategy, updates, ReleaseRule::Always)
         }
         PrivacyPlan::Local(local) => {
             let strategy = builder.local(local)?;
@@ -147,7 +150,7 @@ pub(crate) fn pipeline(
     };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
-        Cadence::Async => Steps::Buffered(builder.buffer(trees)),
+        Cadence::Async => Steps::Buffered(builder.buffer(ftrl.as_ref().map(schedule))),
     };
     Ok(Pipeline {
         steps,
@@ -156,6 +159,24 @@ pub(crate) fn pipeline(
         ledger,
         release,
     })
+}
+
+/// DP-FTRL's schedule: the plan's stream with its participation rule, from its first step.
+fn schedule(ftrl: &FtrlPlan) -> Box<dyn NoiseSchedule> {
+    let z = ftrl.noise_multiplier;
+    match &ftrl.stream {
+        NoiseStream::Tree { tree_rounds } => Box::new(TreeSchedule::new(z, *tree_rounds)),
+        NoiseStream::Banded {
+            factorization,
+            min_separation,
+            max_participations,
+        } => Box::new(BandedSchedule::new(
+            z,
+            factorization.clone(),
+            *min_separation,
+            *max_participations,
+        )),
+    }
 }
 
 /// The run's settings beside its plan.
@@ -192,18 +213,12 @@ impl Builder<'_> {
         })
     }
 
-    /// DP-FTRL's rounds: trees of the plan's length.
-    fn tree_aggregation(&self, ftrl: &FtrlPlan) -> Box<dyn RoundPolicy> {
-        let (z, n) = (ftrl.noise_multiplier, ftrl.tree_rounds);
-        Box::new(TreeAggregation::new(self.cohort(), z, n))
-    }
-
-    /// Asynchronous steps of `[buffer]`, under DP-FTRL's `trees` (z, steps per tree) if given.
-    fn buffer(&self, trees: Option<(f64, u64)>) -> BufferPolicy {
+    /// Asynchronous steps of `[buffer]`, each a step of DP-FTRL's `schedule` if given.
+    fn buffer(&self, schedule: Option<Box<dyn NoiseSchedule>>) -> BufferPolicy {
         let b = &self.config.buffer;
         let policy = BufferPolicy::new(b.size, b.concurrency, b.max_staleness);
-        match trees {
-            Some((z, steps)) => policy.with_trees(z, steps),
+        match schedule {
+            Some(schedule) => policy.with_schedule(schedule),
             None => policy,
         }
     }
@@ -233,18 +248,22 @@ impl Builder<'_> {
         })
     }
 
-    /// Central DP around `inner`, with the plan's clip rule; its noise always comes from a
-    /// generator seeded by the OS, even in seeded runs (independent per round, or a tree's when
-    /// the round policy says the round's tree step).
+    /// Central DP around `inner`, with the plan's clip rule.
     fn central_dp<S: SumStrategy + 'static>(&self, clip: ClipRule, inner: S) -> Box<dyn Strategy> {
+        Box::new(self.central_dp_layer(clip).around(inner))
+    }
+
+    /// The central DP layer with the plan's clip rule; its noise always comes from a generator
+    /// seeded by the OS, even in seeded runs (independent per round, or a DP-FTRL stream's when
+    /// the round policy says the round's stream step).
+    fn central_dp_layer(&self, clip: ClipRule) -> CentralDp {
         if matches!(clip, ClipRule::Median) {
             tracing::warn!(
                 "clip = median: S is the median of the clients' update norms, which is NOT \
                  private; the reported epsilon does not cover it"
             );
         }
-        let layer = CentralDp::new(self.dim, clip, StdRng::from_os_rng());
-        Box::new(layer.around(inner))
+        CentralDp::new(self.dim, clip, StdRng::from_os_rng())
     }
 
     /// The mechanism of a client-side mode, for this model.

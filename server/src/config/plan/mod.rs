@@ -9,7 +9,10 @@ use fl_common::schedule::Schedule;
 use fl_privacy::signds::SignDs;
 use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, Sampling};
 
+mod ftrl;
 mod parse;
+
+pub use ftrl::{FtrlPlan, NoiseStream};
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +29,7 @@ pub enum PrivacyPlan {
     Iadmm(IadmmPlan),
     /// Secure aggregation: the server sees only the sum of clipped, quantised updates.
     Secure(SecurePlan),
-    /// DP-FTRL: the trusted curator clips and adds tree-aggregation noise (Kairouz et al. 2021).
+    /// DP-FTRL: the trusted curator clips and adds correlated noise (Kairouz et al. 2021).
     Ftrl(FtrlPlan),
 }
 
@@ -76,19 +79,6 @@ pub enum CentralAccounting {
     /// Without amplification, the participants public (secure aggregation with fixed
     /// participation), under this relation: a zero-out round moves the sum by at most S.
     Unsampled(Neighbours),
-}
-
-/// DP-FTRL's tree noise on the clipped sum, and its accounting.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FtrlPlan {
-    /// z: each tree node's multiplier (one for the run).
-    pub noise_multiplier: f64,
-    /// S, fixed.
-    pub clip_bound: f64,
-    /// Rounds per tree.
-    pub tree_rounds: u64,
-    /// What the ledger records and enforces.
-    pub ledger: LedgerTerms,
 }
 
 /// A client-side mechanism as configured; its sizes (SignDS's k and h) depend on the model.
@@ -228,14 +218,6 @@ pub enum SecureNoise {
 }
 
 impl PrivacyPlan {
-    /// DP-FTRL's (z, steps per tree), for a plan of tree aggregation.
-    pub fn trees(&self) -> Option<(f64, u64)> {
-        match self {
-            PrivacyPlan::Ftrl(f) => Some((f.noise_multiplier, f.tree_rounds)),
-            _ => None,
-        }
-    }
-
     /// The terms of the run's central ledger, when it keeps one (local mechanisms are
     /// accounted per client instead).
     pub fn ledger(&self) -> Option<&LedgerTerms> {

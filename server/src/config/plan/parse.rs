@@ -2,18 +2,17 @@
 //! [`PrivacyPlan`], refusing an invalid combination with the keys it involves.
 
 use super::{
-    Aggregation, AggregationRule, CentralAccounting, CentralNoise, ClipRule, FtrlPlan, IadmmPlan,
+    Aggregation, AggregationRule, CentralAccounting, CentralNoise, ClipRule, IadmmPlan,
     LedgerTerms, LocalAccounting, LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip,
     SecureNoise, SecurePlan,
 };
 use crate::config::{
-    Aggregator, Algorithm, Cadence, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
+    Aggregator, Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
     ServerOptimizerKind,
 };
-use fl_common::schedule::Schedule;
 use fl_privacy::{
-    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, Sampling, TreeRound,
-    UnsampledGaussian, max_rounds,
+    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, Sampling, UnsampledGaussian,
+    max_rounds,
 };
 
 impl RunConfig {
@@ -233,55 +232,8 @@ impl RunConfig {
         })
     }
 
-    /// DP-FTRL: one z for every node, a fixed S (a median or an adaptive bound would be released
-    /// every round outside the tree), K / m_1 rounds per tree unless set.
-    fn ftrl(&self) -> Result<FtrlPlan, ConfigError> {
-        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
-        let p = &self.privacy;
-        self.check_noise()?;
-        let Schedule::Constant(z) = p.noise_multiplier else {
-            return bad(
-                "privacy.mode = \"dp-ftrl\" needs one privacy.noise_multiplier (a number): the \
-                 nodes of a tree share it",
-            );
-        };
-        if p.clip != ClipMode::Fixed {
-            return bad(
-                "privacy.mode = \"dp-ftrl\" needs privacy.clip = \"fixed\": a median or adaptive \
-                 bound would be released every round, outside the tree's accounting",
-            );
-        }
-        let clients = self.server.clients;
-        let per_step = match self.server.aggregation {
-            Cadence::Sync => self.clients_at(1).max(1),
-            Cadence::Async => self.buffer.size.max(1),
-        };
-        let one_pass = (clients / per_step).max(1) as u64;
-        let tree_rounds = p.tree_rounds.unwrap_or(one_pass);
-        if tree_rounds == 0 {
-            return bad("privacy.tree_rounds must be at least 1");
-        }
-        // Each client at most once per tree: a buffered tree of n steps needs n K distinct ones.
-        if self.server.aggregation == Cadence::Async
-            && tree_rounds * per_step as u64 > clients as u64
-        {
-            return bad(&format!(
-                "privacy.tree_rounds ({tree_rounds}) times buffer.size ({per_step}) exceeds                  server.clients ({clients}): each client enters a tree at most once"
-            ));
-        }
-        let ledger = self.ledger_terms(true)?;
-        let first = TreeRound::zero_out(z, 1);
-        self.check_first_round(first.node().expect("step 1 adds a node"), &ledger)?;
-        Ok(FtrlPlan {
-            noise_multiplier: z,
-            clip_bound: p.clip_bound,
-            tree_rounds,
-            ledger,
-        })
-    }
-
     /// The noise multiplier, the clip bound and the budget of a run that keeps a ledger.
-    fn check_noise(&self) -> Result<(), ConfigError> {
+    pub(super) fn check_noise(&self) -> Result<(), ConfigError> {
         let p = &self.privacy;
         p.noise_multiplier
             .check(
@@ -302,7 +254,7 @@ impl RunConfig {
     /// The ledger's terms: `privacy.accountant`, or by default PLD (tighter) when it accounts
     /// every round of the run (Poisson-subsampled Gaussian rounds, tree aggregation) and RDP
     /// otherwise.
-    fn ledger_terms(&self, pld_accounts: bool) -> Result<LedgerTerms, ConfigError> {
+    pub(super) fn ledger_terms(&self, pld_accounts: bool) -> Result<LedgerTerms, ConfigError> {
         let p = &self.privacy;
         let default = match pld_accounts {
             true => AccountantKind::Pld,
@@ -356,7 +308,7 @@ impl RunConfig {
     }
 
     /// A budget already spent by the first round is refused now, not discovered later.
-    fn check_first_round(
+    pub(super) fn check_first_round(
         &self,
         first: GaussianRound,
         ledger: &LedgerTerms,

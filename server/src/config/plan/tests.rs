@@ -1,7 +1,9 @@
 //! The plan's refusals: every invalid combination of keys is refused at start-up, naming them.
 
 use super::*;
-use crate::config::{Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise};
+use crate::config::{
+    Aggregator, Algorithm, ClipMode, FtrlNoiseKind, PrivacyMode, RunConfig, SecAggNoise,
+};
 use fl_common::schedule::Schedule;
 use fl_privacy::{GaussianRound, PrivacyEvent, UnsampledGaussian, max_rounds};
 
@@ -209,7 +211,8 @@ fn dp_ftrl_settings_are_checked() {
     let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
         panic!("a DP-FTRL plan")
     };
-    assert_eq!((plan.tree_rounds, plan.noise_multiplier), (3, 3.0));
+    let trees = NoiseStream::Tree { tree_rounds: 3 };
+    assert_eq!((&plan.stream, plan.noise_multiplier), (&trees, 3.0));
     assert_eq!(plan.ledger.accountant, AccountantKind::Pld);
     // A server needs stable identities; a simulation enrolls its own clients.
     let without = c.validate_for_server().unwrap_err().to_string();
@@ -231,6 +234,46 @@ fn dp_ftrl_settings_are_checked() {
     assert!(refused(&bad).contains("already spent by round 1"));
     c.eval.federated = true;
     assert!(refused(&c).contains("federated"));
+}
+
+/// Banded DP-FTRL: b = K/m and p = b unless set, p <= b, k >= 1, no tree keys; the
+/// factorization is optimised for the steps the budget allows (fewer than the rounds).
+#[test]
+fn banded_settings_are_checked() {
+    let mut c = RunConfig::default();
+    (c.privacy.mode, c.privacy.noise) = (PrivacyMode::DpFtrl, FtrlNoiseKind::Banded);
+    (c.server.clients, c.server.clients_per_round) = (100, 25.0.into());
+    (c.server.rounds, c.privacy.noise_multiplier) = (100_000, 3.0.into());
+    let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
+        panic!("a DP-FTRL plan")
+    };
+    let NoiseStream::Banded {
+        factorization,
+        min_separation,
+        max_participations,
+    } = plan.stream
+    else {
+        panic!("a banded stream")
+    };
+    assert_eq!((factorization.bands(), min_separation), (4, 4));
+    assert_eq!(max_participations, None);
+    let refusals = [
+        (|c: &mut RunConfig| c.privacy.bands = Some(5)) as fn(&mut RunConfig),
+        |c| c.privacy.bands = Some(0),
+        |c| c.privacy.min_separation = Some(0),
+        |c| c.privacy.max_participations = Some(0),
+        |c| c.privacy.tree_rounds = Some(4),
+    ];
+    for (i, edit) in refusals.into_iter().enumerate() {
+        let mut bad = c.clone();
+        edit(&mut bad);
+        let why = refused(&bad);
+        assert!(why.contains("privacy."), "edit {i}: {why}");
+    }
+    let mut tree = c.clone();
+    tree.privacy.noise = FtrlNoiseKind::Tree;
+    tree.privacy.bands = Some(2);
+    assert!(refused(&tree).contains("are for privacy.noise = \"banded\""));
 }
 
 #[test]

@@ -1,26 +1,13 @@
 //! The policy of asynchronous buffered aggregation: each server step's context and privacy
 //! event. No client is sampled: clients arrive when they can, so no amplification by sampling
-//! is claimed. Under DP-FTRL each step is a step of the tree (Kairouz et al. 2021, Alg. 1 with
-//! restarts), and each identity enters a tree at most once ([`TreeMembers`]); the buffered sum
-//! is divided by the public M.
+//! is claimed. Under DP-FTRL each server step is a step of the run's [`NoiseSchedule`] (a
+//! tree's, with restarts, or a banded stream's), whose participation rule decides which
+//! identities' updates may enter the buffer; the buffered sum is divided by the public M.
 
+use super::noise_schedule::NoiseSchedule;
 use crate::identity::ids::ClientId;
-use crate::round::buffer::TreeMembers;
 use crate::round::strategy::RoundContext;
-use fl_privacy::{PrivacyEvent, TreeRound};
-
-/// DP-FTRL's trees over server steps.
-#[derive(Debug)]
-struct Trees {
-    /// z: each node's multiplier.
-    noise_multiplier: f64,
-    /// Steps per tree.
-    steps: u64,
-    /// The current step in its tree, from 1.
-    step: u64,
-    /// Who contributed to the current tree.
-    members: TreeMembers,
-}
+use fl_privacy::PrivacyEvent;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -31,7 +18,8 @@ pub(crate) struct BufferPolicy {
     pub concurrency: usize,
     /// The most steps an update may lag.
     pub max_staleness: u64,
-    trees: Option<Trees>,
+    /// DP-FTRL's schedule, at the current step.
+    schedule: Option<Box<dyn NoiseSchedule>>,
 }
 
 impl BufferPolicy {
@@ -41,19 +29,14 @@ impl BufferPolicy {
             size,
             concurrency,
             max_staleness,
-            trees: None,
+            schedule: None,
         }
     }
 
-    /// The same, each step a step of a DP-FTRL tree of `tree_steps` steps with node multiplier
-    /// z; a new tree starts with this process (its noise is never written down).
-    pub(crate) fn with_trees(mut self, noise_multiplier: f64, tree_steps: u64) -> Self {
-        self.trees = Some(Trees {
-            noise_multiplier,
-            steps: tree_steps.max(1),
-            step: 1,
-            members: TreeMembers::default(),
-        });
+    /// The same, each server step a step of `schedule`, from its first.
+    pub(crate) fn with_schedule(mut self, mut schedule: Box<dyn NoiseSchedule>) -> Self {
+        schedule.advance();
+        self.schedule = Some(schedule);
         self
     }
 
@@ -62,39 +45,31 @@ impl BufferPolicy {
         RoundContext {
             round,
             expected_clients: self.size as f64,
-            noise_multiplier: self.trees.as_ref().map(|t| t.noise_multiplier),
-            tree_step: self.trees.as_ref().map(|t| t.step),
+            noise_multiplier: self.schedule.as_ref().map(|s| s.noise_multiplier()),
+            stream_step: self.schedule.as_ref().map(|s| s.step()),
         }
     }
 
     /// The privacy event of the current step, spent before its release.
     pub(crate) fn event(&self) -> Option<PrivacyEvent> {
-        let t = self.trees.as_ref()?;
-        Some(TreeRound::zero_out(t.noise_multiplier, t.step).into())
+        self.schedule.as_ref().map(|s| s.event())
     }
 
-    /// Whether `client` may still contribute to the current tree (always without trees).
+    /// Whether `client` may contribute to the current step (always without a schedule).
     pub(crate) fn may_contribute(&self, client: ClientId) -> bool {
-        self.trees
-            .as_ref()
-            .is_none_or(|t| !t.members.contains(client))
+        (self.schedule.as_ref()).is_none_or(|s| s.may_contribute(client))
     }
 
-    /// `client`'s update entered the buffer: it is in the current tree. False when it already
-    /// was (the update must then not enter).
+    /// `client`'s update entered the buffer. False when the schedule does not allow it (the
+    /// update must then not enter).
     pub(crate) fn contributes(&mut self, client: ClientId) -> bool {
-        self.trees.as_mut().is_none_or(|t| t.members.insert(client))
+        (self.schedule.as_mut()).is_none_or(|s| s.contributes(client))
     }
 
-    /// A server step was taken: the tree's next step, or a new tree after its last.
+    /// A server step was taken: the schedule's next step.
     pub(crate) fn stepped(&mut self) {
-        if let Some(t) = &mut self.trees {
-            if t.step == t.steps {
-                t.step = 1;
-                t.members.clear();
-            } else {
-                t.step += 1;
-            }
+        if let Some(s) = &mut self.schedule {
+            s.advance();
         }
     }
 }
@@ -102,14 +77,16 @@ impl BufferPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::round::policy::TreeSchedule;
     use std::collections::BTreeSet;
 
-    /// Trees of 3 steps: the steps run 1, 2, 3 and start again, every step divides by M and
-    /// spends its tree step, and no identity enters a tree twice.
+    /// Trees of 3 steps: every step divides by M and carries its tree step, and an identity
+    /// refused by the tree does not enter.
     #[test]
-    fn one_identity_never_twice_in_a_tree() {
-        let mut policy = BufferPolicy::new(2, 4, 5).with_trees(1.5, 3);
-        let arrivals: [&[ClientId]; 6] = [&[1, 2], &[1, 3], &[4, 2], &[1, 2], &[3, 3], &[5, 6]];
+    fn steps_follow_the_schedule() {
+        let mut policy =
+            BufferPolicy::new(2, 4, 5).with_schedule(Box::new(TreeSchedule::new(1.5, 3)));
+        let arrivals: [&[ClientId]; 4] = [&[1, 2], &[1, 3], &[4, 2], &[1, 2]];
         let mut in_tree = BTreeSet::new();
         for (i, clients) in arrivals.iter().enumerate() {
             let round = i as u64 + 1;
@@ -118,11 +95,12 @@ mod tests {
                 in_tree.clear();
             }
             let ctx = policy.ctx(round);
-            assert_eq!((ctx.tree_step, ctx.expected_clients), (Some(step), 2.0));
-            let Some(PrivacyEvent::TreeAggregation(e)) = policy.event() else {
-                panic!("a tree step")
-            };
-            assert_eq!((e.tree_step, e.noise_multiplier), (step, 1.5));
+            assert_eq!((ctx.stream_step, ctx.expected_clients), (Some(step), 2.0));
+            assert_eq!(ctx.noise_multiplier, Some(1.5));
+            assert!(matches!(
+                policy.event(),
+                Some(PrivacyEvent::TreeAggregation(_))
+            ));
             for &c in *clients {
                 let fresh = in_tree.insert(c);
                 assert_eq!(policy.may_contribute(c), fresh, "round {round}, client {c}");
@@ -132,12 +110,12 @@ mod tests {
         }
     }
 
-    /// Without trees, anyone may contribute at every step and no event is spent.
+    /// Without a schedule, anyone may contribute at every step and no event is spent.
     #[test]
-    fn without_trees_steps_spend_nothing() {
+    fn without_a_schedule_steps_spend_nothing() {
         let mut policy = BufferPolicy::new(3, 5, 2);
         assert!(policy.contributes(1) && policy.contributes(1));
         assert_eq!(policy.event(), None);
-        assert_eq!(policy.ctx(4).tree_step, None);
+        assert_eq!(policy.ctx(4).stream_step, None);
     }
 }

@@ -48,7 +48,7 @@ impl RoundPolicy for DistributedNoise {
                 round,
                 expected_clients: sampled.len().max(1) as f64,
                 noise_multiplier: Some(z),
-                tree_step: None,
+                stream_step: None,
             },
             sampled,
             event: calibration.ddg.map(PrivacyEvent::from),

@@ -4,21 +4,27 @@
 //! coordinator spends in the ledger. `crate::run::build` picks one per run from the privacy plan; one
 //! file per kind: [`Plain`] (no central accounting), [`SampledGaussian`] (central noise on a
 //! sampled round), [`DistributedNoise`] (the clients' discrete Gaussian under secure
-//! aggregation), [`TreeAggregation`] (DP-FTRL: no sampling, each client once per tree). An
-//! asynchronous run has no rounds to plan: [`BufferPolicy`] gives its server steps' contexts and
-//! events.
+//! aggregation), [`Correlated`] (DP-FTRL: no sampling, a [`NoiseSchedule`]'s participation rule
+//! and correlated noise: [`TreeSchedule`], [`BandedSchedule`]). An asynchronous run has no rounds
+//! to plan: [`BufferPolicy`] gives its server steps' contexts and events.
 
+mod banded;
 mod buffered;
+mod correlated;
 mod distributed_noise;
+mod noise_schedule;
 mod plain;
 mod sampled_gaussian;
 mod tree_aggregation;
 
+pub(crate) use banded::BandedSchedule;
 pub(crate) use buffered::BufferPolicy;
+pub(crate) use correlated::Correlated;
 pub(crate) use distributed_noise::DistributedNoise;
+pub(crate) use noise_schedule::NoiseSchedule;
 pub(crate) use plain::Plain;
 pub(crate) use sampled_gaussian::SampledGaussian;
-pub(crate) use tree_aggregation::TreeAggregation;
+pub(crate) use tree_aggregation::TreeSchedule;
 
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
@@ -136,7 +142,7 @@ fn unnoised(round: u64, sampled: &BTreeSet<ClientId>) -> RoundContext {
         round,
         expected_clients: sampled.len().max(1) as f64,
         noise_multiplier: None,
-        tree_step: None,
+        stream_step: None,
     }
 }
 

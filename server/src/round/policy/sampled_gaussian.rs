@@ -86,7 +86,7 @@ impl RoundPolicy for SampledGaussian {
                 round,
                 expected_clients,
                 noise_multiplier: Some(self.noise_multiplier.at(round, self.cohort.rounds)),
-                tree_step: None,
+                stream_step: None,
             },
             event: Some(self.event(round, connected.len())),
             calibration: None,

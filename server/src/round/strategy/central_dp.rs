@@ -16,11 +16,11 @@
 //! privately noised count (Andrew et al. 2021), whose cost is folded into the round's noise
 //! multiplier.
 //!
-//! A round whose context carries a DP-FTRL tree step gets the tree's noise instead of an
-//! independent draw ([`FtrlNoise`]): the round policy that accounts the tree is the one that
-//! decides it, so the noise and the ledger cannot disagree.
+//! A round whose context carries a DP-FTRL stream step gets the stream's correlated noise
+//! instead of an independent draw ([`CorrelatedNoise`], built by the round policy that accounts
+//! it, so the noise and the ledger cannot disagree).
 
-use super::tree_noise::{self, FtrlNoise};
+use super::correlated_noise::{CorrelatedNoise, StepMismatch};
 use super::{
     Layer, RestoreError, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy,
     Upload, moved,
@@ -42,8 +42,8 @@ pub(crate) struct CentralDp {
     held: Vec<(CheckedUpdate, f64)>,
     /// Updates absorbed this round, and those whose norm was at most S (quantile rule).
     counts: ClipCounts,
-    /// DP-FTRL's tree, from the first round with a tree step.
-    tree: Option<FtrlNoise>,
+    /// DP-FTRL's correlated noise, for the rounds with a stream step.
+    stream: Option<Box<dyn CorrelatedNoise>>,
 }
 
 /// The clip counts of a round (quantile rule).
@@ -73,27 +73,32 @@ impl CentralDp {
             rng,
             held: Vec::new(),
             counts: ClipCounts::default(),
-            tree: None,
+            stream: None,
         }
     }
 
-    /// Adds the round's noise of standard deviation `std` to `sum`: a tree's on a DP-FTRL round,
-    /// an independent draw otherwise. Fails when the round's tree step does not follow the
-    /// tree's (it must not be released).
+    /// The same, adding `stream`'s noise on the rounds with a stream step.
+    pub(crate) fn with_stream(mut self, stream: Box<dyn CorrelatedNoise>) -> Self {
+        self.stream = Some(stream);
+        self
+    }
+
+    /// Adds the round's noise of standard deviation `std` to `sum`: the stream's on a DP-FTRL
+    /// round, an independent draw otherwise. Fails when the round's step cannot follow the
+    /// stream's, or there is no stream (it must not be released).
     fn add_noise(
         &mut self,
         ctx: &RoundContext,
         sum: &mut [f32],
         std: f64,
-    ) -> Result<(), tree_noise::StepMismatch> {
-        match ctx.tree_step {
-            Some(step) => (self.tree.get_or_insert_with(|| FtrlNoise::new(sum.len()))).add(
-                sum,
-                step,
-                std,
-                &mut self.rng,
-            ),
-            None => {
+    ) -> Result<(), StepMismatch> {
+        match (ctx.stream_step, &mut self.stream) {
+            (Some(step), Some(stream)) => stream.add(sum, step, std, &mut self.rng),
+            (Some(step), None) => Err(StepMismatch {
+                stream: 0,
+                round: step,
+            }),
+            (None, _) => {
                 add_gaussian_noise(sum, std, &mut self.rng);
                 Ok(())
             }
@@ -207,8 +212,8 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
     }
 
     fn released(&mut self, inner: &mut S, applied: bool) {
-        if let Some(tree) = &mut self.tree {
-            tree.released(applied);
+        if let Some(stream) = &mut self.stream {
+            stream.released(applied);
         }
         inner.released(applied);
     }
@@ -235,16 +240,17 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         let noise_std = z_sum * sensitivity;
         let mut delta = sum.values;
         if let Err(e) = self.add_noise(ctx, &mut delta, noise_std) {
-            // Logged at once: the tree's position is public, nothing of the aggregate.
+            // Logged at once: the stream's position is public, nothing of the aggregate.
             tracing::error!(
-                tree = e.tree,
+                stream = e.stream,
                 round = e.round,
-                "tree step out of order: no release"
+                "noise stream step out of order: no release"
             );
             return RoundOutcome {
                 withheld: Some(format!(
-                    "tree step out of order (tree {}, round {}): the aggregate is not released",
-                    e.tree, e.round
+                    "noise stream step out of order (stream {}, round {}): the aggregate is not \
+                     released",
+                    e.stream, e.round
                 )),
                 ..RoundOutcome::default()
             };
@@ -304,10 +310,13 @@ mod tests {
     /// (the release rule would otherwise blame too few results).
     #[test]
     fn a_tree_step_out_of_order_withholds_the_aggregate_and_says_why() {
-        let mut s = dp(1, ClipRule::Fixed(1.0), 1);
+        let tree = Box::new(crate::round::strategy::FtrlNoise::new(1));
+        let mut s = CentralDp::new(1, ClipRule::Fixed(1.0), StdRng::seed_from_u64(1))
+            .with_stream(tree)
+            .around(FedAvg::new(1));
         for (round, step) in [(1, 1), (2, 3)] {
             let c = RoundContext {
-                tree_step: Some(step),
+                stream_step: Some(step),
                 ..plan(round, 2.0, 1.0)
             };
             s.absorb(&c, update(vec![0.5])).unwrap();
@@ -317,7 +326,7 @@ mod tests {
                 _ => {
                     assert!(out.model.is_none(), "{out:?}");
                     let reason = out.withheld.unwrap();
-                    assert!(reason.contains("tree step out of order"), "{reason}");
+                    assert!(reason.contains("step out of order"), "{reason}");
                 }
             }
         }

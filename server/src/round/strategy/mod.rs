@@ -13,7 +13,9 @@
 //! model evaluated and written is a moving average of the released iterates).
 //! `crate::run::build` is the one place that stacks them for a run.
 
+mod banded_noise;
 mod central_dp;
+mod correlated_noise;
 mod fedavg;
 mod iadmm;
 mod iterate_average;
@@ -27,7 +29,9 @@ mod tree_noise;
 mod trimmed_mean;
 mod views;
 
+pub(crate) use banded_noise::BandedStream;
 pub(crate) use central_dp::CentralDp;
+pub(crate) use correlated_noise::CorrelatedNoise;
 pub(crate) use fedavg::FedAvg;
 pub(crate) use iadmm::{Iadmm, ResidualBalancing};
 pub(crate) use iterate_average::IterateAverage;
@@ -37,6 +41,7 @@ pub(crate) use norm_bound::NormBound;
 pub(crate) use secure_sum::{Divisor, SecureSum};
 pub(crate) use server_optimizer::ServerOptimizer;
 pub(crate) use signds_avg::SignDsAvg;
+pub(crate) use tree_noise::FtrlNoise;
 pub(crate) use trimmed_mean::TrimmedMean;
 pub(crate) use views::{ClientTensors, Views};
 
@@ -58,8 +63,9 @@ pub(crate) struct RoundContext {
     pub expected_clients: f64,
     /// z_t: noise multiplier of the round (private runs).
     pub noise_multiplier: Option<f64>,
-    /// DP-FTRL: the round's step in its tree, from 1 (1 starts a new tree).
-    pub tree_step: Option<u64>,
+    /// DP-FTRL: the round's step in the policy's correlated-noise stream, from 1 (a tree's step
+    /// in its tree; a banded stream's step since the server started).
+    pub stream_step: Option<u64>,
 }
 
 /// One client's dense result.
@@ -297,7 +303,7 @@ pub(crate) mod testing {
             round,
             expected_clients: expected,
             noise_multiplier: z,
-            tree_step: None,
+            stream_step: None,
         }
     }
 

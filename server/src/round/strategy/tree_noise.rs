@@ -1,18 +1,18 @@
-//! DP-FTRL's noise on the released sums (Kairouz et al. 2021, Alg. 1 with restarts), for
-//! [`super::CentralDp`] on the rounds whose context carries a tree step.
+//! DP-FTRL's tree noise on the released sums (Kairouz et al. 2021, Alg. 1 with restarts), a
+//! [`CorrelatedNoise`].
 //!
 //! Round t of a tree releases the prefix sum S_t = sum_{i <= t} g_i + N_t, N_t the tree's noise
 //! ([`TreeNoise`]); the model moves by differences of released prefix sums, so the noise in the
 //! global model is always N of the last released round of the tree: the round's sum g_t gets
-//! N_t - N_applied. The tree lives in memory only: a secret that is never written to a
-//! checkpoint. A restarted server starts a new tree, which its round policy accounts as one.
+//! N_t - N_applied.
 
+use super::correlated_noise::{CorrelatedNoise, StepMismatch};
 use fl_privacy::TreeNoise;
 use rand::rngs::StdRng;
 
 /// The tree of the current DP-FTRL run segment and the noise already in the model.
 #[derive(Debug)]
-pub(super) struct FtrlNoise {
+pub(crate) struct FtrlNoise {
     tree: TreeNoise,
     /// N_applied: the tree noise in the global model (zero at the tree's start).
     applied: Vec<f32>,
@@ -20,28 +20,21 @@ pub(super) struct FtrlNoise {
     pending: Option<Vec<f32>>,
 }
 
-/// The round's tree step does not follow the tree's: the round must not be released.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct StepMismatch {
-    /// The step the tree is at.
-    pub tree: u64,
-    /// The step the round's context says.
-    pub round: u64,
-}
-
 impl FtrlNoise {
     /// An empty tree over `dim` coordinates.
-    pub(super) fn new(dim: usize) -> Self {
+    pub(crate) fn new(dim: usize) -> Self {
         Self {
             tree: TreeNoise::new(dim),
             applied: vec![0.0; dim],
             pending: None,
         }
     }
+}
 
+impl CorrelatedNoise for FtrlNoise {
     /// Adds N_t - N_applied to the round's sum, N_t drawn at node standard deviation `std`,
     /// round t being step `step` of its tree (1 starts a new one).
-    pub(super) fn add(
+    fn add(
         &mut self,
         sum: &mut [f32],
         step: u64,
@@ -53,7 +46,7 @@ impl FtrlNoise {
         }
         if step != self.tree.step() + 1 {
             return Err(StepMismatch {
-                tree: self.tree.step(),
+                stream: self.tree.step(),
                 round: step,
             });
         }
@@ -65,8 +58,8 @@ impl FtrlNoise {
         Ok(())
     }
 
-    /// The coordinator's decision on the round: a released round's N_t is now in the model.
-    pub(super) fn released(&mut self, applied: bool) {
+    /// A released round's N_t is now in the model.
+    fn released(&mut self, applied: bool) {
         if let (true, Some(noise)) = (applied, self.pending.take()) {
             self.applied = noise;
         }
@@ -102,7 +95,13 @@ mod tests {
         }
         let mut sum = vec![0.0f32; dim];
         let skipped = noise.add(&mut sum, 5, std, &mut rng);
-        assert_eq!(skipped, Err(StepMismatch { tree: 3, round: 5 }));
+        assert_eq!(
+            skipped,
+            Err(StepMismatch {
+                stream: 3,
+                round: 5
+            })
+        );
         noise.add(&mut sum, 1, std, &mut rng).unwrap();
         assert!(noise.applied.iter().all(|a| *a == 0.0), "a new tree");
     }
