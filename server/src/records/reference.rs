@@ -17,13 +17,18 @@ fn fields(title: &str, schema: &Value) -> String {
     let mut out = format!("\n## `{title}`\n\n{}\n", prose(&schema["description"]));
     let mut nested = Vec::new();
     table(schema, defs, &mut out, &mut nested);
-    for variant in schema["anyOf"].as_array().into_iter().flatten() {
+    // The kinds a flattened enum adds: tagged (`oneOf`, the tag a constant) or untagged.
+    let variants = schema["oneOf"].as_array().or(schema["anyOf"].as_array());
+    for variant in variants.into_iter().flatten() {
         let def = &defs[name_of(&variant["$ref"])];
         let what = prose(&variant["description"]);
         let mut chars = what.trim_end_matches('.').chars();
         let first = chars.next().map(|c| c.to_lowercase().collect::<String>());
+        let tag = (object(&variant["properties"]).into_iter())
+            .find_map(|(key, p)| Some(format!(" (`\"{key}\": {}`)", p.get("const")?)))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "\nWith {}{}:\n",
+            "\nWith {}{}{tag}:\n",
             first.unwrap_or_default(),
             chars.as_str()
         ));
