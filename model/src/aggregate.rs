@@ -107,6 +107,30 @@ impl WeightedMean {
         Ok(())
     }
 
+    /// Adds a partial sum sum_k n_k u_k of `count` updates whose weights n_k sum to `weight`
+    /// (another process's share of the round, e.g. an aggregator's group); nothing is added when
+    /// its length or weight is refused.
+    pub fn add_sum(
+        &mut self,
+        sum: &CheckedUpdate,
+        weight: f64,
+        count: usize,
+    ) -> Result<(), UpdateError> {
+        sum.check_len(self.sum.len())?;
+        if count == 0 || !(weight.is_finite() && weight > 0.0) {
+            return Err(UpdateError::ZeroWeight);
+        }
+        add_weighted(&mut self.sum, 1.0, sum);
+        self.total_weight += weight;
+        self.count += count;
+        Ok(())
+    }
+
+    /// sum_k n_k, the weights of the updates absorbed.
+    pub fn total_weight(&self) -> f64 {
+        self.total_weight
+    }
+
     /// Number of updates absorbed.
     pub fn count(&self) -> usize {
         self.count
@@ -221,6 +245,24 @@ pub fn subtract_global(weights: &mut [f32], global: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partial sum counts as its updates: the mean over two sums is the mean over their
+    /// updates; a sum of no weight or of another length is refused and changes nothing.
+    #[test]
+    fn partial_sums_add_up_to_the_mean_of_their_updates() {
+        let mut mean = WeightedMean::new(2);
+        let a = CheckedUpdate::new(vec![3.0, 6.0]).unwrap(); // 3 examples of (1, 2)
+        let b = CheckedUpdate::new(vec![1.0, 0.0]).unwrap(); // 1 example of (1, 0)
+        mean.add_sum(&a, 3.0, 2).unwrap();
+        assert!(mean.add_sum(&b, 0.0, 1).is_err());
+        assert!(
+            mean.add_sum(&CheckedUpdate::new(vec![1.0]).unwrap(), 1.0, 1)
+                .is_err()
+        );
+        mean.add_sum(&b, 1.0, 1).unwrap();
+        assert_eq!((mean.count(), mean.total_weight()), (3, 4.0));
+        assert_eq!(mean.mean(), Some(vec![1.0, 1.5]));
+    }
 
     /// The update is w_k - w_t value by value, over lengths around the SIMD widths.
     #[test]

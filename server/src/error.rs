@@ -42,6 +42,14 @@ pub enum ServerError {
     /// The checkpoint's strategy state does not fit the run's strategy.
     #[error("resuming from the checkpoint: {0}")]
     Restore(RestoreError),
+    /// An aggregator's stream to its coordinator failed (the aggregator reconnects).
+    #[error("the coordinator at {url}: {reason}")]
+    Upstream {
+        /// The coordinator's address.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A bug or a lost background task.
     #[error("internal error: {0}")]
     Internal(String),

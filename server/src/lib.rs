@@ -19,7 +19,8 @@
 //!
 //! - running a federation: [`serve`], [`resume`], [`check_start`], [`stop_on_signal`],
 //!   [`shutdown_signal`], [`Listener`] (with [`InProcessService`] for `fl sim`), [`Observer`],
-//!   [`ServerError`];
+//!   [`ServerError`]; an aggregator of the aggregator tier: [`aggregate`] with its
+//!   [`UpstreamOptions`];
 //! - the configuration: [`config`];
 //! - the run folder: [`checkpoint`], [`ledger`] (read, replay and verify a ledger),
 //!   [`output`] (metrics lines, summary, atomic writes), [`run_dir`], [`model_file`];
@@ -41,6 +42,7 @@ mod run;
 
 pub use edge::framer::Framer;
 pub use edge::transport::{InProcessService, Listener};
+pub use edge::upstream::UpstreamOptions;
 pub use error::ServerError;
 pub use identity::credentials;
 pub use operator::live_page::DEFAULT_ADDR as DEFAULT_PAGE_ADDR;
@@ -71,6 +73,19 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) -> Result<Summary, ServerError> {
     start::run_server(listener.into(), config, test, observer, oracle, stop, None).await
+}
+
+/// Runs an aggregator (the aggregator tier) on `listener`: it reaches its coordinator as
+/// `upstream` says, then serves its clients under `config`'s `[server]` section (the rest of
+/// the run comes from the coordinator) until the coordinator says training is over or `stop` is
+/// set.
+pub async fn aggregate(
+    listener: impl Into<Listener>,
+    config: RunConfig,
+    upstream: UpstreamOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    run::aggregator::run_aggregator(listener.into(), config, upstream, stop).await
 }
 
 /// Resumes the interrupted run whose folder is `dir` from its `checkpoint` (see

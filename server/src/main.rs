@@ -7,7 +7,7 @@ use fl_server::checkpoint::Checkpoint;
 use fl_server::config::{ModelKind, RunConfig, ServerSection};
 use fl_server::credentials::Token;
 use fl_server::output::StoppedBy;
-use fl_server::{ServerError, run_dir};
+use fl_server::{ServerError, UpstreamOptions, run_dir};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -112,6 +112,37 @@ struct Args {
     /// run as `ledger-replaced-TIME.jsonl`, its other records are replaced.
     #[arg(long, conflicts_with_all = ["resume", "resume_existing"])]
     overwrite: bool,
+    /// `server` runs the federation (serving its clients itself, or coordinating
+    /// `--aggregators`); `aggregator` serves clients for the coordinator at --upstream.
+    #[arg(long, value_enum, default_value_t = Role::Server)]
+    role: Role,
+    /// The aggregator tier, on the coordinator: how many aggregators to coordinate (the
+    /// population is their clients).
+    #[arg(long)]
+    aggregators: Option<usize>,
+    /// The token aggregators present to the coordinator (on both). Prefer the
+    /// FL_AGGREGATOR_TOKEN environment variable.
+    #[arg(long, env = "FL_AGGREGATOR_TOKEN", hide_env_values = true)]
+    aggregator_token: Option<String>,
+    /// An aggregator's coordinator, e.g. http://coordinator:50051.
+    #[arg(long, value_name = "URL", required_if_eq("role", "aggregator"))]
+    upstream: Option<String>,
+    /// PEM CA certificate that signed the coordinator's (an https:// --upstream).
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// An aggregator's name, the same across its restarts (default: $HOSTNAME, which is the
+    /// container's or the pod's name).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// What an `fl-server` process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Role {
+    /// The federation's server (a coordinator when it has aggregators).
+    Server,
+    /// An aggregator of the aggregator tier.
+    Aggregator,
 }
 
 impl Args {
@@ -159,8 +190,33 @@ impl Args {
         if self.enrollment.is_some() {
             c.server.enrollment = self.enrollment;
         }
+        if let Some(n) = self.aggregators {
+            c.server.aggregators = n;
+        }
+        if let Some(token) = &self.aggregator_token {
+            c.server.aggregator_token = Some(Token::new(token));
+        }
         c.validate()?;
         Ok(c)
+    }
+
+    /// An aggregator's way to its coordinator.
+    fn upstream(&self) -> anyhow::Result<UpstreamOptions> {
+        let ca = (self.upstream_ca.as_ref())
+            .map(|f| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
+            .transpose()?;
+        let name = (self.name.clone())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "aggregator".into());
+        Ok(UpstreamOptions {
+            url: self
+                .upstream
+                .clone()
+                .context("an aggregator needs --upstream")?,
+            name,
+            token: self.aggregator_token.clone().unwrap_or_default(),
+            ca,
+        })
     }
 }
 
@@ -278,10 +334,35 @@ fn init_logging() {
         .init();
 }
 
+/// Runs an aggregator until its coordinator ends training or a signal stops it.
+async fn aggregator(args: Args) -> anyhow::Result<ExitCode> {
+    let upstream = args.upstream()?;
+    let mut config = args.resolve()?;
+    // The rest of the run is the coordinator's; an aggregator coordinates none.
+    config.server.aggregators = 0;
+    let listener = (tokio::net::TcpListener::bind(&config.server.listen).await)
+        .with_context(|| format!("the gRPC server cannot listen on {}", config.server.listen))?;
+    println!("listening on {}", listener.local_addr()?);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let signalled = fl_server::stop_on_signal(stop_tx);
+    let served = fl_server::aggregate(listener, config, upstream, stop).await;
+    if signalled.is_finished() {
+        let signal = signalled.await.ok().flatten().unwrap_or("a signal");
+        println!("interrupted by {signal}; its clients reconnect when it is back");
+        return Ok(signal_code(signal));
+    }
+    served?;
+    println!("done: the coordinator ended training");
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn run() -> anyhow::Result<ExitCode> {
     init_logging();
     let args = Args::parse();
+    if args.role == Role::Aggregator {
+        return aggregator(args).await;
+    }
     let name = (args.config.as_deref())
         .and_then(|c| c.file_stem())
         .map_or("fl-server".into(), |s| s.to_string_lossy().into_owned());
@@ -358,6 +439,12 @@ async fn run() -> anyhow::Result<ExitCode> {
 /// signal's number, as a shell reports a command a signal ended (143 for SIGTERM, else 130).
 fn interrupted(signal: &str, out: &Path) -> ExitCode {
     println!("resume with: fl-server --resume {}", out.display());
+    signal_code(signal)
+}
+
+/// The exit code of a process `signal` stopped: 128 + the signal's number, as a shell reports a
+/// command a signal ended (143 for SIGTERM, else 130).
+fn signal_code(signal: &str) -> ExitCode {
     ExitCode::from(if signal == "SIGTERM" { 143 } else { 130 })
 }
 

@@ -24,5 +24,6 @@ mod processes;
 mod secagg;
 mod server_optimizer;
 mod signed_secagg;
+mod tier;
 mod tls;
 mod trainer;

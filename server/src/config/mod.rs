@@ -190,8 +190,31 @@ impl RunConfig {
             .round() as usize
     }
 
+    /// What the aggregator tier can run: each group sums what the coordinator's stack would
+    /// have summed, so synchronous rounds of FedAvg's mean without privacy, or of central DP
+    /// with a fixed clip; the other modes need each update, a secure sum or stable identities
+    /// at one server, and federated evaluation's figures are not forwarded.
+    fn check_tier(&self) -> Result<(), ConfigError> {
+        use plan::{AggregationRule, ClipRule};
+        let sums = match self.plan()? {
+            PrivacyPlan::None(a) => a.rule == AggregationRule::Mean && a.norm_bound.is_none(),
+            PrivacyPlan::Central(noise) => matches!(noise.clip, ClipRule::Fixed(_)),
+            _ => false,
+        };
+        if sums && self.server.aggregation == Cadence::Sync && !self.eval.federated {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid(
+            "server.aggregators needs synchronous rounds of privacy.mode = \"none\" (the mean, \
+             no robust.max_update_norm, no eval.federated) or \"central\" with privacy.clip = \
+             \"fixed\": the other modes need each update, a secure sum or stable identities at \
+             one server"
+                .into(),
+        ))
+    }
+
     /// Checks what only a server needs and a simulation fills in itself: IADMM's public I, and
-    /// the stable identities DP-FTRL needs.
+    /// the stable identities DP-FTRL needs, and what the aggregator tier can run.
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
         // The authority's files are read before anything starts, and the policy checked against
         // every round's size.
@@ -218,6 +241,9 @@ impl RunConfig {
                  identities can enforce; a client without one gets a new id when it joins again"
                     .into(),
             ));
+        }
+        if self.server.aggregators > 0 {
+            self.check_tier()?;
         }
         if self.train.algorithm == Algorithm::Iadmm
             && self.admm.total_examples.is_none_or(|i| i == 0)

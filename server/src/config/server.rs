@@ -80,6 +80,15 @@ pub struct ServerSection {
     /// PEM certificate of the CA that signs client certificates: with it, only clients that
     /// present a certificate from this CA can connect (mutual TLS).
     pub tls_client_ca: Option<PathBuf>,
+    /// The aggregator tier: how many aggregators (`fl-server --role aggregator`) this server
+    /// coordinates. With any, the population is their clients, K counts over all of them, and
+    /// each round's sampled clients are sent their task and summed by their aggregator; 0
+    /// (the default): the server serves its clients itself.
+    pub aggregators: usize,
+    /// The token aggregators present to the coordinator (in clear, or as `sha256:HEX`); none
+    /// admits any aggregator that reaches the port. `fl-server` takes it from
+    /// `FL_AGGREGATOR_TOKEN` too.
+    pub aggregator_token: Option<Token>,
     /// `fl sim` only: how fast each simulated client is, drawn per client from
     /// `data.partition_seed` (a simulation device): `uniform`; `lognormal:MEDIAN_SECS:SIGMA`,
     /// each client waiting a delay of its own after every training, ln(delay) ~ N(ln MEDIAN,
@@ -116,6 +125,8 @@ impl Default for ServerSection {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            aggregators: 0,
+            aggregator_token: None,
             sim_speeds: Speeds::Uniform,
         }
     }

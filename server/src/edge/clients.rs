@@ -7,19 +7,24 @@ use crate::edge::outbox::{Outbox, send_all};
 use crate::edge::shared::Shared;
 use crate::edge::wire;
 use crate::error::ServerError;
-use crate::identity::ids::{ClientId, Identities};
+use crate::identity::ids::{self, ClientId, GroupId, Identities};
 use crate::round::events::{Arrival, Event};
 use crate::round::rejection::Rejection;
+use crate::round::strategy::GroupRule;
 use fl_proto::Frame;
 use fl_proto::v1::RoundTask;
 use fl_proto::v1::ShutdownKind;
 use fl_secagg::ServerStage;
 use fl_secagg::task::Task;
-use std::collections::BTreeMap;
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
+
+/// How often the population is counted again while waiting for K clients.
+const POPULATION_POLL: Duration = Duration::from_millis(250);
 
 /// What waiting for the next event gave.
 #[derive(Debug)]
@@ -77,10 +82,59 @@ impl Clients {
     }
 
     /// The clients with a live stream, after revoking those the enrollment list no longer
-    /// admits (a client revoked since the last check is neither sampled nor sent the model).
+    /// admits (a client revoked since the last check is neither sampled nor sent the model),
+    /// and the clients the live aggregators report.
     pub(crate) fn connected(&self) -> Vec<ClientId> {
         self.shared.enforce_enrollment();
-        self.shared.registry().connected()
+        let mut connected = self.shared.registry().connected();
+        connected.extend(self.shared.groups().members());
+        connected
+    }
+
+    /// How many clients [`Clients::connected`] would give.
+    fn population(&self) -> usize {
+        self.shared.registry().connected().len() + self.shared.groups().members().count()
+    }
+
+    /// Sends each live aggregator with clients in `sampled` its part of the current round: the
+    /// task with the model `global`, its sampled clients (by its own ids), how to sum their
+    /// updates and its `timeout`; returns the bytes sent and the groups sent to.
+    pub(crate) fn send_group_tasks(
+        &self,
+        sampled: &BTreeSet<ClientId>,
+        global: &[f32],
+        (rule, timeout): (GroupRule, Duration),
+    ) -> (u64, BTreeSet<GroupId>) {
+        let mut shares: BTreeMap<GroupId, Vec<ClientId>> = BTreeMap::new();
+        for (group, local) in sampled.iter().filter_map(|&id| ids::group_of(id)) {
+            shares.entry(group).or_default().push(local);
+        }
+        let Some(tasks) = self.tasks.values().next_back() else {
+            return (0, BTreeSet::new());
+        };
+        let groups = self.shared.groups();
+        let (mut bytes, mut sent) = (0, BTreeSet::new());
+        for (group, clients) in shares {
+            let Some(outbox) = groups.outbox(group) else {
+                continue;
+            };
+            let messages = wire::group_task(&tasks.template, clients, global, (rule, timeout));
+            bytes += messages.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
+            sent.insert(group);
+            tokio::spawn(async move {
+                for m in messages {
+                    if outbox.send(Ok(m)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        (bytes, sent)
+    }
+
+    /// Counts clients an aggregator refused in the round, with those refused here.
+    pub(crate) fn add_refused(&self, refused: usize) {
+        self.refused.fetch_add(refused, Ordering::Relaxed);
     }
 
     /// Whether `client` is still admitted (not revoked).
@@ -115,12 +169,15 @@ impl Clients {
         let deadline = Instant::now() + patience;
         tracing::info!(expected, "waiting for clients");
         loop {
-            let connected = self.shared.registry().connected().len();
+            let connected = self.population();
             if connected >= expected {
                 tracing::info!(connected, "all expected clients connected");
                 return Ok(());
             }
-            match self.next_before(deadline).await? {
+            // Aggregators' reports change the population without an event: look again soon.
+            let wake = deadline.min(Instant::now() + POPULATION_POLL);
+            match self.next_before(wake).await? {
+                Next::Deadline if Instant::now() < deadline => {}
                 Next::Deadline => {
                     return Err(ServerError::NotEnoughClients {
                         connected,
@@ -220,8 +277,8 @@ impl Clients {
         self.refused.swap(0, Ordering::Relaxed)
     }
 
-    /// Tells every connected client that training is over, or (`resuming`) that the server
-    /// stops to be resumed and they should reconnect, and releases their streams.
+    /// Tells every connected client and aggregator that training is over, or (`resuming`) that
+    /// the server stops to be resumed and they should reconnect, and releases their streams.
     pub(crate) fn shutdown_all(&self, round: u64, resuming: bool) {
         let kind = match resuming {
             true => ShutdownKind::Resuming,
@@ -234,6 +291,11 @@ impl Clients {
             }
         }
         registry.disconnect_all();
+        // The aggregators tell their clients themselves.
+        for outbox in self.shared.groups().close_all() {
+            let message = wire::group_shutdown(round, kind);
+            tokio::spawn(async move { outbox.send(Ok(message)).await });
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The state the gRPC handlers share with the round loop: the registry, the credentials, the
 //! queue of events towards the round loop and the places for uploads.
 
+use crate::edge::groups::Groups;
 use crate::edge::join_gate::JoinGate;
 use crate::edge::registry::Registry;
-use crate::identity::credentials::Credentials;
+use crate::identity::credentials::{Credentials, Digest};
 use crate::round::events::{Arrival, Event};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +34,10 @@ pub(crate) struct Shared {
     pub max_idle: usize,
     /// How long a client without a live stream is remembered.
     pub forget_after: Duration,
+    /// The aggregators of a coordinator (the aggregator tier).
+    pub groups: Mutex<Groups>,
+    /// The digest of the token aggregators present; none admits any aggregator.
+    pub aggregator_token: Option<Digest>,
 }
 
 impl Shared {
@@ -40,6 +45,16 @@ impl Shared {
     /// consistent: every mutation is a single insert or replace).
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The registry of aggregators (recovering a poisoned lock: it holds plain data).
+    pub(crate) fn groups(&self) -> std::sync::MutexGuard<'_, Groups> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an aggregator presenting `token` is admitted (compared in constant time).
+    pub(crate) fn admits_aggregator(&self, token: &str) -> bool {
+        (self.aggregator_token.as_ref()).is_none_or(|d| d.matches(&Digest::of(token.as_bytes())))
     }
 
     /// The admission rule (recovering a poisoned lock: it holds plain data).

@@ -7,9 +7,11 @@ use crate::edge::accept;
 use crate::edge::service::FederationService;
 use crate::edge::session::Routes;
 use crate::edge::shared::Shared;
+use crate::edge::tier::TierService;
 use crate::error::ServerError;
 use fl_proto::MAX_MESSAGE_BYTES;
 use fl_proto::v1::federation_server::FederationServer;
+use fl_proto::v1::tier_server::TierServer;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -62,6 +64,12 @@ pub(crate) fn spawn_grpc(
     let generated = FederationServer::new(FederationService::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // The aggregator tier's service, on a coordinator of aggregators only.
+    let tier = (s.aggregators > 0).then(|| {
+        TierServer::new(TierService::new(shared.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    });
     let service = Routes::new(generated, shared);
     let tcp = match listener {
         Listener::Tcp(tcp) => tcp,
@@ -76,7 +84,8 @@ pub(crate) fn spawn_grpc(
         .initial_stream_window_size(fl_proto::STREAM_WINDOW)
         .initial_connection_window_size(fl_proto::CONNECTION_WINDOW)
         .trace_fn(rpc_span)
-        .add_service(service);
+        .add_service(service)
+        .add_optional_service(tier);
     let accepted = accept::guarded(tcp, handshake);
     Ok(tokio::spawn(
         router.serve_with_incoming_shutdown(accepted, done),

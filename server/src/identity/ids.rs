@@ -5,6 +5,25 @@ use std::collections::BTreeMap;
 /// Identity the server assigns at Join.
 pub(crate) type ClientId = u64;
 
+/// An aggregator's group at its coordinator (the aggregator tier), from 1.
+pub(crate) type GroupId = u32;
+
+/// The bits of a group member's id that hold the id its aggregator gave it: a coordinator names
+/// client c of group g `g << 40 | c`, and its own clients (below 2^40) keep theirs.
+const MEMBER_BITS: u32 = 40;
+
+/// The coordinator's id of client `local` of `group`, or `None` when `local` does not fit.
+pub(crate) fn member(group: GroupId, local: ClientId) -> Option<ClientId> {
+    (local >> MEMBER_BITS == 0).then(|| (u64::from(group) << MEMBER_BITS) | local)
+}
+
+/// The group of a coordinator's client id and the id its aggregator gave it; `None` for a
+/// client of the coordinator's own.
+pub(crate) fn group_of(id: ClientId) -> Option<(GroupId, ClientId)> {
+    let group = GroupId::try_from(id >> MEMBER_BITS).ok()?;
+    (group > 0).then_some((group, id & ((1 << MEMBER_BITS) - 1)))
+}
+
 /// What the registry keeps across a restart: the enrolled names' ids, and the first id not yet
 /// handed out (so that no new client takes the id, and the strategy state, of an earlier one).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -2,7 +2,7 @@
 //! crates' types. The edge (`crate::edge::framer`) builds these from the wire; the coordinator and the
 //! collections read them and know nothing of the wire.
 
-use crate::identity::ids::ClientId;
+use crate::identity::ids::{ClientId, GroupId};
 use fl_privacy::Release;
 use fl_secagg::StageMessage;
 use tokio::sync::OwnedSemaphorePermit;
@@ -60,6 +60,41 @@ pub enum Event {
         /// Its reason.
         reason: String,
     },
+    /// An aggregator's partial aggregate of a round (the aggregator tier).
+    Group {
+        /// The aggregator's group.
+        group: GroupId,
+        /// What it reported.
+        report: GroupReport,
+    },
+    /// An aggregator's stream ended: its clients left the population, and its group's result of
+    /// the current round will not come.
+    GroupLost(GroupId),
+}
+
+/// What an aggregator reports of its group's part of a round (framing checked, content not yet).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupReport {
+    /// The round it is for.
+    pub round: u64,
+    /// sum_k w_k u_k over its results; `None` when it summed none.
+    pub sum: Option<Vec<f32>>,
+    /// The results summed.
+    pub contributors: u64,
+    /// sum_k w_k.
+    pub weight: f64,
+    /// The S it clipped each update to, if any.
+    pub clip_bound: Option<f64>,
+    /// Its sampled clients that gave no result.
+    pub dropped: u64,
+    /// Clients it refused during the round.
+    pub refused: u64,
+    /// Bytes it received from its clients in the round.
+    pub bytes_up: u64,
+    /// Bytes it sent its clients in the round.
+    pub bytes_down: u64,
+    /// The training losses its clients reported, summed, and how many reported one.
+    pub losses: (f64, u64),
 }
 
 /// A local release as an upload declares it.

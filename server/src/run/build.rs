@@ -16,10 +16,10 @@ use crate::round::policy::{
     RoundPolicy, SampledGaussian, TreeSchedule,
 };
 use crate::round::strategy::{
-    CentralDp, Divisor, FedAvg, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
+    CentralDp, Divisor, FedAvg, GroupRule, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
     ResidualBalancing, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
 };
-use crate::run::collection::{Collection, PlainCollection, SecureCollection};
+use crate::run::collection::{Collection, PlainCollection, SecureCollection, TieredCollection};
 use fl_privacy::LocalMechanism;
 use fl_secagg::{PlainInputs, RoundShape};
 use rand::SeedableRng;
@@ -99,6 +99,10 @@ pub(crate) fn pipeline(
     open_ledger: impl FnOnce(LedgerTerms) -> std::io::Result<Ledger>,
 ) -> Result<Pipeline, ServerError> {
     let plan = config.plan()?;
+    let tier = match config.server.aggregators {
+        0 => None,
+        _ => Some(group_rule(&plan)?),
+    };
     let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
     let builder = Builder { config, dim };
     let ftrl = match &plan {
@@ -148,6 +152,14 @@ pub(crate) fn pipeline(
         decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
         _ => strategy,
     };
+    // Under an aggregator tier the groups sum what the coordinator's stack would have.
+    let collection = match tier {
+        Some(rule) => Collection::Tiered(TieredCollection::new(
+            Duration::from_secs_f64(config.server.round_timeout_secs),
+            rule,
+        )),
+        None => collection,
+    };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
         Cadence::Async => Steps::Buffered(builder.buffer(ftrl.as_ref().map(schedule))),
@@ -159,6 +171,28 @@ pub(crate) fn pipeline(
         ledger,
         release,
     })
+}
+
+/// How an aggregator sums its group's updates so that the coordinator's stack can take the
+/// group's sum for theirs: as FedAvg weights them, or clipped to central DP's fixed S
+/// (`RunConfig::validate_for_server` refuses the tier for the other modes).
+fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
+    match plan {
+        PrivacyPlan::None(_) => Ok(GroupRule {
+            clip_bound: None,
+            weight_by_examples: true,
+        }),
+        PrivacyPlan::Central(CentralNoise {
+            clip: ClipRule::Fixed(s),
+            ..
+        }) => Ok(GroupRule {
+            clip_bound: Some(*s),
+            weight_by_examples: false,
+        }),
+        _ => Err(ServerError::Internal(
+            "the aggregator tier under a mode it cannot run".into(),
+        )),
+    }
 }
 
 /// DP-FTRL's schedule: the plan's stream with its participation rule, from its first step.

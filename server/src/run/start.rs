@@ -144,10 +144,7 @@ async fn start(
     spawn_operator_endpoints(&config.server, endpoints, &done_rx).await?;
     let done = transport::signalled(done_rx.clone());
     let serving = transport::spawn_grpc(&config.server, listener, shared.clone(), done)?;
-    tokio::spawn(forget_idle_clients(shared.clone(), done_rx));
-    if config.server.enrollment.is_some() {
-        tokio::spawn(watch_enrollment(shared.clone()));
-    }
+    spawn_edge_upkeep(&config, &shared, done_rx);
     let coordinator = coordinator::Coordinator {
         clients: clients::Clients::new(shared, events, stop),
         rng: fl_common::rng::reproducible(config.server.seed),
@@ -223,7 +220,7 @@ fn warn_on_short_token(config: &RunConfig) {
 
 /// The state the handlers share with the coordinator, and the coordinator's end of the event
 /// queue; a resumed run keeps its clients' identities.
-fn shared_state(
+pub(crate) fn shared_state(
     config: &RunConfig,
     checkpoint: Option<&Checkpoint>,
     num_params: usize,
@@ -250,8 +247,23 @@ fn shared_state(
         upload_stall: Duration::from_secs_f64(s.upload_stall_secs),
         max_idle: s.max_idle_clients,
         forget_after: Duration::from_secs_f64(s.forget_after_secs),
+        groups: Default::default(),
+        aggregator_token: s.aggregator_token.as_ref().map(|t| t.digest()),
     });
     Ok((shared, events))
+}
+
+/// Starts the background tasks that keep the edge's state until `done`: idle clients forgotten,
+/// and the enrollment file read again every second.
+pub(crate) fn spawn_edge_upkeep(
+    config: &RunConfig,
+    shared: &Arc<Shared>,
+    done: watch::Receiver<bool>,
+) {
+    tokio::spawn(forget_idle_clients(shared.clone(), done));
+    if config.server.enrollment.is_some() {
+        tokio::spawn(watch_enrollment(shared.clone()));
+    }
 }
 
 /// Reads the enrollment file every second: revocations take effect even when nobody joins.

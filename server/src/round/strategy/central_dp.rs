@@ -132,6 +132,26 @@ impl CentralDp {
         inner.absorb(ctx, update.into())
     }
 
+    /// Hands a group's sum, each of its updates clipped to the round's fixed S by its aggregator
+    /// (part of the trusted curator), to the inner sum; refused unless the bounds agree.
+    fn absorb_group<S: SumStrategy>(
+        &mut self,
+        inner: &mut S,
+        ctx: &RoundContext,
+        group: super::GroupSum,
+    ) -> Result<(), StrategyError> {
+        let want = match self.rule {
+            ClipRule::Fixed(s) => s,
+            _ => f64::NAN,
+        };
+        if group.clip_bound != Some(want) {
+            let got = group.clip_bound;
+            return Err(StrategyError::GroupClip { got, want });
+        }
+        self.counts.absorbed += group.contributors;
+        inner.absorb(ctx, Upload::Group(group))
+    }
+
     /// The median rule's S: the median of the held updates' norms, which are then clipped to it
     /// and summed.
     fn clip_held_to_median<S: SumStrategy>(
@@ -192,9 +212,11 @@ impl<S: SumStrategy> Layer<S> for CentralDp {
         ctx: &RoundContext,
         upload: Upload,
     ) -> Result<(), StrategyError> {
-        // A secure sum was clipped by the clients and says its own sensitivity.
+        // A secure sum was clipped by the clients and says its own sensitivity; a group's sum
+        // by its aggregator, to the round's S.
         let update = match upload {
             Upload::Dense(update) => update,
+            Upload::Group(group) => return self.absorb_group(inner, ctx, group),
             other => return inner.absorb(ctx, other),
         };
         let (mut values, weight) = (update.values, update.staleness_weight);
@@ -304,6 +326,35 @@ mod tests {
         assert!((m[1] - (1.0 + 0.8 / 4.0)).abs() < 1e-6, "{m:?}");
         assert_eq!(out.clip_bound, Some(1.0));
         assert_eq!(out.noise_std, Some(0.0));
+    }
+
+    /// A group's sum (the aggregator tier), clipped by its aggregator to the round's S, joins
+    /// the sum as it is and counts its contributors; one clipped to another S is refused.
+    #[test]
+    fn a_group_sum_clipped_to_the_rounds_bound_is_summed_and_another_refused() {
+        let group = |sum: Vec<f32>, clip_bound| {
+            Upload::Group(crate::round::strategy::GroupSum {
+                sum: CheckedUpdate::new(sum).unwrap(),
+                weight: 2.0,
+                contributors: 2,
+                clip_bound,
+            })
+        };
+        let mut s = dp(2, ClipRule::Fixed(1.0), 1);
+        let c = plan(1, 4.0, 0.0);
+        let refused = s.absorb(&c, group(vec![5.0, 5.0], Some(2.0)));
+        assert!(
+            matches!(refused, Err(StrategyError::GroupClip { .. })),
+            "{refused:?}"
+        );
+        assert!(s.absorb(&c, group(vec![5.0, 5.0], None)).is_err());
+        s.absorb(&c, group(vec![0.8, 0.8], Some(1.0))).unwrap();
+        s.absorb(&c, update(vec![3.0, 4.0])).unwrap(); // clipped to (0.6, 0.8)
+        let m = s.finish_round(&c, &[0.0, 0.0]).model.unwrap();
+        assert!(
+            (m[0] - 1.4 / 4.0).abs() < 1e-6 && (m[1] - 1.6 / 4.0).abs() < 1e-6,
+            "{m:?}"
+        );
     }
 
     /// A DP-FTRL step that does not follow the tree's last one releases nothing, and says why

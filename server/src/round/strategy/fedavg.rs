@@ -29,6 +29,9 @@ impl FedAvg {
 
 impl Strategy for FedAvg {
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        if let Upload::Group(group) = upload {
+            return Ok((self.sum).add_sum(&group.sum, group.weight, group.contributors)?);
+        }
         let update = upload.dense()?;
         let (n, a) = (update.num_examples, update.staleness_weight);
         Ok(self.sum.add_discounted(&update.values, n, a)?)

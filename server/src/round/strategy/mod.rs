@@ -17,6 +17,7 @@ mod banded_noise;
 mod central_dp;
 mod correlated_noise;
 mod fedavg;
+mod group_sum;
 mod iadmm;
 mod iterate_average;
 mod layer;
@@ -33,6 +34,7 @@ pub(crate) use banded_noise::BandedStream;
 pub(crate) use central_dp::CentralDp;
 pub(crate) use correlated_noise::CorrelatedNoise;
 pub(crate) use fedavg::FedAvg;
+pub(crate) use group_sum::{GroupRule, GroupSummer};
 pub(crate) use iadmm::{Iadmm, ResidualBalancing};
 pub(crate) use iterate_average::IterateAverage;
 pub(crate) use layer::Layer;
@@ -114,6 +116,20 @@ pub(crate) struct SumInput {
     pub noise_std: Option<f64>,
 }
 
+/// A group's partial aggregate of a round (the aggregator tier): what an aggregator summed of
+/// its clients' results.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupSum {
+    /// sum_k w_k u_k over the group's results, checked finite where it entered the server.
+    pub sum: CheckedUpdate,
+    /// sum_k w_k: the example counts (FedAvg without privacy), or 1 each.
+    pub weight: f64,
+    /// The results summed.
+    pub contributors: usize,
+    /// S, when each update was clipped to it before it was summed.
+    pub clip_bound: Option<f64>,
+}
+
 /// What a strategy is given to absorb.
 #[derive(Debug, Clone)]
 pub(crate) enum Upload {
@@ -123,6 +139,8 @@ pub(crate) enum Upload {
     Sign(SignUpload),
     /// A secure-aggregation round's sum.
     Sum(SumInput),
+    /// A group's partial aggregate, from an aggregator.
+    Group(GroupSum),
 }
 
 impl From<ClientUpdate> for Upload {
@@ -138,7 +156,7 @@ impl Upload {
             Upload::Dense(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Dense(u) => Ok(u),
             Upload::Sign(_) => Err(StrategyError::NotSign),
-            Upload::Sum(_) => Err(StrategyError::NeedsUpdates),
+            Upload::Sum(_) | Upload::Group(_) => Err(StrategyError::NeedsUpdates),
         }
     }
 
@@ -147,7 +165,7 @@ impl Upload {
         match self {
             Upload::Dense(u) => Some((u.client, u.release.take())),
             Upload::Sign(u) => Some((u.client, u.release.take())),
-            Upload::Sum(_) => None,
+            Upload::Sum(_) | Upload::Group(_) => None,
         }
     }
 }
@@ -204,6 +222,14 @@ pub enum StrategyError {
     /// A local release in a round without a local mechanism.
     #[error("this round uses no local mechanism: send the update without a release")]
     UnexpectedRelease,
+    /// A group's sum was not clipped to the round's bound.
+    #[error("a group's sum was clipped to {got:?}, not to the round's bound S = {want}")]
+    GroupClip {
+        /// The bound the aggregator says it clipped to.
+        got: Option<f64>,
+        /// The round's S.
+        want: f64,
+    },
     /// The update's L2 norm is beyond the operator's bound.
     #[error("update norm {norm:e} exceeds robust.max_update_norm = {bound}")]
     NormTooLarge {

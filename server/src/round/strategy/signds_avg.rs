@@ -29,7 +29,7 @@ impl Strategy for SignDsAvg {
             Upload::Sign(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Sign(u) => Ok(self.aggregate.add(u.sign, &u.indices)?),
             Upload::Dense(_) => Err(StrategyError::NeedsSign),
-            Upload::Sum(_) => Err(StrategyError::NeedsUpdates),
+            Upload::Sum(_) | Upload::Group(_) => Err(StrategyError::NeedsUpdates),
         }
     }
 

@@ -165,4 +165,14 @@ impl Tally {
             (self.federated_eval.get_or_insert_default()).add(loss, accuracy, n);
         }
     }
+
+    /// Counts a group's partial aggregate the strategy stack absorbed (the aggregator tier): its
+    /// results, and the training losses its aggregator summed when they are finite.
+    pub(crate) fn count_group(&mut self, contributors: usize, (loss_sum, losses): (f64, u64)) {
+        self.completed += contributors;
+        if loss_sum.is_finite() {
+            self.losses += losses as usize;
+            self.train_loss_sum += loss_sum;
+        }
+    }
 }

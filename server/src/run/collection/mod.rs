@@ -1,17 +1,20 @@
 //! How a round's results come in: the [`PlainCollection`] of individual uploads (dense and
-//! SignDS) for the curator and the local modes, or the [`SecureCollection`] of a
-//! secure-aggregation round, which hands the strategy only the survivors' sum. `crate::run::build`
-//! picks one per run; the coordinator only calls [`Collection::prepare`] and
-//! [`Collection::collect`].
+//! SignDS) for the curator and the local modes, the [`SecureCollection`] of a
+//! secure-aggregation round, which hands the strategy only the survivors' sum, or the
+//! [`TieredCollection`] of a coordinator of aggregators, which hands it the groups' sums. `crate::run::build`
+//! picks one per run; the coordinator only calls [`Collection::prepare`],
+//! [`Collection::dispatch`] and [`Collection::collect`].
 
 mod intake;
 mod plain;
 mod secure;
+mod tiered;
 
 pub(crate) use intake::Received;
 
 pub(crate) use plain::PlainCollection;
 pub(crate) use secure::SecureCollection;
+pub(crate) use tiered::TieredCollection;
 
 use crate::edge::clients::Clients;
 use crate::error::ServerError;
@@ -100,14 +103,30 @@ pub(crate) enum Collection {
     Plain(PlainCollection),
     /// The stages of secure aggregation, then the sum.
     Secure(SecureCollection),
+    /// The groups' partial aggregates, from aggregators.
+    Tiered(TieredCollection),
 }
 
 impl Collection {
     /// Fixes what the round its policy planned needs before its tasks go out.
     pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
         match self {
-            Collection::Plain(_) => Ok(Prepared::default()),
+            Collection::Plain(_) | Collection::Tiered(_) => Ok(Prepared::default()),
             Collection::Secure(s) => s.prepare(plan),
+        }
+    }
+
+    /// Sends what the round's tasks do not carry: each aggregator's part of the round over
+    /// `global` (the aggregator tier); returns the bytes sent.
+    pub(crate) fn dispatch(
+        &mut self,
+        clients: &Clients,
+        sampled: &BTreeSet<ClientId>,
+        global: &[f32],
+    ) -> u64 {
+        match self {
+            Collection::Tiered(t) => t.dispatch(clients, sampled, global),
+            Collection::Plain(_) | Collection::Secure(_) => 0,
         }
     }
 
@@ -122,13 +141,14 @@ impl Collection {
         match self {
             Collection::Plain(p) => p.collect(clients, work).await,
             Collection::Secure(s) => s.collect(clients, work, prepared, rng).await,
+            Collection::Tiered(t) => t.collect(clients, work).await,
         }
     }
 
     /// An empty run summary of secure rounds, for a secure collection.
     pub(crate) fn secure_summary(&self) -> Option<SecAggSummary> {
         match self {
-            Collection::Plain(_) => None,
+            Collection::Plain(_) | Collection::Tiered(_) => None,
             Collection::Secure(s) => Some(SecAggSummary {
                 signed: s.signed(),
                 ..SecAggSummary::default()

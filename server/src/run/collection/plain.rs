@@ -151,6 +151,8 @@ impl PlainCollection {
             // Uploads were read above; other clients' stream events change nothing here.
             Event::Update { .. } | Event::Sign { .. } => {}
             Event::Connected(_) | Event::Disconnected(_) => {}
+            // A round of this process's own clients has no group.
+            Event::Group { .. } | Event::GroupLost(_) => {}
         }
     }
 

@@ -358,6 +358,8 @@ impl StageIo<'_> {
                 self.gone.insert(client);
             }
             Event::Connected(_) => {}
+            // Secure rounds run in one process: no group takes part.
+            Event::Group { .. } | Event::GroupLost(_) => {}
         }
     }
 

@@ -254,6 +254,8 @@ impl Coordinator {
             }
             // Uploads were read above.
             Event::Update { .. } | Event::Sign { .. } | Event::Connected(_) => {}
+            // The asynchronous mode has no aggregator tier.
+            Event::Group { .. } | Event::GroupLost(_) => {}
         }
         Ok(())
     }

@@ -507,9 +507,11 @@ impl Coordinator {
         };
         self.clients.start_round(&task, global);
         let strategy = &*self.pipeline.strategy;
-        let sent = (planned.sampled.iter())
+        let sent: u64 = (planned.sampled.iter())
             .map(|&id| (self.clients).send_task(id, || strategy.views().client_tensor(id, global)))
             .sum();
+        let collection = &mut self.pipeline.collection;
+        let sent = sent + collection.dispatch(&self.clients, &planned.sampled, global);
         tracing::debug!(
             round = ctx.round,
             sampled = planned.sampled.len(),

@@ -1,0 +1,144 @@
+//! The coordinator's registry of aggregators (the aggregator tier): which name holds which
+//! group, each live aggregator's stream towards it and the clients it reports connected. A name
+//! keeps its group across the aggregator's restarts; a second stream under a live name replaces
+//! the first.
+
+use crate::identity::ids::{self, ClientId, GroupId};
+use fl_proto::v1::CoordinatorMessage;
+use std::collections::{BTreeMap, HashMap};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// The sending half of an aggregator's Aggregate stream.
+pub(crate) type GroupOutbox = mpsc::Sender<Result<CoordinatorMessage, Status>>;
+
+/// A live aggregator.
+#[derive(Debug)]
+struct Live {
+    /// Which of the name's streams this is.
+    generation: u64,
+    /// Towards its stream.
+    outbox: GroupOutbox,
+    /// Its connected clients, by the coordinator's ids.
+    members: Vec<ClientId>,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    by_name: HashMap<String, GroupId>,
+    live: BTreeMap<GroupId, Live>,
+    next_generation: u64,
+}
+
+/// Why a population report is refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("client id {0} does not fit a group member's id")]
+pub(crate) struct TooLarge(pub ClientId);
+
+impl Groups {
+    /// Binds `name`'s stream: its group (the one it had, or a new one) and the stream's
+    /// generation; `None` when no group id is left.
+    pub(crate) fn attach(&mut self, name: &str, outbox: GroupOutbox) -> Option<(GroupId, u64)> {
+        let next = GroupId::try_from(self.by_name.len() + 1).ok()?;
+        let group = *self.by_name.entry(name.to_owned()).or_insert(next);
+        ids::member(group, 0)?;
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let live = Live {
+            generation,
+            outbox,
+            members: Vec::new(),
+        };
+        self.live.insert(group, live);
+        Some((group, generation))
+    }
+
+    /// Records that stream `generation` of `group` reports `clients` (its own ids) connected;
+    /// a stale stream's report changes nothing.
+    pub(crate) fn report(
+        &mut self,
+        group: GroupId,
+        generation: u64,
+        clients: &[ClientId],
+    ) -> Result<(), TooLarge> {
+        let members = (clients.iter())
+            .map(|&c| ids::member(group, c).ok_or(TooLarge(c)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(live) = self.live.get_mut(&group)
+            && live.generation == generation
+        {
+            live.members = members;
+        }
+        Ok(())
+    }
+
+    /// Forgets stream `generation` of `group`; false when a newer stream already replaced it.
+    pub(crate) fn detach(&mut self, group: GroupId, generation: u64) -> bool {
+        let current = self
+            .live
+            .get(&group)
+            .is_some_and(|l| l.generation == generation);
+        if current {
+            self.live.remove(&group);
+        }
+        current
+    }
+
+    /// Every live group's connected clients, by the coordinator's ids.
+    pub(crate) fn members(&self) -> impl Iterator<Item = ClientId> + '_ {
+        self.live.values().flat_map(|l| l.members.iter().copied())
+    }
+
+    /// Forgets every live stream; returns the ways towards them, for their last message.
+    pub(crate) fn close_all(&mut self) -> Vec<GroupOutbox> {
+        std::mem::take(&mut self.live)
+            .into_values()
+            .map(|l| l.outbox)
+            .collect()
+    }
+
+    /// The stream towards `group`, if it is live.
+    pub(crate) fn outbox(&self, group: GroupId) -> Option<GroupOutbox> {
+        self.live.get(&group).map(|l| l.outbox.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> GroupOutbox {
+        mpsc::channel(1).0
+    }
+
+    #[test]
+    fn a_name_keeps_its_group_and_a_stale_stream_changes_nothing() {
+        let mut g = Groups::default();
+        let (a, first) = g.attach("agg-a", outbox()).unwrap();
+        let (b, _) = g.attach("agg-b", outbox()).unwrap();
+        assert_eq!((a, b), (1, 2));
+        g.report(a, first, &[0, 5]).unwrap();
+        assert_eq!(
+            g.members().collect::<Vec<_>>(),
+            vec![1 << 40, (1 << 40) | 5]
+        );
+        // agg-a restarts: same group, a new stream; the old stream's reports and end are stale.
+        let (again, second) = g.attach("agg-a", outbox()).unwrap();
+        assert_eq!(again, a);
+        g.report(a, first, &[7]).unwrap();
+        assert!(!g.detach(a, first));
+        assert_eq!(g.members().count(), 0);
+        g.report(a, second, &[7]).unwrap();
+        assert_eq!(g.members().collect::<Vec<_>>(), vec![(1 << 40) | 7]);
+        assert!(g.detach(a, second));
+        assert!(g.outbox(a).is_none() && g.outbox(b).is_some());
+    }
+
+    #[test]
+    fn refuses_a_client_id_beyond_a_member_id() {
+        let mut g = Groups::default();
+        let (a, generation) = g.attach("agg-a", outbox()).unwrap();
+        assert_eq!(g.report(a, generation, &[1 << 40]), Err(TooLarge(1 << 40)));
+    }
+}

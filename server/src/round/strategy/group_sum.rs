@@ -1,0 +1,112 @@
+//! An aggregator's part of a round (the aggregator tier): its clients' dense updates, each
+//! clipped to the coordinator's S when the round has one and weighted by its example count or by
+//! 1, summed into the group's partial aggregate ([`GroupSum`]) that goes to the coordinator.
+//! The coordinator's stack adds the noise once, to the total of the groups.
+
+use super::{GroupSum, RoundContext, RoundOutcome, Strategy, StrategyError, Upload};
+use fl_model::{CheckedUpdate, WeightedMean};
+
+/// How a group sums its clients' updates: what the coordinator's stack would have done to each
+/// before its sum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct GroupRule {
+    /// S: each update is clipped to this L2 norm (central DP's fixed clip).
+    pub clip_bound: Option<f64>,
+    /// n_k weights each update (FedAvg without privacy); otherwise 1.
+    pub weight_by_examples: bool,
+}
+
+/// The group's running sum under its [`GroupRule`]; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct GroupSummer {
+    rule: GroupRule,
+    sum: WeightedMean,
+}
+
+impl GroupSummer {
+    /// An empty sum over models of `num_params` parameters.
+    pub(crate) fn new(num_params: usize, rule: GroupRule) -> Self {
+        Self {
+            rule,
+            sum: WeightedMean::new(num_params),
+        }
+    }
+
+    /// The group's partial aggregate, or `None` when no result was summed.
+    pub(crate) fn take(self) -> Result<Option<GroupSum>, StrategyError> {
+        let (weight, contributors) = (self.sum.total_weight(), self.sum.count());
+        let Some(sum) = self.sum.sum() else {
+            return Ok(None);
+        };
+        Ok(Some(GroupSum {
+            sum: CheckedUpdate::new(sum)?,
+            weight,
+            contributors,
+            clip_bound: self.rule.clip_bound,
+        }))
+    }
+}
+
+impl Strategy for GroupSummer {
+    fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
+        let update = upload.dense()?;
+        let mut values = update.values;
+        values.check_len(self.sum.len())?;
+        if let Some(bound) = self.rule.clip_bound {
+            // u_k <- u_k / max(1, ||u_k||_2 / S), as the coordinator's central DP clips.
+            values.clip_l2(bound);
+        }
+        let weight = match self.rule.weight_by_examples {
+            true => update.num_examples,
+            false => 1,
+        };
+        Ok(self.sum.add(&values, weight)?)
+    }
+
+    fn finish_round(&mut self, _ctx: &RoundContext, _global: &[f32]) -> RoundOutcome {
+        RoundOutcome::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::strategy::testing::{ctx, update};
+
+    #[test]
+    fn clips_each_update_and_weights_it_by_one() {
+        let rule = GroupRule {
+            clip_bound: Some(1.0),
+            weight_by_examples: false,
+        };
+        let mut s = GroupSummer::new(2, rule);
+        let c = ctx(1, 2.0, None);
+        s.absorb(&c, update(0, 7, vec![3.0, 4.0]).into()).unwrap(); // clipped to (0.6, 0.8)
+        s.absorb(&c, update(1, 3, vec![0.2, 0.0]).into()).unwrap(); // inside the bound
+        assert!(s.absorb(&c, update(2, 1, vec![0.0]).into()).is_err());
+        let group = s.take().unwrap().unwrap();
+        assert_eq!(group.contributors, 2);
+        assert_eq!(group.weight, 2.0);
+        assert_eq!(group.clip_bound, Some(1.0));
+        let got: Vec<f32> = group.sum.into_values();
+        assert!(
+            (got[0] - 0.8).abs() < 1e-6 && (got[1] - 0.8).abs() < 1e-6,
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn weights_by_examples_without_a_clip_and_is_empty_without_results() {
+        let rule = GroupRule {
+            clip_bound: None,
+            weight_by_examples: true,
+        };
+        let mut s = GroupSummer::new(1, rule);
+        let c = ctx(1, 2.0, None);
+        s.absorb(&c, update(0, 3, vec![2.0]).into()).unwrap();
+        s.absorb(&c, update(1, 1, vec![-1.0]).into()).unwrap();
+        let group = s.take().unwrap().unwrap();
+        assert_eq!((group.weight, group.sum.into_values()), (4.0, vec![5.0]));
+        assert!(GroupSummer::new(1, rule).take().unwrap().is_none());
+    }
+}

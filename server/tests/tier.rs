@@ -1,0 +1,157 @@
+//! The aggregator tier end to end: a coordinator and two aggregators in this process, each
+//! aggregator serving its own clients on its own port. The same federation run flat and through
+//! the aggregators spends the same ledger, event for event, and trains as well.
+
+use crate::support;
+
+use fl_client::TrainingSlots;
+use fl_datasets::Dataset;
+use fl_privacy::Sampling;
+use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
+use fl_server::ledger::LedgerEntry;
+use fl_server::output::Summary;
+use fl_server::{ServerError, UpstreamOptions};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use support::blobs;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const K: usize = 6;
+
+fn central_config(out: &Path) -> RunConfig {
+    let mut c = support::small_config(out, K, 4.0, 4);
+    c.server.seed = Some(9);
+    c.model.kind = ModelKind::Logistic;
+    c.privacy.mode = PrivacyMode::Central;
+    c.privacy.sampling = Sampling::Fixed;
+    c.privacy.noise_multiplier = 1.0.into();
+    c.privacy.clip_bound = 1.0;
+    c.privacy.epsilon = 50.0;
+    c.privacy.delta = 1e-5;
+    c
+}
+
+/// Starts an aggregator named `name` for the coordinator at `upstream` on a free port; returns
+/// its endpoint, its task and its stop switch.
+async fn start_aggregator(
+    upstream: &str,
+    name: &str,
+) -> (
+    String,
+    JoinHandle<Result<(), ServerError>>,
+    watch::Sender<bool>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stop_rx) = watch::channel(false);
+    let mut config = RunConfig::default();
+    config.server.round_timeout_secs = 20.0;
+    let options = UpstreamOptions {
+        url: upstream.to_owned(),
+        name: name.to_owned(),
+        token: "aggregator-secret".into(),
+        ca: None,
+    };
+    let handle = tokio::spawn(fl_server::aggregate(listener, config, options, stop_rx));
+    (format!("http://127.0.0.1:{port}"), handle, stop)
+}
+
+/// Honest clients `range` of [`support::client_data`] against `endpoint`.
+fn clients(endpoint: &str, data: &Arc<Dataset>, range: std::ops::Range<usize>) {
+    let slots = TrainingSlots::new(2);
+    for i in range {
+        let opts = support::client_options(endpoint, i, &slots);
+        tokio::spawn(fl_client::run_client(opts, support::client_data(data, i)));
+    }
+}
+
+/// The summary of a server that must finish within 120 s.
+async fn summary(handle: JoinHandle<Result<Summary, ServerError>>) -> Summary {
+    tokio::time::timeout(Duration::from_secs(120), handle)
+        .await
+        .expect("the coordinator finishes")
+        .unwrap()
+        .unwrap()
+}
+
+/// The privacy events of a run folder's ledger.
+fn events(out: &Path) -> Vec<LedgerEntry> {
+    let mut entries = fl_server::ledger::read(&out.join("ledger.jsonl")).unwrap();
+    for e in &mut entries {
+        e.prev.clear();
+    }
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_aggregators_spend_the_flat_ledger_and_train_as_well() {
+    let base = std::env::temp_dir().join(format!("fl-tier-{}", std::process::id()));
+    let data = Arc::new(blobs(600));
+
+    let flat_out = base.join("flat");
+    let flat = support::start_server(central_config(&flat_out), data.clone(), None, None).await;
+    clients(&flat.endpoint, &data, 0..K);
+    let flat_summary = summary(flat.handle).await;
+
+    let tier_out = base.join("tier");
+    let mut config = central_config(&tier_out);
+    config.server.aggregators = 2;
+    config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
+    let coordinator = support::start_server(config, data.clone(), None, None).await;
+    let (a, a_task, _a_stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
+    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b").await;
+    clients(&a, &data, 0..3);
+    clients(&b, &data, 3..K);
+    let tier_summary = summary(coordinator.handle).await;
+    for task in [a_task, b_task] {
+        let ended = tokio::time::timeout(Duration::from_secs(30), task).await;
+        ended
+            .expect("an aggregator stops when training is over")
+            .unwrap()
+            .unwrap();
+    }
+
+    assert_eq!(tier_summary.rounds_completed, 4);
+    assert_eq!(flat_summary.rounds_completed, 4);
+    assert_eq!(events(&tier_out), events(&flat_out));
+    // Every sampled client's update went through its aggregator: 4 rounds of m = 4.
+    assert_eq!(tier_summary.client_updates, 16);
+    let (flat_acc, tier_acc) = (
+        flat_summary.test_accuracy.unwrap(),
+        tier_summary.test_accuracy.unwrap(),
+    );
+    assert!(
+        tier_acc > 0.9 && flat_acc > 0.9,
+        "flat {flat_acc}, tier {tier_acc}"
+    );
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregator_with_the_wrong_token_is_refused() {
+    let base = std::env::temp_dir().join(format!("fl-tier-token-{}", std::process::id()));
+    let mut config = central_config(&base);
+    config.server.aggregators = 1;
+    config.server.aggregator_token = Some(fl_server::credentials::Token::new("the-right-one"));
+    config.server.join_timeout_secs = 3.0;
+    let coordinator = support::start_server(config, Arc::new(blobs(600)), None, None).await;
+    let (_, task, stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
+    let ended = tokio::time::timeout(Duration::from_secs(30), coordinator.handle).await;
+    let refused = ended.unwrap().unwrap();
+    assert!(
+        matches!(refused, Err(ServerError::NotEnoughClients { .. })),
+        "{refused:?}"
+    );
+    stop.send(true).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(ServerError::Interrupted)),
+        "{stopped:?}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
