@@ -25,5 +25,6 @@ mod secagg;
 mod server_optimizer;
 mod signed_secagg;
 mod tier;
+mod tier_kill;
 mod tls;
 mod trainer;

@@ -9,7 +9,7 @@ use fl_datasets::Dataset;
 use fl_privacy::Sampling;
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::ledger::LedgerEntry;
-use fl_server::output::Summary;
+use fl_server::output::{GroupOutcome, Summary};
 use fl_server::{ServerError, UpstreamOptions};
 use std::path::Path;
 use std::sync::Arc;
@@ -126,18 +126,40 @@ async fn two_aggregators_spend_the_flat_ledger_and_train_as_well() {
         tier_acc > 0.9 && flat_acc > 0.9,
         "flat {flat_acc}, tier {tier_acc}"
     );
+    // Each metrics line says what each aggregator did in the round.
+    for line in support::read_metrics(&tier_out) {
+        let names: Vec<&str> = line.groups.iter().map(|g| g.aggregator.as_str()).collect();
+        let summed: usize = line.groups.iter().map(|g| g.completed).sum();
+        assert_eq!(summed, line.completed, "{line:?}");
+        assert!(
+            names.iter().all(|n| ["agg-a", "agg-b"].contains(n)),
+            "{names:?}"
+        );
+        assert!(
+            line.groups
+                .iter()
+                .all(|g| g.outcome == GroupOutcome::Summed)
+        );
+        assert!(line.groups.iter().all(|g| g.seconds.is_some()));
+    }
     std::fs::remove_dir_all(&base).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_aggregator_with_the_wrong_token_is_refused() {
+async fn an_aggregator_with_the_wrong_token_and_a_direct_client_are_refused() {
     let base = std::env::temp_dir().join(format!("fl-tier-token-{}", std::process::id()));
     let mut config = central_config(&base);
     config.server.aggregators = 1;
     config.server.aggregator_token = Some(fl_server::credentials::Token::new("the-right-one"));
     config.server.join_timeout_secs = 3.0;
-    let coordinator = support::start_server(config, Arc::new(blobs(600)), None, None).await;
+    let data = Arc::new(blobs(600));
+    let coordinator = support::start_server(config, data.clone(), None, None).await;
     let (_, task, stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
+    // A client that connects to the coordinator itself is told where to go.
+    let opts = support::client_options(&coordinator.endpoint, 0, &TrainingSlots::new(1));
+    let direct = fl_client::run_client(opts, support::client_data(&data, 0)).await;
+    let refusal = direct.map(|_| ()).unwrap_err().to_string();
+    assert!(refusal.contains("coordinates aggregators"), "{refusal}");
     let ended = tokio::time::timeout(Duration::from_secs(30), coordinator.handle).await;
     let refused = ended.unwrap().unwrap();
     assert!(

@@ -37,6 +37,19 @@ pub(crate) enum Next {
     Stopped,
 }
 
+/// An aggregator's part of a round, as it was sent.
+#[derive(Debug)]
+pub(crate) struct SentPart {
+    /// The aggregator's name.
+    pub aggregator: String,
+    /// Its clients connected when the part was sent.
+    pub connected: usize,
+    /// Its clients sampled into the round.
+    pub sampled: usize,
+    /// When the part was sent.
+    pub at: Instant,
+}
+
 /// The events from the handlers and the way back to the clients.
 pub(crate) struct Clients {
     shared: Arc<Shared>,
@@ -98,29 +111,37 @@ impl Clients {
 
     /// Sends each live aggregator with clients in `sampled` its part of the current round: the
     /// task with the model `global`, its sampled clients (by its own ids), how to sum their
-    /// updates and its `timeout`; returns the bytes sent and the groups sent to.
+    /// updates and its `timeout`; returns the bytes sent and the parts sent, by group.
     pub(crate) fn send_group_tasks(
         &self,
         sampled: &BTreeSet<ClientId>,
         global: &[f32],
         (rule, timeout): (GroupRule, Duration),
-    ) -> (u64, BTreeSet<GroupId>) {
+    ) -> (u64, BTreeMap<GroupId, SentPart>) {
         let mut shares: BTreeMap<GroupId, Vec<ClientId>> = BTreeMap::new();
         for (group, local) in sampled.iter().filter_map(|&id| ids::group_of(id)) {
             shares.entry(group).or_default().push(local);
         }
         let Some(tasks) = self.tasks.values().next_back() else {
-            return (0, BTreeSet::new());
+            return (0, BTreeMap::new());
         };
         let groups = self.shared.groups();
-        let (mut bytes, mut sent) = (0, BTreeSet::new());
+        let (mut bytes, mut sent) = (0, BTreeMap::new());
         for (group, clients) in shares {
-            let Some(outbox) = groups.outbox(group) else {
+            let (Some(outbox), Some((aggregator, connected))) =
+                (groups.outbox(group), groups.describe(group))
+            else {
                 continue;
+            };
+            let part = SentPart {
+                aggregator,
+                connected,
+                sampled: clients.len(),
+                at: Instant::now(),
             };
             let messages = wire::group_task(&tasks.template, clients, global, (rule, timeout));
             bytes += messages.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
-            sent.insert(group);
+            sent.insert(group, part);
             tokio::spawn(async move {
                 for m in messages {
                     if outbox.send(Ok(m)).await.is_err() {

@@ -15,6 +15,8 @@ pub(crate) type GroupOutbox = mpsc::Sender<Result<CoordinatorMessage, Status>>;
 /// A live aggregator.
 #[derive(Debug)]
 struct Live {
+    /// The aggregator's name.
+    name: String,
     /// Which of the name's streams this is.
     generation: u64,
     /// Towards its stream.
@@ -46,6 +48,7 @@ impl Groups {
         self.next_generation += 1;
         let generation = self.next_generation;
         let live = Live {
+            name: name.to_owned(),
             generation,
             outbox,
             members: Vec::new(),
@@ -102,6 +105,11 @@ impl Groups {
     pub(crate) fn outbox(&self, group: GroupId) -> Option<GroupOutbox> {
         self.live.get(&group).map(|l| l.outbox.clone())
     }
+
+    /// The name of live group `group`'s aggregator and its clients connected.
+    pub(crate) fn describe(&self, group: GroupId) -> Option<(String, usize)> {
+        (self.live.get(&group)).map(|l| (l.name.clone(), l.members.len()))
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +141,7 @@ mod tests {
         assert_eq!(g.members().collect::<Vec<_>>(), vec![(1 << 40) | 7]);
         assert!(g.detach(a, second));
         assert!(g.outbox(a).is_none() && g.outbox(b).is_some());
+        assert_eq!(g.describe(b), Some(("agg-b".into(), 0)));
     }
 
     #[test]

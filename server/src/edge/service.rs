@@ -85,6 +85,11 @@ impl Federation for FederationService {
 
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         self.check_rate(&request)?;
+        if self.shared.coordinates {
+            return Err(Status::failed_precondition(
+                "this server coordinates aggregators: connect to one of them",
+            ));
+        }
         if request.get_ref().name.len() > MAX_NAME_BYTES {
             return Err(Status::invalid_argument(format!(
                 "client name longer than {MAX_NAME_BYTES} bytes"

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub groups: Mutex<Groups>,
     /// The digest of the token aggregators present; none admits any aggregator.
     pub aggregator_token: Option<Digest>,
+    /// Whether this server coordinates aggregators: its clients join them, not it.
+    pub coordinates: bool,
 }
 
 impl Shared {

@@ -4,9 +4,10 @@
 //! and the clients training. Nothing about an individual client is exported.
 
 use crate::edge::shared::Shared;
-use crate::records::output::RoundMetrics;
+use crate::records::output::{GroupMetrics, GroupOutcome, RoundMetrics};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets, linear_buckets};
 use prometheus_client::registry::Registry;
@@ -33,6 +34,19 @@ pub(crate) struct Telemetry {
     update_staleness: Histogram,
     clients_training: Gauge,
     updates_too_stale: Counter,
+    tier: TierMetrics,
+}
+
+/// The labels of an aggregator's series: its name, and for failures how its part ended.
+type Labels = Vec<(&'static str, String)>;
+
+/// Each aggregator's figures (a coordinator of aggregators).
+#[derive(Debug, Default)]
+struct TierMetrics {
+    clients: Family<Labels, Gauge>,
+    round_seconds: Family<Labels, Gauge<f64, AtomicU64>>,
+    dropped: Family<Labels, Counter>,
+    failures: Family<Labels, Counter>,
 }
 
 impl Default for Telemetry {
@@ -57,6 +71,7 @@ impl Default for Telemetry {
             update_staleness: Histogram::new(linear_buckets(0.0, 1.0, 16)),
             clients_training: Gauge::default(),
             updates_too_stale: Counter::default(),
+            tier: TierMetrics::default(),
         };
         let r = &mut t.registry;
         r.register("rounds", "Rounds finished", t.rounds.clone());
@@ -113,6 +128,7 @@ impl Default for Telemetry {
             t.round_seconds.clone(),
         );
         t.register_buffer();
+        t.register_tier();
         t
     }
 }
@@ -136,6 +152,31 @@ impl Telemetry {
             "updates_too_stale",
             "Updates refused past buffer.max_staleness (asynchronous runs)",
             self.updates_too_stale.clone(),
+        );
+    }
+
+    /// Registers the aggregator tier's metrics, labelled by aggregator.
+    fn register_tier(&mut self) {
+        let (r, t) = (&mut self.registry, &self.tier);
+        r.register(
+            "aggregator_clients",
+            "An aggregator's clients connected when it was last sent a round (label aggregator: its name)",
+            t.clients.clone(),
+        );
+        r.register(
+            "aggregator_round_seconds",
+            "Seconds from sending an aggregator its last answered round to its sum",
+            t.round_seconds.clone(),
+        );
+        r.register(
+            "aggregator_clients_dropped",
+            "An aggregator's sampled clients that gave no result",
+            t.dropped.clone(),
+        );
+        r.register(
+            "aggregator_failures",
+            "Rounds an aggregator's part failed, by outcome (lost, refused, timed_out)",
+            t.failures.clone(),
         );
     }
 }
@@ -172,6 +213,7 @@ impl Telemetry {
             self.clients_training.set(b.training as i64);
             self.updates_too_stale.inc_by(b.too_stale as u64);
         }
+        m.groups.iter().for_each(|g| self.tier.observe(g));
     }
 
     /// The OpenMetrics text of every metric, with the live client count.
@@ -181,6 +223,22 @@ impl Telemetry {
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
+    }
+}
+
+impl TierMetrics {
+    /// Records an aggregator's part of a round.
+    fn observe(&self, g: &GroupMetrics) {
+        let name: Labels = vec![("aggregator", g.aggregator.clone())];
+        self.clients.get_or_create(&name).set(g.connected as i64);
+        self.dropped.get_or_create(&name).inc_by(g.dropped as u64);
+        if let Some(seconds) = g.seconds {
+            self.round_seconds.get_or_create(&name).set(seconds);
+        }
+        if g.outcome != GroupOutcome::Summed {
+            let labels = [name, vec![("outcome", g.outcome.as_str().to_owned())]].concat();
+            self.failures.get_or_create(&labels).inc();
+        }
     }
 }
 
@@ -205,10 +263,24 @@ pub(crate) fn router(telemetry: Arc<Telemetry>, shared: Arc<Shared>) -> axum::Ro
 mod tests {
     use super::*;
 
-    #[test]
-    fn rounds_show_in_the_exposition() {
-        let t = Telemetry::default();
-        let m = RoundMetrics {
+    /// An aggregator's part: 40 clients connected, 5 sampled, one dropped when it answered.
+    fn group(name: &str, outcome: GroupOutcome) -> GroupMetrics {
+        let answered = outcome == GroupOutcome::Summed;
+        GroupMetrics {
+            aggregator: name.into(),
+            connected: 40,
+            sampled: 5,
+            completed: if answered { 4 } else { 0 },
+            dropped: if answered { 1 } else { 5 },
+            refused: 0,
+            seconds: answered.then_some(0.25),
+            outcome,
+        }
+    }
+
+    /// A round with every optional figure: a buffer, and two aggregators, one of them lost.
+    fn full_round() -> RoundMetrics {
+        RoundMetrics {
             round: 3,
             connected: 12,
             sampled: 10,
@@ -239,7 +311,17 @@ mod tests {
                 staleness: vec![3, 5, 1],
                 too_stale: 2,
             }),
-        };
+            groups: vec![
+                group("agg-a", GroupOutcome::Summed),
+                group("agg-b", GroupOutcome::Lost),
+            ],
+        }
+    }
+
+    #[test]
+    fn rounds_show_in_the_exposition() {
+        let t = Telemetry::default();
+        let m = full_round();
         t.observe(&m);
         t.observe(&m);
         let text = t.render(7);
@@ -254,6 +336,11 @@ mod tests {
             "fl_update_staleness_sum 14.0",
             "fl_clients_training 4",
             "fl_updates_too_stale_total 4",
+            "fl_aggregator_clients{aggregator=\"agg-a\"} 40",
+            "fl_aggregator_round_seconds{aggregator=\"agg-a\"} 0.25",
+            "fl_aggregator_clients_dropped_total{aggregator=\"agg-a\"} 2",
+            "fl_aggregator_clients_dropped_total{aggregator=\"agg-b\"} 10",
+            "fl_aggregator_failures_total{aggregator=\"agg-b\",outcome=\"lost\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
@@ -286,9 +373,12 @@ mod tests {
         }
     }
 
-    /// The metrics reference of the book, from the registry's own HELP and TYPE lines.
+    /// The metrics reference of the book, from the registry's own HELP and TYPE lines (after a
+    /// round that has every series, labelled ones included).
     fn reference_page() -> String {
-        let text = Telemetry::default().render(0);
+        let t = Telemetry::default();
+        t.observe(&full_round());
+        let text = t.render(0);
         let mut page = String::from(
             "# Prometheus metrics\n\n\
              `fl-server` serves these at `GET /metrics` when `server.metrics_listen` is set\n\

@@ -74,6 +74,56 @@ pub struct RoundMetrics {
     /// The buffer's figures (asynchronous runs only, where each line is a server step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<BufferMetrics>,
+    /// Each aggregator's part of the round (a coordinator of aggregators only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupMetrics>,
+}
+
+/// One aggregator's part of a round of the aggregator tier.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct GroupMetrics {
+    /// The aggregator's name (its `--name`).
+    pub aggregator: String,
+    /// Its clients with a live stream when the round was sent.
+    pub connected: usize,
+    /// Its clients sampled into the round.
+    pub sampled: usize,
+    /// Results it summed.
+    pub completed: usize,
+    /// Its sampled clients that gave it no result.
+    pub dropped: usize,
+    /// Clients it refused during the round.
+    pub refused: usize,
+    /// Seconds from sending it the round to receiving its sum (none when it did not answer).
+    pub seconds: Option<f64>,
+    /// How its part ended.
+    pub outcome: GroupOutcome,
+}
+
+/// How an aggregator's part of a round ended.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupOutcome {
+    /// Its sum entered the aggregate.
+    Summed,
+    /// Its sum was refused (the wrong clip or length); its group counts as dropped.
+    Refused,
+    /// Its stream ended before it answered; its group counts as dropped.
+    Lost,
+    /// It had not answered by the round's deadline.
+    TimedOut,
+}
+
+impl GroupOutcome {
+    /// Its name in a metrics line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Summed => "summed",
+            Self::Refused => "refused",
+            Self::Lost => "lost",
+            Self::TimedOut => "timed_out",
+        }
+    }
 }
 
 /// A server step of asynchronous buffered aggregation.

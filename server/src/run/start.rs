@@ -249,6 +249,7 @@ pub(crate) fn shared_state(
         forget_after: Duration::from_secs_f64(s.forget_after_secs),
         groups: Default::default(),
         aggregator_token: s.aggregator_token.as_ref().map(|t| t.digest()),
+        coordinates: s.aggregators > 0,
     });
     Ok((shared, events))
 }

@@ -54,6 +54,7 @@ function absorb(snapshot) {
   showTiles(snapshot);
   drawCharts();
   showRounds();
+  showAggregators();
   showLedger(snapshot.ledger);
 }
 
@@ -325,6 +326,41 @@ function showRounds() {
     return tr;
   });
   body.replaceChildren(...rows);
+}
+
+// A coordinator of aggregators: each aggregator's figures over the rounds it was sent.
+function showAggregators() {
+  const byName = new Map();
+  for (const m of state.rounds) {
+    for (const g of m.groups || []) {
+      const a = byName.get(g.aggregator) || { clients: 0, seconds: [], summed: 0, dropped: 0, failures: {} };
+      a.clients = g.connected;
+      a.dropped += g.dropped;
+      if (g.seconds !== null) a.seconds.push(g.seconds);
+      if (g.outcome === "summed") a.summed += 1;
+      else a.failures[g.outcome] = (a.failures[g.outcome] || 0) + 1;
+      byName.set(g.aggregator, a);
+    }
+  }
+  byId("aggregators-section").hidden = byName.size === 0;
+  const median = (xs) => {
+    const s = [...xs].sort((x, y) => x - y);
+    return s.length ? (s[(s.length - 1) >> 1] + s[s.length >> 1]) / 2 : null;
+  };
+  const rows = [...byName.entries()].sort(([x], [y]) => x.localeCompare(y)).map(([name, a]) => {
+    const tr = document.createElement("tr");
+    tr.dataset.aggregator = name;
+    const failures = Object.entries(a.failures).map(([k, n]) => `${k} ${n}`).join(", ") || "none";
+    const cells = [name, String(a.clients), fixed(a.seconds[a.seconds.length - 1], 2),
+      fixed(median(a.seconds), 2), String(a.summed), String(a.dropped), failures];
+    for (const value of cells) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      tr.append(td);
+    }
+    return tr;
+  });
+  byId("aggregators").tBodies[0].replaceChildren(...rows);
 }
 
 function showLedger(entries) {

@@ -19,7 +19,7 @@ pub(crate) use tiered::TieredCollection;
 use crate::edge::clients::Clients;
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
-use crate::records::output::{FederatedEval, SecAggRoundMetrics, SecAggSummary};
+use crate::records::output::{FederatedEval, GroupMetrics, SecAggRoundMetrics, SecAggSummary};
 use crate::round::policy::RoundPlan;
 use crate::round::strategy::{RoundContext, Strategy};
 use fl_privacy::UpdateMoments;
@@ -48,6 +48,8 @@ pub(crate) struct Tally {
     pub stage_bytes_down: u64,
     /// The clients' figures on their own examples (federated evaluation), of absorbed results.
     pub federated_eval: Option<FederatedEval>,
+    /// Each aggregator's part of the round (the aggregator tier).
+    pub groups: Vec<GroupMetrics>,
 }
 
 impl Tally {
@@ -62,6 +64,7 @@ impl Tally {
             secagg: None,
             stage_bytes_down: 0,
             federated_eval: None,
+            groups: Vec::new(),
         }
     }
 }

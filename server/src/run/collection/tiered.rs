@@ -7,14 +7,15 @@
 //! stands (a sum of fewer clients is the same mechanism of the same sensitivity).
 
 use super::{RoundWork, Tally};
-use crate::edge::clients::{Clients, Next};
+use crate::edge::clients::{Clients, Next, SentPart};
 use crate::error::ServerError;
 use crate::identity::ids::{ClientId, GroupId};
+use crate::records::output::{GroupMetrics, GroupOutcome};
 use crate::round::events::{Event, GroupReport};
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{GroupRule, GroupSum, Upload};
 use fl_model::CheckedUpdate;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The share of a round's timeout an aggregator waits for its clients: what is left is for its
@@ -28,8 +29,8 @@ pub(crate) struct TieredCollection {
     pub round_timeout: Duration,
     /// How each group sums its clients' updates.
     pub rule: GroupRule,
-    /// The groups the current round's parts went to, whose results are awaited.
-    sent: BTreeSet<GroupId>,
+    /// The parts of the current round sent to the groups whose results are awaited.
+    sent: BTreeMap<GroupId, SentPart>,
 }
 
 impl TieredCollection {
@@ -38,7 +39,7 @@ impl TieredCollection {
         Self {
             round_timeout,
             rule,
-            sent: BTreeSet::new(),
+            sent: BTreeMap::new(),
         }
     }
 
@@ -57,7 +58,7 @@ impl TieredCollection {
     }
 
     /// Collects the groups' partial aggregates until every group answered or was lost, or the
-    /// deadline.
+    /// deadline; the tally holds each group's figures.
     pub(crate) async fn collect(
         &mut self,
         clients: &mut Clients,
@@ -77,10 +78,13 @@ impl TieredCollection {
                 Next::Event(event) => event,
             };
             match event {
-                Event::Group { group, report }
-                    if report.round == round && waiting.remove(&group) =>
-                {
-                    absorb(clients, &mut work, &mut tally, (group, report));
+                Event::Group { group, report } if report.round == round => {
+                    let Some(part) = waiting.remove(&group) else {
+                        continue;
+                    };
+                    let mut figures = answered(part, &report);
+                    figures.outcome = absorb(clients, &mut work, &mut tally, (group, report));
+                    tally.groups.push(figures);
                 }
                 Event::Group { group, report } => {
                     tracing::info!(
@@ -90,12 +94,17 @@ impl TieredCollection {
                         "group result not awaited: ignored"
                     );
                 }
-                Event::GroupLost(group) if waiting.remove(&group) => {
+                Event::GroupLost(group) => {
+                    let Some(part) = waiting.remove(&group) else {
+                        continue;
+                    };
                     tracing::warn!(
                         round,
                         group,
+                        aggregator = part.aggregator,
                         "aggregator lost mid-round: its group is dropped"
                     );
+                    tally.groups.push(unanswered(part, GroupOutcome::Lost));
                 }
                 // No client of this process's own is sampled under a tier.
                 Event::Update { client, .. } | Event::Sign { client, .. } => {
@@ -104,7 +113,34 @@ impl TieredCollection {
                 _ => {}
             }
         }
+        let timed_out = waiting.into_values();
+        (tally.groups).extend(timed_out.map(|p| unanswered(p, GroupOutcome::TimedOut)));
         Ok(tally)
+    }
+}
+
+/// The figures of a part its aggregator answered with `report`, its sum taken.
+fn answered(part: SentPart, report: &GroupReport) -> GroupMetrics {
+    GroupMetrics {
+        seconds: Some(part.at.elapsed().as_secs_f64()),
+        completed: report.contributors as usize,
+        dropped: report.dropped as usize,
+        refused: report.refused as usize,
+        ..unanswered(part, GroupOutcome::Summed)
+    }
+}
+
+/// The figures of a part its aggregator did not answer: every sampled client dropped.
+fn unanswered(part: SentPart, outcome: GroupOutcome) -> GroupMetrics {
+    GroupMetrics {
+        aggregator: part.aggregator,
+        connected: part.connected,
+        sampled: part.sampled,
+        completed: 0,
+        dropped: part.sampled,
+        refused: 0,
+        seconds: None,
+        outcome,
     }
 }
 
@@ -115,13 +151,13 @@ fn absorb(
     work: &mut RoundWork<'_>,
     tally: &mut Tally,
     (group, report): (GroupId, GroupReport),
-) {
+) -> GroupOutcome {
     let round = work.ctx.round;
     tally.bytes_up += report.bytes_up;
     tally.stage_bytes_down += report.bytes_down;
     clients.add_refused(report.refused as usize);
     let Some(sum) = report.sum else {
-        return;
+        return GroupOutcome::Summed;
     };
     let summed = CheckedUpdate::new(sum).map_err(Into::into).and_then(|sum| {
         let upload = Upload::Group(GroupSum {
@@ -133,7 +169,13 @@ fn absorb(
         work.strategy.absorb(&work.ctx, upload)
     });
     match summed {
-        Ok(()) => tally.count_group(report.contributors as usize, report.losses),
-        Err(e) => tracing::error!(round, group, error = %e, "group result refused"),
+        Ok(()) => {
+            tally.count_group(report.contributors as usize, report.losses);
+            GroupOutcome::Summed
+        }
+        Err(e) => {
+            tracing::error!(round, group, error = %e, "group result refused");
+            GroupOutcome::Refused
+        }
     }
 }

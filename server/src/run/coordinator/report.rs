@@ -49,6 +49,7 @@ impl Coordinator {
             seconds: t0.elapsed().as_secs_f64(),
             federated_eval: tally.federated_eval,
             buffer: None,
+            groups: tally.groups.clone(),
         }
     }
 
