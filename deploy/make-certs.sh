@@ -2,13 +2,13 @@
 # Makes a test CA, a server certificate and N client certificates for a federation, with openssl.
 # For trials and the compose demo only: a real deployment uses its organisation's CA.
 # Usage: deploy/make-certs.sh OUT_DIR [N_CLIENTS] [SERVER_NAMES]
-#   SERVER_NAMES: comma-separated DNS names of the server (default: server,localhost).
+#   SERVER_NAMES: comma-separated DNS names of the server (default: server,aggregator,localhost).
 # Writes OUT_DIR/ca.pem (give it to every client and, for client certificates, to the server),
 # OUT_DIR/server.pem + server.key, and OUT_DIR/client-I.pem + client-I.key for I in 0..N-1.
 set -euo pipefail
 out=${1:?usage: make-certs.sh OUT_DIR [N_CLIENTS] [SERVER_NAMES]}
 n=${2:-4}
-names=${3:-server,localhost}
+names=${3:-server,aggregator,localhost}
 mkdir -p "$out"
 cd "$out"
 umask 077

@@ -4,8 +4,10 @@
 #   1. deploy/docker-compose.yml: 1 server and 4 replicas of one client service, 3 rounds;
 #   2. deploy/docker-compose.signed.yml: signed secure aggregation under a federation policy,
 #      4 sites with their own identities, set up with `fl authority` as
-#      docs/src/explanation/secure-aggregation.md gives it, 3 rounds.
-# Exits 0 only when both runs succeeded.
+#      docs/src/explanation/secure-aggregation.md gives it, 3 rounds;
+#   3. deploy/docker-compose.tier.yml: a coordinator, 2 aggregator replicas and 4 client
+#      replicas, 3 rounds.
+# Exits 0 only when all three runs succeeded.
 # Usage: deploy/smoke.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,8 @@ in_compose() { # FILE ARGS...: compose with this smoke test's project and folder
   "${compose[@]}" -f "$file" -p "$project" "$@"
 }
 cleanup() {
-  for file in deploy/docker-compose.yml deploy/docker-compose.signed.yml; do
+  for file in deploy/docker-compose.yml deploy/docker-compose.signed.yml \
+    deploy/docker-compose.tier.yml; do
     in_compose "$file" down -v > /dev/null 2>&1 || true
   done
   rm -rf "$work"
@@ -34,7 +37,8 @@ chmod 644 "$work"/certs/*.key
 mkdir -m 777 "$work/runs"
 export FL_RUNS="$work/runs" FL_CERTS="$work/certs" FL_CLIENTS=4 FL_CLIENTS_PER_ROUND=3 FL_ROUNDS=3
 FL_TOKEN=$(openssl rand -hex 32)
-export FL_TOKEN
+FL_AGGREGATOR_TOKEN=$(openssl rand -hex 32)
+export FL_TOKEN FL_AGGREGATOR_TOKEN
 
 run_to_end() { # FILE UP_ARGS...: starts the file's services and waits for the server's exit
   local file=$1
@@ -118,3 +122,11 @@ for i in 1 2 3 4; do
     exit 1
   }
 done
+
+run_to_end deploy/docker-compose.tier.yml --scale aggregator=2 --scale client=4
+joined=$(in_compose deploy/docker-compose.tier.yml logs server | grep -c "aggregator joined" || true)
+if [ "$joined" -lt 2 ]; then
+  echo "smoke: $joined aggregators joined the coordinator, not 2" >&2
+  exit 1
+fi
+check_run "$work/runs/tier" 3 "3 rounds through 2 aggregators in containers"

@@ -315,11 +315,18 @@ fn resume_existing_continues_the_run_in_its_folder() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Every flag the Kubernetes manifests pass (`deploy/k8s/`) is one the binaries take.
+/// Every flag the Kubernetes manifests pass (`deploy/k8s/`, and the tier's in `deploy/k8s-tier/`)
+/// is one the binaries take.
 #[test]
 fn the_kubernetes_manifests_pass_known_flags() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for (manifest, binary) in [("server.yaml", "fl-server"), ("clients.yaml", "fl-client")] {
+    let manifests = [
+        ("server.yaml", "fl-server"),
+        ("clients.yaml", "fl-client"),
+        ("../k8s-tier/aggregators.yaml", "fl-server"),
+        ("../k8s-tier/kustomization.yaml", "fl-server"),
+    ];
+    for (manifest, binary) in manifests {
         let yaml = std::fs::read_to_string(root.join("deploy/k8s").join(manifest)).unwrap();
         let help = Command::new(bin(binary)).arg("--help").output().unwrap();
         let help = String::from_utf8(help.stdout).unwrap();

@@ -31,10 +31,27 @@ pub(crate) struct Telemetry {
     local_epsilon: Gauge<f64, AtomicU64>,
     accuracy: Gauge<f64, AtomicU64>,
     round_seconds: Histogram,
+    buffer: BufferSeries,
+    tier: TierMetrics,
+}
+
+/// The asynchronous runs' figures.
+#[derive(Debug)]
+struct BufferSeries {
     update_staleness: Histogram,
     clients_training: Gauge,
     updates_too_stale: Counter,
-    tier: TierMetrics,
+}
+
+impl Default for BufferSeries {
+    fn default() -> Self {
+        Self {
+            // Staleness 0, 1, 2, ... 15 steps.
+            update_staleness: Histogram::new(linear_buckets(0.0, 1.0, 16)),
+            clients_training: Gauge::default(),
+            updates_too_stale: Counter::default(),
+        }
+    }
 }
 
 /// The labels of an aggregator's series: its name, and for failures how its part ended.
@@ -67,10 +84,7 @@ impl Default for Telemetry {
             accuracy: Gauge::default(),
             // 0.1 s to about 7 minutes.
             round_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 13)),
-            // Staleness 0, 1, 2, ... 15 steps (asynchronous runs).
-            update_staleness: Histogram::new(linear_buckets(0.0, 1.0, 16)),
-            clients_training: Gauge::default(),
-            updates_too_stale: Counter::default(),
+            buffer: BufferSeries::default(),
             tier: TierMetrics::default(),
         };
         let r = &mut t.registry;
@@ -141,17 +155,17 @@ impl Telemetry {
             "update_staleness",
             "Server steps between the model an update was trained on and the step it entered \
              (asynchronous runs)",
-            self.update_staleness.clone(),
+            self.buffer.update_staleness.clone(),
         );
         r.register(
             "clients_training",
             "Clients training when the last server step was taken (asynchronous runs)",
-            self.clients_training.clone(),
+            self.buffer.clients_training.clone(),
         );
         r.register(
             "updates_too_stale",
             "Updates refused past buffer.max_staleness (asynchronous runs)",
-            self.updates_too_stale.clone(),
+            self.buffer.updates_too_stale.clone(),
         );
     }
 
@@ -208,10 +222,10 @@ impl Telemetry {
         }
         if let Some(b) = &m.buffer {
             for (s, &n) in b.staleness.iter().enumerate() {
-                (0..n).for_each(|_| self.update_staleness.observe(s as f64));
+                (0..n).for_each(|_| self.buffer.update_staleness.observe(s as f64));
             }
-            self.clients_training.set(b.training as i64);
-            self.updates_too_stale.inc_by(b.too_stale as u64);
+            self.buffer.clients_training.set(b.training as i64);
+            self.buffer.updates_too_stale.inc_by(b.too_stale as u64);
         }
         m.groups.iter().for_each(|g| self.tier.observe(g));
     }

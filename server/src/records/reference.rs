@@ -44,7 +44,8 @@ fn fields(title: &str, schema: &Value) -> String {
     out
 }
 
-/// The rows of `def`'s properties; objects they hold are pushed onto `nested`.
+/// The rows of `def`'s properties; objects they hold, alone or in a list, are pushed onto
+/// `nested`.
 fn table<'a>(
     def: &'a Value,
     defs: &'a Value,
@@ -56,10 +57,11 @@ fn table<'a>(
         let (kind, _) = kind_of(field, defs);
         let meaning = prose(&field["description"]).replace('|', "\\|");
         out.push_str(&format!("| `{key}` | {kind} | {meaning} |\n"));
-        let reference = field["anyOf"]
-            .as_array()
-            .and_then(|o| o.iter().find(|v| v.get("$ref").is_some()));
-        let target = defs.get(name_of(reference.map_or(&field["$ref"], |r| &r["$ref"])));
+        let reference = (field["anyOf"].as_array())
+            .and_then(|o| o.iter().find(|v| v.get("$ref").is_some()))
+            .map(|r| &r["$ref"]);
+        let reference = reference.or(field["items"].get("$ref"));
+        let target = defs.get(name_of(reference.unwrap_or(&field["$ref"])));
         if let Some(target) = target.filter(|t| t["type"] == "object") {
             nested.push((key.clone(), target));
         }
