@@ -1,7 +1,8 @@
 //! The live run page in a real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
 //! installs; `CHROMIUM` names another binary) opens the page of a running `fl sim` once two rounds
 //! are done, runs its script, and the rounds it shows carry the test accuracy and epsilon of
-//! `metrics.jsonl`. Ignored by `cargo test`, as it needs the browser:
+//! `metrics.jsonl`; a coordinator's page lists its aggregators. Ignored by `cargo test`, as it
+//! needs the browser:
 //! `cargo test -p fl-cli --test live_page -- --ignored`.
 
 use std::io::{BufRead, BufReader};
@@ -166,6 +167,10 @@ fn chromium_shows_the_rounds_of_a_running_sim() {
         dom.contains("<figure id=\"buffer-figure\" hidden=\"\">"),
         "rounds have no buffer"
     );
+    assert!(
+        dom.contains("<section id=\"aggregators-section\" hidden=\"\">"),
+        "a flat run has no aggregators"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -191,5 +196,132 @@ fn chromium_draws_the_buffer_of_an_asynchronous_sim() {
         assert!(dom.contains(legend), "no {legend} on the page:\n{dom}");
     }
     assert!(dom.contains("K = 5, buffer of 2"), "{dom}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A workspace binary next to `fl` (`cargo test --workspace` builds them all).
+fn binary(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_fl")).with_file_name(name)
+}
+
+/// Starts `fl-server` with `args`; returns it, the address it printed on its first line, and the
+/// receiving end of its log lines.
+fn start_server(args: &[&str]) -> (Killed, String, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(binary("fl-server"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let server = Killed(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| {
+            panic!("unexpected first line {first:?}");
+        });
+    (server, addr.to_owned(), rx)
+}
+
+/// A coordinator of two aggregators, each with two clients: the page lists each aggregator with
+/// its clients and rounds.
+#[test]
+#[ignore = "needs Debian's chromium: .ci/run installs it and runs this test"]
+fn chromium_shows_each_aggregator_of_a_tier() {
+    let dir = std::env::temp_dir().join(format!("fl-live-page-tier-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
+    let data = format!("mnist:{}", mnist.display());
+    let run = dir.join("run");
+    let out = run.display().to_string();
+    let started = Instant::now();
+    let coordinator_args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--clients",
+        "4",
+        "--clients-per-round",
+        "4",
+        "--rounds",
+        "100000",
+        "--model",
+        "logistic",
+        "--data",
+        &data,
+        "--out",
+        &out,
+        "--aggregators",
+        "2",
+        "--aggregator-token",
+        "secret",
+        "--page-listen",
+        "127.0.0.1:0",
+    ];
+    let (coordinator, upstream, log) = start_server(&coordinator_args);
+    let url = loop {
+        let line = log
+            .recv_timeout(DEADLINE)
+            .expect("the coordinator logs its page");
+        if let Some((_, url)) = line.split_once("live run page url=") {
+            break url.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || log.into_iter().for_each(drop));
+    let upstream = format!("http://{upstream}");
+    let mut processes = vec![coordinator];
+    for (name, first) in [("agg-a", "0"), ("agg-b", "2")] {
+        let args = [
+            "--role",
+            "aggregator",
+            "--upstream",
+            &upstream,
+            "--name",
+            name,
+            "--listen",
+            "127.0.0.1:0",
+            "--aggregator-token",
+            "secret",
+        ];
+        let (aggregator, addr, _) = start_server(&args);
+        let client = Command::new(binary("fl-client"))
+            .args(["--server", &format!("http://{addr}"), "--data", &data])
+            .args(["--partition", &format!("iid:4:{first}"), "--simulate", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        processes.extend([aggregator, Killed(client)]);
+    }
+    wait_for_rounds(&run, 2, started);
+    let dom = rendered(&url, &dir.join("profile"));
+    drop(processes);
+    assert!(
+        dom.contains("<section id=\"aggregators-section\">"),
+        "no aggregators on the page:\n{dom}"
+    );
+    for name in ["agg-a", "agg-b"] {
+        let at = dom.find(&format!("<tr data-aggregator=\"{name}\">"));
+        let row = &dom[at.unwrap_or_else(|| panic!("no {name} row:\n{dom}"))..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        let cells: Vec<&str> = (row.split("<td>").skip(1))
+            .map(|c| &c[..c.find("</td>").unwrap()])
+            .collect();
+        // name, clients, last and median seconds, rounds summed, clients dropped, failures
+        assert_eq!(cells.len(), 7, "{row}");
+        assert_eq!((cells[0], cells[1]), (name, "2"), "{row}");
+        assert!(cells[4].parse::<u64>().unwrap() >= 1, "{row}");
+        assert_eq!((cells[5], cells[6]), ("0", "none"), "{row}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
