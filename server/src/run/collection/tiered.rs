@@ -82,9 +82,9 @@ impl TieredCollection {
                     let Some(part) = waiting.remove(&group) else {
                         continue;
                     };
-                    let mut figures = answered(part, &report);
-                    figures.outcome = absorb(clients, &mut work, &mut tally, (group, report));
-                    tally.groups.push(figures);
+                    let figures = answered(part, &report);
+                    let outcome = absorb(clients, &mut work, &mut tally, (group, report));
+                    tally.groups.push(ended(figures, outcome));
                 }
                 Event::Group { group, report } => {
                     tracing::info!(
@@ -127,6 +127,20 @@ fn answered(part: SentPart, report: &GroupReport) -> GroupMetrics {
         dropped: report.dropped as usize,
         refused: report.refused as usize,
         ..unanswered(part, GroupOutcome::Summed)
+    }
+}
+
+/// `figures` once the part ended with `outcome`: a refused sum counts none of its results, as
+/// an unanswered part.
+fn ended(figures: GroupMetrics, outcome: GroupOutcome) -> GroupMetrics {
+    if outcome == GroupOutcome::Summed {
+        return figures;
+    }
+    GroupMetrics {
+        completed: 0,
+        dropped: figures.sampled,
+        outcome,
+        ..figures
     }
 }
 
