@@ -177,3 +177,60 @@ async fn an_aggregator_with_the_wrong_token_and_a_direct_client_are_refused() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Secure aggregation with distributed noise through two aggregators of four clients each: every
+/// group runs its own secure round, and the coordinator, which sees each group's sum, charges
+/// each round for the fewest survivors of the smallest group, never settled lower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_group() {
+    use fl_privacy::PrivacyEvent;
+    let base = std::env::temp_dir().join(format!("fl-tier-secure-{}", std::process::id()));
+    let data = Arc::new(blobs(800));
+    let mut config = support::small_config(&base, 8, 8.0, 3);
+    config.server.seed = Some(4);
+    config.model.kind = ModelKind::Logistic;
+    config.privacy.mode = PrivacyMode::SecAgg;
+    config.privacy.sampling = Sampling::Fixed;
+    config.privacy.noise_multiplier = 0.3.into();
+    config.privacy.epsilon = 1000.0;
+    config.privacy.delta = 1e-5;
+    config.secagg.noise = fl_server::config::SecAggNoise::Distributed;
+    config.secagg.min_survivors = 0.5;
+    config.secagg.stage_timeout_secs = 20.0;
+    config.server.aggregators = 2;
+    config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
+    let coordinator = support::start_server(config, data.clone(), None, None).await;
+    let (a, a_task, _a_stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
+    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b").await;
+    clients(&a, &data, 0..4);
+    clients(&b, &data, 4..8);
+    let summary = summary(coordinator.handle).await;
+    for task in [a_task, b_task] {
+        let ended = tokio::time::timeout(Duration::from_secs(30), task).await;
+        ended.expect("an aggregator stops").unwrap().unwrap();
+    }
+
+    assert_eq!(summary.rounds_completed, 3);
+    let accuracy = summary.test_accuracy.unwrap();
+    assert!(accuracy > 0.8, "{accuracy}");
+    for line in support::read_metrics(&base) {
+        let secagg = line.secagg.as_ref().expect("a secure round");
+        assert_eq!((secagg.survivors, &secagg.aborted), (8, &None), "{line:?}");
+        assert_eq!(line.groups.len(), 2, "{line:?}");
+        assert!(
+            line.groups
+                .iter()
+                .all(|g| g.outcome == GroupOutcome::Summed && g.completed == 4)
+        );
+    }
+    // n_min = max(3, ceil(0.5 * 4)) for a group of 4, where the flat round's would be
+    // ceil(0.5 * 8) = 4; and no settlement, as the aggregators count the survivors.
+    let charged: Vec<(u64, u64)> = (events(&base).iter())
+        .map(|e| match &e.event {
+            PrivacyEvent::DistributedDiscreteGaussian(d) => (e.round, d.clients),
+            other => panic!("round {}: {other:?}", e.round),
+        })
+        .collect();
+    assert_eq!(charged, vec![(1, 3), (2, 3), (3, 3)]);
+    std::fs::remove_dir_all(&base).unwrap();
+}

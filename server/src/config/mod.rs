@@ -191,14 +191,20 @@ impl RunConfig {
     }
 
     /// What the aggregator tier can run: each group sums what the coordinator's stack would
-    /// have summed, so synchronous rounds of FedAvg's mean without privacy, or of central DP
-    /// with a fixed clip; the other modes need each update, a secure sum or stable identities
-    /// at one server, and federated evaluation's figures are not forwarded.
+    /// have summed, so synchronous rounds of FedAvg's mean without privacy, of central DP with
+    /// a fixed clip, or of secure aggregation (each group a secure round of its own, its noise
+    /// central with a fixed clip or distributed); the other modes need each update or stable
+    /// identities at one server, and federated evaluation's figures are not forwarded.
     fn check_tier(&self) -> Result<(), ConfigError> {
-        use plan::{AggregationRule, ClipRule};
+        use plan::{AggregationRule, ClipRule, SecureNoise};
+        let fixed = |noise: &plan::CentralNoise| matches!(noise.clip, ClipRule::Fixed(_));
         let sums = match self.plan()? {
             PrivacyPlan::None(a) => a.rule == AggregationRule::Mean && a.norm_bound.is_none(),
-            PrivacyPlan::Central(noise) => matches!(noise.clip, ClipRule::Fixed(_)),
+            PrivacyPlan::Central(noise) => fixed(&noise),
+            PrivacyPlan::Secure(secure) => match &secure.noise {
+                SecureNoise::Central(noise) => fixed(noise),
+                SecureNoise::None | SecureNoise::Distributed { .. } => true,
+            },
             _ => false,
         };
         if sums && self.server.aggregation == Cadence::Sync && !self.eval.federated {
@@ -206,9 +212,9 @@ impl RunConfig {
         }
         Err(ConfigError::Invalid(
             "server.aggregators needs synchronous rounds of privacy.mode = \"none\" (the mean, \
-             no robust.max_update_norm, no eval.federated) or \"central\" with privacy.clip = \
-             \"fixed\": the other modes need each update, a secure sum or stable identities at \
-             one server"
+             no robust.max_update_norm, no eval.federated), \"central\" with privacy.clip = \
+             \"fixed\", or \"secagg\" (its central noise with privacy.clip = \"fixed\"): the \
+             other modes need each update or stable identities at one server"
                 .into(),
         ))
     }

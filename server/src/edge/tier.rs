@@ -195,6 +195,7 @@ fn report_of(header: GroupResult, sum: Option<Vec<f32>>) -> GroupReport {
         bytes_up: header.bytes_up,
         bytes_down: header.bytes_down,
         losses: (header.train_loss_sum, header.losses),
+        dropouts_recovered: header.dropouts_recovered,
     }
 }
 

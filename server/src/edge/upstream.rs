@@ -5,11 +5,11 @@
 use crate::error::ServerError;
 use crate::identity::ids::{ClientId, GroupId};
 use crate::round::events::GroupReport;
-use crate::round::strategy::GroupRule;
+use crate::round::strategy::{GroupRule, SecureRule};
 use fl_proto::v1::tier_client::TierClient;
 use fl_proto::v1::{
     AggregatorHello, AggregatorMessage, CoordinatorMessage, GroupResult, GroupTask, Population,
-    ShutdownKind, TensorChunk, aggregator_message, coordinator_message,
+    SecureGroup, ShutdownKind, TensorChunk, aggregator_message, coordinator_message,
 };
 use fl_proto::{MAX_MESSAGE_BYTES, TensorAssembler, chunk_count, encode_chunks};
 use fl_secagg::task::Task;
@@ -192,8 +192,13 @@ impl OrderReader {
                 break model;
             }
         };
-        let timeout = Duration::try_from_secs_f64(order.timeout_secs)
-            .map_err(|e| self.fail(&format!("the round's timeout: {e}")))?;
+        let timeout = self.seconds(order.timeout_secs, "the round's timeout")?;
+        let secure = (order.secure.as_ref())
+            .map(|s| self.secure_rule(s))
+            .transpose()?;
+        if secure.is_some() != task.secure.is_some() {
+            return Err(self.fail("a secure group's task without its code, or the reverse"));
+        }
         Ok(GroupOrder {
             task,
             model,
@@ -201,9 +206,31 @@ impl OrderReader {
             rule: GroupRule {
                 clip_bound: (order.clip_bound > 0.0).then_some(order.clip_bound),
                 weight_by_examples: order.weight_by_examples,
+                secure,
             },
             timeout,
         })
+    }
+
+    /// A secure group's settings, checked.
+    fn secure_rule(&self, wire: &SecureGroup) -> Result<SecureRule, ServerError> {
+        let fraction = |f: f64, what: &str| match f > 0.0 && f <= 1.0 {
+            true => Ok(f),
+            false => Err(self.fail(&format!("{what} {f} is not in (0, 1]"))),
+        };
+        Ok(SecureRule {
+            threshold: fraction(wire.threshold, "the threshold")?,
+            min_survivor_fraction: fraction(wire.min_survivor_fraction, "the survivor fraction")?,
+            min_survivors: usize::try_from(wire.min_survivors)
+                .map_err(|e| self.fail(&e.to_string()))?,
+            degree: (!wire.complete).then_some(wire.degree as usize),
+            stage_timeout: self.seconds(wire.stage_timeout_secs, "the stage timeout")?,
+        })
+    }
+
+    /// `secs` as a duration, or the error naming `what`.
+    fn seconds(&self, secs: f64, what: &str) -> Result<Duration, ServerError> {
+        Duration::try_from_secs_f64(secs).map_err(|e| self.fail(&format!("{what}: {e}")))
     }
 
     /// Adds a model chunk; the model once complete.
@@ -266,6 +293,7 @@ impl Reports {
             num_values: sum.len() as u64,
             num_chunks: chunk_count(sum.len()),
             clip_bound: report.clip_bound.unwrap_or(0.0),
+            dropouts_recovered: report.dropouts_recovered,
         };
         self.send(aggregator_message::Body::Result(header)).await?;
         for chunk in encode_chunks(report.round, &sum) {

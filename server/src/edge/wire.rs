@@ -2,9 +2,9 @@
 //! messages and Shutdown, from the domain crates' types (`fl_proto::convert` maps each). It keeps
 //! no state; `crate::edge::clients` queues what it encodes.
 
-use crate::round::strategy::GroupRule;
+use crate::round::strategy::{GroupRule, SecureRule};
 use fl_proto::v1::{
-    CoordinatorMessage, GroupTask, RoundTask, ServerMessage, Shutdown, ShutdownKind,
+    CoordinatorMessage, GroupTask, RoundTask, SecureGroup, ServerMessage, Shutdown, ShutdownKind,
     coordinator_message, server_message,
 };
 use fl_proto::{Frame, chunk_count, encode_chunks};
@@ -51,12 +51,25 @@ pub(crate) fn group_task(
         clip_bound: rule.clip_bound.unwrap_or(0.0),
         weight_by_examples: rule.weight_by_examples,
         timeout_secs: timeout.as_secs_f64(),
+        secure: rule.secure.as_ref().map(secure_group),
     };
     let coordinator = |body| CoordinatorMessage { body: Some(body) };
     std::iter::once(coordinator_message::Body::Task(order))
         .chain(encode_chunks(template.round, model).map(coordinator_message::Body::ModelChunk))
         .map(coordinator)
         .collect()
+}
+
+/// A group's secure-aggregation settings as the wire carries them.
+fn secure_group(rule: &SecureRule) -> SecureGroup {
+    SecureGroup {
+        threshold: rule.threshold,
+        min_survivor_fraction: rule.min_survivor_fraction,
+        min_survivors: rule.min_survivors as u64,
+        complete: rule.degree.is_none(),
+        degree: rule.degree.map_or(0, |k| k as u32),
+        stage_timeout_secs: rule.stage_timeout.as_secs_f64(),
+    }
 }
 
 /// A secure-aggregation stage message of round `round`.

@@ -1,6 +1,6 @@
 //! The identities the server hands out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Identity the server assigns at Join.
 pub(crate) type ClientId = u64;
@@ -22,6 +22,17 @@ pub(crate) fn member(group: GroupId, local: ClientId) -> Option<ClientId> {
 pub(crate) fn group_of(id: ClientId) -> Option<(GroupId, ClientId)> {
     let group = GroupId::try_from(id >> MEMBER_BITS).ok()?;
     (group > 0).then_some((group, id & ((1 << MEMBER_BITS) - 1)))
+}
+
+/// The sizes of the groups with clients in `sampled` (the aggregator tier), fewest and most;
+/// `None` when none of them belongs to a group.
+pub(crate) fn group_extent(sampled: &BTreeSet<ClientId>) -> Option<(usize, usize)> {
+    let mut sizes: BTreeMap<GroupId, usize> = BTreeMap::new();
+    for (group, _) in sampled.iter().filter_map(|&id| group_of(id)) {
+        *sizes.entry(group).or_default() += 1;
+    }
+    let fewest = sizes.values().min().copied()?;
+    Some((fewest, sizes.values().max().copied().unwrap_or(fewest)))
 }
 
 /// What the registry keeps across a restart: the enrolled names' ids, and the first id not yet

@@ -95,6 +95,8 @@ pub struct GroupReport {
     pub bytes_down: u64,
     /// The training losses its clients reported, summed, and how many reported one.
     pub losses: (f64, u64),
+    /// A secure group: clients that shared keys, dropped, and whose masks were removed.
+    pub dropouts_recovered: u64,
 }
 
 /// A local release as an upload declares it.

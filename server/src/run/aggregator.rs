@@ -7,8 +7,14 @@
 //! identity the coordinator would trust beyond its group: the coordinator samples, adds the
 //! noise once and keeps the ledger. When its stream to the coordinator ends (the coordinator
 //! restarts, or the network breaks) it keeps its clients and reconnects.
+//!
+//! When the coordinator's rounds are secure, the group runs secure aggregation among its sampled
+//! clients ([`SecureCollection`], as a one-process server does) with the round's task and the
+//! coordinator's settings, and forwards only the decoded sum of its survivors: it holds a server's
+//! view of its group, no more. Signed rounds check the clients' certificates under the authority
+//! of its own `secagg.authority`.
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, SecureSettings};
 use crate::edge::clients::{Clients, Next};
 use crate::edge::transport::{self, Listener};
 use crate::edge::upstream::{GroupOrder, Order, Reports, Upstream, UpstreamOptions};
@@ -16,9 +22,10 @@ use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::events::{Event, GroupReport};
 use crate::round::rejection::Rejection;
-use crate::round::strategy::{GroupSummer, RoundContext};
-use crate::run::collection::{PlainCollection, RoundWork};
+use crate::round::strategy::{GroupSummer, RoundContext, SecureRule};
+use crate::run::collection::{PlainCollection, Prepared, RoundWork, SecureCollection, Tally};
 use crate::run::start;
+use fl_secagg::Calibration;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -50,19 +57,22 @@ pub(crate) async fn run_aggregator(
         return Err(ServerError::Interrupted);
     };
     let num_params = upstream.num_params;
+    let duty = Duty {
+        grace: Duration::from_secs_f64(config.server.reconnect_grace_secs),
+        secure: config.secagg.settings()?,
+    };
     let (shared, events) = start::shared_state(&config, None, num_params)?;
     let (done_tx, done_rx) = watch::channel(false);
     let done = transport::signalled(done_rx.clone());
     let serving = transport::spawn_grpc(&config.server, listener, shared.clone(), done)?;
     start::spawn_edge_upkeep(&config, &shared, done_rx);
     let mut clients = Clients::new(shared, events, stop.clone());
-    let round_grace = Duration::from_secs_f64(config.server.reconnect_grace_secs);
     let ended = loop {
         tracing::info!(
             group = upstream.group,
             "serving clients for the coordinator"
         );
-        let lost = match serve(&mut upstream, &mut clients, round_grace).await {
+        let lost = match serve(&mut upstream, &mut clients, &duty).await {
             Served::Finished => break Ok(false),
             Served::Stopped => break Ok(true),
             Served::Lost(e) => e,
@@ -104,16 +114,25 @@ async fn reach(options: &UpstreamOptions, mut stop: watch::Receiver<bool>) -> Op
     }
 }
 
+/// What an aggregator brings to each round beyond the coordinator's order.
+struct Duty {
+    /// How long a client that lost its stream may take to come back within a round.
+    grace: Duration,
+    /// Its own secure-aggregation settings: the authority that certifies the clients of signed
+    /// rounds (the rest each order sets).
+    secure: SecureSettings,
+}
+
 /// Serves the coordinator's orders on one stream: the rounds, the population reports, and the
 /// clients' events between rounds.
-async fn serve(upstream: &mut Upstream, clients: &mut Clients, grace: Duration) -> Served {
+async fn serve(upstream: &mut Upstream, clients: &mut Clients, duty: &Duty) -> Served {
     let mut reported: Option<Vec<ClientId>> = None;
     let mut tick = tokio::time::interval(POPULATION_EVERY);
     let reports = upstream.reports.clone();
     loop {
         let done = tokio::select! {
             order = upstream.orders.recv() => match order {
-                Some(Ok(Order::Round(order))) => round(clients, &reports, *order, grace).await,
+                Some(Ok(Order::Round(order))) => round(clients, &reports, *order, duty).await,
                 Some(Ok(Order::Finished)) => return Served::Finished,
                 Some(Err(e)) => Err(e),
                 None => Err(reports.lost("the stream ended")),
@@ -158,7 +177,7 @@ async fn round(
     clients: &mut Clients,
     reports: &Reports,
     order: GroupOrder,
-    grace: Duration,
+    duty: &Duty,
 ) -> Result<(), ServerError> {
     let started = Instant::now();
     let round = order.task.round;
@@ -171,11 +190,6 @@ async fn round(
         .map(|&id| clients.send_task(id, || None))
         .sum();
     let mut summer = GroupSummer::new(order.model.len(), order.rule);
-    let collection = PlainCollection {
-        round_timeout: order.timeout,
-        reconnect_grace: grace.min(order.timeout),
-        update_moments: false,
-    };
     let work = RoundWork {
         ctx: RoundContext {
             round,
@@ -188,25 +202,39 @@ async fn round(
         strategy: &mut summer,
         global: &order.model,
         evaluate: order.task.evaluate,
-        task_digest: None,
+        task_digest: order.task.secure_digest(&order.model),
     };
-    let tally = collection.collect(clients, work).await?;
+    let tally = match order.rule.secure {
+        None => {
+            let collection = PlainCollection {
+                round_timeout: order.timeout,
+                reconnect_grace: duty.grace.min(order.timeout),
+                update_moments: false,
+            };
+            collection.collect(clients, work).await?
+        }
+        Some(rule) => secure_part(clients, work, (&order, rule), duty).await?,
+    };
     let group = summer.take().unwrap_or_else(|e| {
         tracing::error!(round, error = %e, "the group's sum is not finite: nothing is sent");
         None
     });
     let contributors = group.as_ref().map_or(0, |g| g.contributors);
+    let clip_bound = group
+        .as_ref()
+        .map_or(order.rule.clip_bound, |g| g.clip_bound);
     let report = GroupReport {
         round,
         contributors: contributors as u64,
         weight: group.as_ref().map_or(0.0, |g| g.weight),
         sum: group.map(|g| g.sum.into_values()),
-        clip_bound: order.rule.clip_bound,
+        clip_bound,
         dropped: order.clients.len().saturating_sub(contributors) as u64,
         refused: clients.take_refused() as u64,
         bytes_up: tally.bytes_up,
         bytes_down: sent + tally.stage_bytes_down,
         losses: (tally.train_loss_sum, tally.losses as u64),
+        dropouts_recovered: tally.secagg.map_or(0, |s| s.dropouts_recovered as u64),
     };
     tracing::info!(
         round,
@@ -216,4 +244,62 @@ async fn round(
         "group round done"
     );
     reports.result(report).await
+}
+
+/// Runs secure aggregation among the group's sampled clients under the coordinator's `rule`
+/// and the round's task, into `work.strategy`.
+async fn secure_part(
+    clients: &mut Clients,
+    work: RoundWork<'_>,
+    (order, rule): (&GroupOrder, SecureRule),
+    duty: &Duty,
+) -> Result<Tally, ServerError> {
+    let round = order.task.round;
+    let Some(task) = &order.task.secure else {
+        return Err(ServerError::Internal(
+            "a secure order without its code".into(),
+        ));
+    };
+    if task.signed && duty.secure.verifier.is_none() {
+        tracing::error!(
+            round,
+            "a signed round, and this aggregator has no secagg.authority: its group sits it out"
+        );
+        return Ok(Tally::new(0));
+    }
+    let min_survivors = rule.survivors_of(work.sampled.len());
+    let calibration = Calibration {
+        quantizer: task.quantizer,
+        min_survivors,
+        calibrated_for: min_survivors,
+        // The coordinator accounts the noise; the group only sums.
+        ddg: None,
+    };
+    let collection = SecureCollection {
+        settings: SecureSettings {
+            bits: task.quantizer.ring.bits(),
+            threshold: rule.threshold,
+            min_survivors: rule.min_survivor_fraction,
+            degree: rule.degree,
+            stage_timeout: rule.stage_timeout,
+            dropout: (0.0, duty.secure.dropout.1),
+            verifier: duty.secure.verifier.clone(),
+            policy: None,
+        },
+        round_timeout: order.timeout,
+        clip: task.quantizer.clip,
+        dim: order.model.len(),
+        oracle: None,
+        run: task.run,
+        grouped: false,
+    };
+    let prepared = Prepared {
+        calibration: Some(calibration),
+        signed: task.signed,
+        federation: task.federation.clone(),
+        run: task.run,
+    };
+    // The stages draw only the (simulation's) dropout injector's choices, which is off here.
+    let mut rng = rand::SeedableRng::from_os_rng();
+    collection.collect(clients, work, prepared, &mut rng).await
 }

@@ -17,7 +17,8 @@ use crate::round::policy::{
 };
 use crate::round::strategy::{
     CentralDp, Divisor, FedAvg, GroupRule, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
-    ResidualBalancing, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy, TrimmedMean,
+    ResidualBalancing, SecureRule, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy,
+    TrimmedMean,
 };
 use crate::run::collection::{Collection, PlainCollection, SecureCollection, TieredCollection};
 use fl_privacy::LocalMechanism;
@@ -153,12 +154,16 @@ pub(crate) fn pipeline(
         _ => strategy,
     };
     // Under an aggregator tier the groups sum what the coordinator's stack would have.
-    let collection = match tier {
-        Some(rule) => Collection::Tiered(TieredCollection::new(
-            Duration::from_secs_f64(config.server.round_timeout_secs),
-            rule,
-        )),
-        None => collection,
+    let collection = match (tier, collection) {
+        (Some(rule), collection) => {
+            let secure = match collection {
+                Collection::Secure(secure) => Some(secure),
+                _ => None,
+            };
+            let timeout = Duration::from_secs_f64(config.server.round_timeout_secs);
+            Collection::Tiered(TieredCollection::new(timeout, rule, secure))
+        }
+        (None, collection) => collection,
     };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
@@ -174,13 +179,15 @@ pub(crate) fn pipeline(
 }
 
 /// How an aggregator sums its group's updates so that the coordinator's stack can take the
-/// group's sum for theirs: as FedAvg weights them, or clipped to central DP's fixed S
-/// (`RunConfig::validate_for_server` refuses the tier for the other modes).
+/// group's sum for theirs: as FedAvg weights them, clipped to central DP's fixed S, or by secure
+/// aggregation among the group (`RunConfig::validate_for_server` refuses the tier for the other
+/// modes).
 fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
     match plan {
         PrivacyPlan::None(_) => Ok(GroupRule {
             clip_bound: None,
             weight_by_examples: true,
+            secure: None,
         }),
         PrivacyPlan::Central(CentralNoise {
             clip: ClipRule::Fixed(s),
@@ -188,7 +195,23 @@ fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
         }) => Ok(GroupRule {
             clip_bound: Some(*s),
             weight_by_examples: false,
+            secure: None,
         }),
+        PrivacyPlan::Secure(secure) => {
+            let s = secure.settings.settings()?;
+            Ok(GroupRule {
+                clip_bound: None,
+                weight_by_examples: false,
+                secure: Some(SecureRule {
+                    threshold: s.threshold,
+                    min_survivor_fraction: s.min_survivors,
+                    // Each round's calibration sets it (`TieredCollection::dispatch`).
+                    min_survivors: 0,
+                    degree: s.degree,
+                    stage_timeout: s.stage_timeout,
+                }),
+            })
+        }
         _ => Err(ServerError::Internal(
             "the aggregator tier under a mode it cannot run".into(),
         )),
@@ -347,6 +370,7 @@ impl Builder<'_> {
             dim: self.dim,
             oracle,
             run: rand::Rng::random(&mut StdRng::from_os_rng()),
+            grouped: self.config.server.aggregators > 0,
         });
         let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
             SecureNoise::None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),
@@ -371,6 +395,7 @@ impl Builder<'_> {
                         distributed_noise: None,
                         neighbours: s.neighbours,
                     },
+                    grouped: self.config.server.aggregators > 0,
                 });
                 (
                     policy as Box<dyn RoundPolicy>,

@@ -2,9 +2,11 @@
 //! clients drawn uniformly; each adds discrete Gaussian noise to its quantised update, calibrated
 //! ([`Calibration::plan`]) so that the survivors it is calibrated for (by default the fewest the
 //! round accepts) carry noise of multiplier z_t. The round is charged for its fewest survivors
-//! before it runs and settled for the survivors it had ([`RoundPolicy::settle`]).
+//! before it runs and settled for the survivors it had ([`RoundPolicy::settle`]). Under the
+//! aggregator tier the coordinator sees each group's sum, so the noise is calibrated and charged
+//! for the smallest group's fewest survivors ([`secure_extent`]), and never settled lower.
 
-use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
+use super::{Cohort, RoundPlan, RoundPolicy, fixed_size, secure_extent};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
@@ -23,6 +25,8 @@ pub(crate) struct DistributedNoise {
     /// The round's ring, clip bound, dimension and survivor fraction; `planned`, `sampled` and
     /// `distributed_noise` are filled in each round.
     pub shape: RoundShape,
+    /// The round's sums are the groups' (the aggregator tier).
+    pub grouped: bool,
 }
 
 impl RoundPolicy for DistributedNoise {
@@ -35,9 +39,10 @@ impl RoundPolicy for DistributedNoise {
         let planned = self.cohort.at(round);
         let sampled = fixed_size(connected, planned, rng);
         let z = self.noise_multiplier.at(round, self.cohort.rounds);
+        let (fewest, most) = secure_extent(planned, &sampled, self.grouped);
         let calibration = Calibration::plan(&RoundShape {
-            planned,
-            sampled: sampled.len(),
+            planned: fewest,
+            sampled: most,
             distributed_noise: Some(z),
             ..self.shape
         })
@@ -61,6 +66,11 @@ impl RoundPolicy for DistributedNoise {
     }
 
     fn settle(&self, calibration: &Calibration, survivors: usize) -> Option<PrivacyEvent> {
+        // The groups' survivors are counted by their aggregators, which the coordinator does
+        // not trust to count: the charge for the fewest stands.
+        if self.grouped {
+            return None;
+        }
         calibration
             .settle(survivors)
             .map(PrivacyEvent::DdgSettlement)

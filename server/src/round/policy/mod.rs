@@ -27,7 +27,7 @@ pub(crate) use sampled_gaussian::SampledGaussian;
 pub(crate) use tree_aggregation::TreeSchedule;
 
 use crate::error::ServerError;
-use crate::identity::ids::ClientId;
+use crate::identity::ids::{self, ClientId};
 use crate::round::strategy::RoundContext;
 use fl_common::schedule::Schedule;
 use fl_privacy::{PrivacyEvent, Sampling};
@@ -49,6 +49,20 @@ pub(crate) struct RoundPlan {
     pub event: Option<PrivacyEvent>,
     /// A secure round's code and noise, when the policy fixes them with its noise.
     pub calibration: Option<Calibration>,
+}
+
+/// The clients one secure sum is planned for and may hold at most: m_t and the clients sampled;
+/// under the aggregator tier (`grouped`), where each group's sum reaches the coordinator on its
+/// own, the smallest group's sampled clients and the largest's.
+pub(crate) fn secure_extent(
+    planned: usize,
+    sampled: &BTreeSet<ClientId>,
+    grouped: bool,
+) -> (usize, usize) {
+    match grouped {
+        false => (planned, sampled.len()),
+        true => ids::group_extent(sampled).unwrap_or((0, 0)),
+    }
 }
 
 /// What decides a round's privacy; see the module documentation.

@@ -1,10 +1,13 @@
 //! An aggregator's part of a round (the aggregator tier): its clients' dense updates, each
 //! clipped to the coordinator's S when the round has one and weighted by its example count or by
-//! 1, summed into the group's partial aggregate ([`GroupSum`]) that goes to the coordinator.
-//! The coordinator's stack adds the noise once, to the total of the groups.
+//! 1, summed into the group's partial aggregate ([`GroupSum`]) that goes to the coordinator; or,
+//! when the group runs secure aggregation ([`SecureRule`]), the decoded sum of its survivors,
+//! the only thing the aggregator learns. The coordinator's stack adds the noise once, to the
+//! total of the groups.
 
 use super::{GroupSum, RoundContext, RoundOutcome, Strategy, StrategyError, Upload};
 use fl_model::{CheckedUpdate, WeightedMean};
+use std::time::Duration;
 
 /// How a group sums its clients' updates: what the coordinator's stack would have done to each
 /// before its sum.
@@ -14,6 +17,34 @@ pub(crate) struct GroupRule {
     pub clip_bound: Option<f64>,
     /// n_k weights each update (FedAvg without privacy); otherwise 1.
     pub weight_by_examples: bool,
+    /// The group runs secure aggregation among its sampled clients.
+    pub secure: Option<SecureRule>,
+}
+
+/// How a group runs secure aggregation: the coordinator's settings, which the group's size
+/// turns into a neighbour graph and a floor of survivors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SecureRule {
+    /// t as a fraction of a client's neighbours.
+    pub threshold: f64,
+    /// f: the fewest survivors of each stage, as a fraction of the group's sampled clients.
+    pub min_survivor_fraction: f64,
+    /// n_min: the fewest survivors of each stage whatever the group's size, which the round's
+    /// noise was calibrated and charged for.
+    pub min_survivors: usize,
+    /// `None`: the complete graph; `Some(k)`: a random k-regular one (0: O(log n)).
+    pub degree: Option<usize>,
+    /// How long each stage after the first waits.
+    pub stage_timeout: Duration,
+}
+
+impl SecureRule {
+    /// The fewest survivors of a group of `sampled` clients: max(n_min, 3, ceil(f sampled)), as
+    /// `fl_secagg::Calibration::plan` sets a round's own.
+    pub(crate) fn survivors_of(&self, sampled: usize) -> usize {
+        let own = (self.min_survivor_fraction * sampled as f64).ceil() as usize;
+        own.max(3).max(self.min_survivors)
+    }
 }
 
 /// The group's running sum under its [`GroupRule`]; see the module documentation.
@@ -21,6 +52,8 @@ pub(crate) struct GroupRule {
 pub(crate) struct GroupSummer {
     rule: GroupRule,
     sum: WeightedMean,
+    /// A secure group's decoded sum of its survivors.
+    secure: Option<GroupSum>,
 }
 
 impl GroupSummer {
@@ -29,11 +62,15 @@ impl GroupSummer {
         Self {
             rule,
             sum: WeightedMean::new(num_params),
+            secure: None,
         }
     }
 
     /// The group's partial aggregate, or `None` when no result was summed.
     pub(crate) fn take(self) -> Result<Option<GroupSum>, StrategyError> {
+        if self.secure.is_some() {
+            return Ok(self.secure);
+        }
         let (weight, contributors) = (self.sum.total_weight(), self.sum.count());
         let Some(sum) = self.sum.sum() else {
             return Ok(None);
@@ -49,7 +86,20 @@ impl GroupSummer {
 
 impl Strategy for GroupSummer {
     fn absorb(&mut self, _ctx: &RoundContext, upload: Upload) -> Result<(), StrategyError> {
-        let update = upload.dense()?;
+        let update = match upload {
+            Upload::Sum(input) if self.rule.secure.is_some() => {
+                let sum = CheckedUpdate::new(input.sum)?;
+                sum.check_len(self.sum.len())?;
+                self.secure = Some(GroupSum {
+                    sum,
+                    weight: input.contributors as f64,
+                    contributors: input.contributors,
+                    clip_bound: Some(input.clip_bound),
+                });
+                return Ok(());
+            }
+            other => other.dense()?,
+        };
         let mut values = update.values;
         values.check_len(self.sum.len())?;
         if let Some(bound) = self.rule.clip_bound {
@@ -78,6 +128,7 @@ mod tests {
         let rule = GroupRule {
             clip_bound: Some(1.0),
             weight_by_examples: false,
+            secure: None,
         };
         let mut s = GroupSummer::new(2, rule);
         let c = ctx(1, 2.0, None);
@@ -100,6 +151,7 @@ mod tests {
         let rule = GroupRule {
             clip_bound: None,
             weight_by_examples: true,
+            secure: None,
         };
         let mut s = GroupSummer::new(1, rule);
         let c = ctx(1, 2.0, None);

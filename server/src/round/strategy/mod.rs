@@ -34,7 +34,7 @@ pub(crate) use banded_noise::BandedStream;
 pub(crate) use central_dp::CentralDp;
 pub(crate) use correlated_noise::CorrelatedNoise;
 pub(crate) use fedavg::FedAvg;
-pub(crate) use group_sum::{GroupRule, GroupSummer};
+pub(crate) use group_sum::{GroupRule, GroupSummer, SecureRule};
 pub(crate) use iadmm::{Iadmm, ResidualBalancing};
 pub(crate) use iterate_average::IterateAverage;
 pub(crate) use layer::Layer;

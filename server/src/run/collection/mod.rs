@@ -114,21 +114,24 @@ impl Collection {
     /// Fixes what the round its policy planned needs before its tasks go out.
     pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
         match self {
-            Collection::Plain(_) | Collection::Tiered(_) => Ok(Prepared::default()),
+            Collection::Plain(_) => Ok(Prepared::default()),
             Collection::Secure(s) => s.prepare(plan),
+            Collection::Tiered(t) => t.prepare(plan),
         }
     }
 
     /// Sends what the round's tasks do not carry: each aggregator's part of the round over
-    /// `global` (the aggregator tier); returns the bytes sent.
+    /// `global` (the aggregator tier), prepared as `prepared`; returns the bytes sent.
     pub(crate) fn dispatch(
         &mut self,
         clients: &Clients,
-        sampled: &BTreeSet<ClientId>,
-        global: &[f32],
+        (sampled, global): (&BTreeSet<ClientId>, &[f32]),
+        prepared: &Prepared,
     ) -> u64 {
         match self {
-            Collection::Tiered(t) => t.dispatch(clients, sampled, global),
+            Collection::Tiered(t) => {
+                t.dispatch(clients, (sampled, global), prepared.calibration.as_ref())
+            }
             Collection::Plain(_) | Collection::Secure(_) => 0,
         }
     }
@@ -144,18 +147,20 @@ impl Collection {
         match self {
             Collection::Plain(p) => p.collect(clients, work).await,
             Collection::Secure(s) => s.collect(clients, work, prepared, rng).await,
-            Collection::Tiered(t) => t.collect(clients, work).await,
+            Collection::Tiered(t) => t.collect(clients, work, prepared).await,
         }
     }
 
     /// An empty run summary of secure rounds, for a secure collection.
     pub(crate) fn secure_summary(&self) -> Option<SecAggSummary> {
-        match self {
-            Collection::Plain(_) | Collection::Tiered(_) => None,
-            Collection::Secure(s) => Some(SecAggSummary {
-                signed: s.signed(),
-                ..SecAggSummary::default()
-            }),
-        }
+        let signed = match self {
+            Collection::Plain(_) => None,
+            Collection::Secure(s) => Some(s.signed()),
+            Collection::Tiered(t) => t.secure_signed(),
+        };
+        signed.map(|signed| SecAggSummary {
+            signed,
+            ..SecAggSummary::default()
+        })
     }
 }

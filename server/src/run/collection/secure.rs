@@ -10,7 +10,7 @@ use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::records::output::SecAggRoundMetrics;
 use crate::round::events::{Event, for_log};
-use crate::round::policy::RoundPlan;
+use crate::round::policy::{RoundPlan, secure_extent};
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{SumInput, Upload};
 use fl_secagg::{
@@ -39,6 +39,9 @@ pub(crate) struct SecureCollection {
     /// resume): with the federation and the round it names one attempt, which clients take
     /// part in once.
     pub run: u64,
+    /// The round's sums are its groups' (a coordinator of aggregators): the code is planned for
+    /// the groups' sizes, not the round's.
+    pub grouped: bool,
 }
 
 /// Clients gone from a round: disconnected, failed, refused, or dropped by the injector.
@@ -63,14 +66,15 @@ impl SecureCollection {
     /// The round's quantisation and noise: the policy's, when it fixed them with its noise, or
     /// a noiseless code for the round's size ([`Calibration::plan`]).
     pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
+        let (fewest, most) = secure_extent(plan.planned, &plan.sampled, self.grouped);
         let calibration = match plan.calibration {
             Some(c) => c,
             None => Calibration::plan(&RoundShape {
                 ring_bits: self.settings.bits,
                 clip: self.clip,
                 dim: self.dim,
-                planned: plan.planned,
-                sampled: plan.sampled.len(),
+                planned: fewest,
+                sampled: most,
                 min_survivor_fraction: self.settings.min_survivors,
                 calibrate_for: self.settings.min_survivors,
                 distributed_noise: None,

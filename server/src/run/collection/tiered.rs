@@ -5,16 +5,24 @@
 //! its group's results, as its clients' dropping out would: the round completes with the other
 //! groups under the run's release rule, and its ledger entry, spent before any task went out,
 //! stands (a sum of fewer clients is the same mechanism of the same sensitivity).
+//!
+//! Under secure aggregation each group runs the protocol among its sampled clients with the
+//! round's one task (code, noise, H(task)) and sends back the decoded sum of its survivors; the
+//! coordinator adds the groups' sums into the round's secure sum ([`SecureTotal`]) and hands the
+//! strategy stack that alone, as a one-process secure round does.
 
-use super::{RoundWork, Tally};
+use super::{Prepared, RoundWork, SecureCollection, Tally};
 use crate::edge::clients::{Clients, Next, SentPart};
 use crate::error::ServerError;
 use crate::identity::ids::{ClientId, GroupId};
+use crate::records::output::SecAggRoundMetrics;
 use crate::records::output::{GroupMetrics, GroupOutcome};
 use crate::round::events::{Event, GroupReport};
+use crate::round::policy::RoundPlan;
 use crate::round::rejection::Rejection;
-use crate::round::strategy::{GroupRule, GroupSum, Upload};
+use crate::round::strategy::{GroupRule, GroupSum, SecureRule, SumInput, Upload};
 use fl_model::CheckedUpdate;
+use fl_secagg::Calibration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -23,36 +31,63 @@ use std::time::Duration;
 const GROUP_SHARE_OF_TIMEOUT: f64 = 0.9;
 
 /// See the module documentation.
-#[derive(Debug)]
 pub(crate) struct TieredCollection {
     /// How long a round waits for its groups' results.
     pub round_timeout: Duration,
     /// How each group sums its clients' updates.
     pub rule: GroupRule,
+    /// The secure rounds' calibration, when the groups run secure aggregation.
+    secure: Option<SecureCollection>,
     /// The parts of the current round sent to the groups whose results are awaited.
     sent: BTreeMap<GroupId, SentPart>,
 }
 
 impl TieredCollection {
-    /// Groups summing under `rule`, each round waiting `round_timeout` for them.
-    pub(crate) fn new(round_timeout: Duration, rule: GroupRule) -> Self {
+    /// Groups summing under `rule`, each round waiting `round_timeout` for them; `secure`
+    /// calibrates their secure rounds.
+    pub(crate) fn new(
+        round_timeout: Duration,
+        rule: GroupRule,
+        secure: Option<SecureCollection>,
+    ) -> Self {
         Self {
             round_timeout,
             rule,
+            secure,
             sent: BTreeMap::new(),
         }
     }
 
-    /// Sends each aggregator with clients in `sampled` its part of the round over `global`;
-    /// returns the bytes sent.
+    /// A secure round's code and noise, for its groups' sizes.
+    pub(crate) fn prepare(&self, plan: &RoundPlan) -> Result<Prepared, ServerError> {
+        match &self.secure {
+            Some(secure) => secure.prepare(plan),
+            None => Ok(Prepared::default()),
+        }
+    }
+
+    /// Whether the groups run secure aggregation.
+    pub(crate) fn secure_signed(&self) -> Option<bool> {
+        self.secure.as_ref().map(SecureCollection::signed)
+    }
+
+    /// Sends each aggregator with clients in `sampled` its part of the round over `global`,
+    /// with the floor of survivors `calibration` was planned for; returns the bytes sent.
     pub(crate) fn dispatch(
         &mut self,
         clients: &Clients,
-        sampled: &BTreeSet<ClientId>,
-        global: &[f32],
+        (sampled, global): (&BTreeSet<ClientId>, &[f32]),
+        calibration: Option<&Calibration>,
     ) -> u64 {
         let timeout = self.round_timeout.mul_f64(GROUP_SHARE_OF_TIMEOUT);
-        let (bytes, sent) = clients.send_group_tasks(sampled, global, (self.rule, timeout));
+        let rule = GroupRule {
+            secure: (self.rule.secure).map(|secure| SecureRule {
+                min_survivors: calibration.map_or(0, |c| c.min_survivors),
+                ..secure
+            }),
+            ..self.rule
+        };
+        let (bytes, sent) = clients.send_group_tasks(sampled, global, (rule, timeout));
         self.sent = sent;
         bytes
     }
@@ -63,10 +98,12 @@ impl TieredCollection {
         &mut self,
         clients: &mut Clients,
         mut work: RoundWork<'_>,
+        prepared: Prepared,
     ) -> Result<Tally, ServerError> {
         let round = work.ctx.round;
         let deadline = work.started + self.round_timeout;
         let mut tally = Tally::new(work.global.len());
+        let mut total = (prepared.calibration).map(|c| SecureTotal::new(c, work.global.len()));
         let mut waiting = std::mem::take(&mut self.sent);
         while !waiting.is_empty() {
             let event = match clients.next_before(deadline).await? {
@@ -83,7 +120,10 @@ impl TieredCollection {
                         continue;
                     };
                     let figures = answered(part, &report);
-                    let outcome = absorb(clients, &mut work, &mut tally, (group, report));
+                    let outcome = match &mut total {
+                        Some(total) => total.add(clients, &mut tally, (group, report)),
+                        None => absorb(clients, &mut work, &mut tally, (group, report)),
+                    };
                     tally.groups.push(ended(figures, outcome));
                 }
                 Event::Group { group, report } => {
@@ -115,7 +155,81 @@ impl TieredCollection {
         }
         let timed_out = waiting.into_values();
         (tally.groups).extend(timed_out.map(|p| unanswered(p, GroupOutcome::TimedOut)));
+        if let Some(total) = total {
+            total.absorb(&mut work, &mut tally);
+        }
         Ok(tally)
+    }
+}
+
+/// The secure groups' decoded sums of a round, added up: the round's secure sum.
+struct SecureTotal {
+    calibration: Calibration,
+    sum: Vec<f32>,
+    /// Groups whose sum is in.
+    groups: usize,
+    metrics: SecAggRoundMetrics,
+}
+
+impl SecureTotal {
+    /// No group's sum yet, of a round under `calibration` over `dim` values.
+    fn new(calibration: Calibration, dim: usize) -> Self {
+        Self {
+            calibration,
+            sum: vec![0.0; dim],
+            groups: 0,
+            metrics: SecAggRoundMetrics::default(),
+        }
+    }
+
+    /// Adds group `group`'s sum; one of another code or length is refused.
+    fn add(
+        &mut self,
+        clients: &Clients,
+        tally: &mut Tally,
+        (group, report): (GroupId, GroupReport),
+    ) -> GroupOutcome {
+        tally.bytes_up += report.bytes_up;
+        tally.stage_bytes_down += report.bytes_down;
+        clients.add_refused(report.refused as usize);
+        let Some(sum) = report.sum else {
+            return GroupOutcome::Summed;
+        };
+        let clip = self.calibration.quantizer.clip;
+        let fits = sum.len() == self.sum.len() && sum.iter().all(|v| v.is_finite());
+        if !fits || report.clip_bound != Some(clip) {
+            tracing::error!(group, "group secure sum refused: not of the round's code");
+            return GroupOutcome::Refused;
+        }
+        self.sum.iter_mut().zip(&sum).for_each(|(t, v)| *t += v);
+        self.groups += 1;
+        self.metrics.survivors += report.contributors as usize;
+        self.metrics.dropouts_recovered += report.dropouts_recovered as usize;
+        GroupOutcome::Summed
+    }
+
+    /// Hands the strategy stack the round's secure sum, as a one-process round does.
+    fn absorb(self, work: &mut RoundWork<'_>, tally: &mut Tally) {
+        let (round, survivors) = (work.ctx.round, self.metrics.survivors);
+        let mut metrics = self.metrics;
+        if self.groups == 0 {
+            metrics.aborted = Some("no group's secure sum came back".into());
+            tally.secagg = Some(metrics);
+            return;
+        }
+        let q = self.calibration.quantizer;
+        let input = SumInput {
+            sum: self.sum,
+            contributors: survivors,
+            clip_bound: q.clip,
+            sensitivity: q.decoded_sensitivity(work.global.len()),
+            noise_std: self.calibration.noise_std(survivors),
+        };
+        match work.strategy.absorb(&work.ctx, Upload::Sum(input)) {
+            Ok(()) => tally.completed = survivors,
+            Err(e) => tracing::error!(round, error = %e, "the strategy refused the groups' sum"),
+        }
+        tally.secagg = Some(metrics);
     }
 }
 

@@ -511,7 +511,8 @@ impl Coordinator {
             .map(|&id| (self.clients).send_task(id, || strategy.views().client_tensor(id, global)))
             .sum();
         let collection = &mut self.pipeline.collection;
-        let sent = sent + collection.dispatch(&self.clients, &planned.sampled, global);
+        let part = (&planned.sampled, global);
+        let sent = sent + collection.dispatch(&self.clients, part, &planned.prepared);
         tracing::debug!(
             round = ctx.round,
             sampled = planned.sampled.len(),
