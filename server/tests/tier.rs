@@ -4,9 +4,12 @@
 
 use crate::support;
 
-use fl_client::TrainingSlots;
+use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::{Authority, Identity};
+use fl_client::{ClientOptions, TrainingSlots};
 use fl_datasets::Dataset;
 use fl_privacy::Sampling;
+use fl_secagg::{Credentials, Verifier};
 use fl_server::config::{ModelKind, PrivacyMode, RunConfig};
 use fl_server::ledger::LedgerEntry;
 use fl_server::output::{GroupOutcome, Summary};
@@ -33,11 +36,12 @@ fn central_config(out: &Path) -> RunConfig {
     c
 }
 
-/// Starts an aggregator named `name` for the coordinator at `upstream` on a free port; returns
-/// its endpoint, its task and its stop switch.
+/// Starts an aggregator named `name` for the coordinator at `upstream` on a free port, checking
+/// signed rounds under `authority` if given; returns its endpoint, its task and its stop switch.
 async fn start_aggregator(
     upstream: &str,
     name: &str,
+    authority: Option<&Path>,
 ) -> (
     String,
     JoinHandle<Result<(), ServerError>>,
@@ -48,6 +52,7 @@ async fn start_aggregator(
     let (stop, stop_rx) = watch::channel(false);
     let mut config = RunConfig::default();
     config.server.round_timeout_secs = 20.0;
+    config.secagg.authority = authority.map(Path::to_owned);
     let options = UpstreamOptions {
         url: upstream.to_owned(),
         name: name.to_owned(),
@@ -100,8 +105,8 @@ async fn two_aggregators_spend_the_flat_ledger_and_train_as_well() {
     config.server.aggregators = 2;
     config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
     let coordinator = support::start_server(config, data.clone(), None, None).await;
-    let (a, a_task, _a_stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
-    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b").await;
+    let (a, a_task, _a_stop) = start_aggregator(&coordinator.endpoint, "agg-a", None).await;
+    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b", None).await;
     clients(&a, &data, 0..3);
     clients(&b, &data, 3..K);
     let tier_summary = summary(coordinator.handle).await;
@@ -154,7 +159,7 @@ async fn an_aggregator_with_the_wrong_token_and_a_direct_client_are_refused() {
     config.server.join_timeout_secs = 3.0;
     let data = Arc::new(blobs(600));
     let coordinator = support::start_server(config, data.clone(), None, None).await;
-    let (_, task, stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
+    let (_, task, stop) = start_aggregator(&coordinator.endpoint, "agg-a", None).await;
     // A client that connects to the coordinator itself is told where to go.
     let opts = support::client_options(&coordinator.endpoint, 0, &TrainingSlots::new(1));
     let direct = fl_client::run_client(opts, support::client_data(&data, 0)).await;
@@ -178,15 +183,42 @@ async fn an_aggregator_with_the_wrong_token_and_a_direct_client_are_refused() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// Secure aggregation with distributed noise through two aggregators of four clients each: every
-/// group runs its own secure round, and the coordinator, which sees each group's sum, charges
-/// each round for the fewest survivors of the smallest group, never settled lower.
+/// The signed federation of [`signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_group`]:
+/// its authority, the public key's file and the policy (a group of 4 meets it).
+fn signed_federation(dir: &Path) -> (Authority, std::path::PathBuf, FederationPolicy) {
+    std::fs::create_dir_all(dir).unwrap();
+    let authority = Authority::generate().unwrap();
+    let public = dir.join("authority.pub");
+    let hex = format!("{}\n", hex::encode(authority.public().to_bytes()));
+    std::fs::write(&public, hex).unwrap();
+    let policy = FederationPolicy {
+        federation: "tier".into(),
+        min_clients: 4,
+        min_degree: MinDegree::AtLeast(3),
+        min_threshold: 0.7,
+        min_noise_multiplier: 0.0,
+        max_release_epsilon: 4.0,
+        max_total_epsilon: 40.0,
+        max_model_magnitude: 1e4,
+    };
+    (authority, public, policy)
+}
+
+/// Signed secure aggregation with distributed noise through two aggregators of four certified
+/// clients each, under a policy every client checks against its group: every group runs its own
+/// signed round, and the coordinator, which sees each group's sum, charges each round for the
+/// fewest survivors of the smallest group, never settled lower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_group() {
+async fn signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_group() {
     use fl_privacy::PrivacyEvent;
     let base = std::env::temp_dir().join(format!("fl-tier-secure-{}", std::process::id()));
+    let (authority, public, policy) = signed_federation(&base.join("authority"));
+    let policy_file = base.join("authority/policy.toml");
+    let signed = authority.sign_policy(policy.clone()).unwrap();
+    std::fs::write(&policy_file, signed.to_toml()).unwrap();
+    let run = base.join("run");
     let data = Arc::new(blobs(800));
-    let mut config = support::small_config(&base, 8, 8.0, 3);
+    let mut config = support::small_config(&run, 8, 8.0, 3);
     config.server.seed = Some(4);
     config.model.kind = ModelKind::Logistic;
     config.privacy.mode = PrivacyMode::SecAgg;
@@ -195,15 +227,33 @@ async fn secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_g
     config.privacy.epsilon = 1000.0;
     config.privacy.delta = 1e-5;
     config.secagg.noise = fl_server::config::SecAggNoise::Distributed;
+    config.secagg.authority = Some(public.clone());
+    config.secagg.policy = Some(policy_file);
+    config.secagg.threshold = 0.7;
     config.secagg.min_survivors = 0.5;
     config.secagg.stage_timeout_secs = 20.0;
     config.server.aggregators = 2;
     config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
     let coordinator = support::start_server(config, data.clone(), None, None).await;
-    let (a, a_task, _a_stop) = start_aggregator(&coordinator.endpoint, "agg-a").await;
-    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b").await;
-    clients(&a, &data, 0..4);
-    clients(&b, &data, 4..8);
+    let (a, a_task, _a_stop) =
+        start_aggregator(&coordinator.endpoint, "agg-a", Some(&public)).await;
+    let (b, b_task, _b_stop) =
+        start_aggregator(&coordinator.endpoint, "agg-b", Some(&public)).await;
+    let verifier = Verifier::new(authority.public(), None).unwrap();
+    let (slots, policy) = (TrainingSlots::new(2), Arc::new(policy));
+    for i in 0..8 {
+        let endpoint = if i < 4 { &a } else { &b };
+        let identity = Identity::generate().unwrap();
+        let certificate = authority.certify(&format!("site-{i}"), &identity.public());
+        let credentials = Credentials::new(identity, certificate.unwrap(), verifier.clone());
+        let opts = ClientOptions {
+            credentials: Some(Arc::new(credentials.unwrap())),
+            policy: Some(policy.clone()),
+            state: Some(base.join(format!("client-{i}"))),
+            ..support::client_options(endpoint, i, &slots)
+        };
+        tokio::spawn(fl_client::run_client(opts, support::client_data(&data, i)));
+    }
     let summary = summary(coordinator.handle).await;
     for task in [a_task, b_task] {
         let ended = tokio::time::timeout(Duration::from_secs(30), task).await;
@@ -211,21 +261,22 @@ async fn secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_g
     }
 
     assert_eq!(summary.rounds_completed, 3);
+    assert_eq!(summary.secagg.as_ref().map(|s| s.signed), Some(true));
     let accuracy = summary.test_accuracy.unwrap();
     assert!(accuracy > 0.8, "{accuracy}");
-    for line in support::read_metrics(&base) {
+    for line in support::read_metrics(&run) {
         let secagg = line.secagg.as_ref().expect("a secure round");
         assert_eq!((secagg.survivors, &secagg.aborted), (8, &None), "{line:?}");
-        assert_eq!(line.groups.len(), 2, "{line:?}");
-        assert!(
-            line.groups
-                .iter()
-                .all(|g| g.outcome == GroupOutcome::Summed && g.completed == 4)
-        );
+        let groups = &line.groups;
+        assert_eq!(groups.len(), 2, "{line:?}");
+        let summed = |g: &fl_server::output::GroupMetrics| {
+            g.outcome == GroupOutcome::Summed && g.completed == 4
+        };
+        assert!(groups.iter().all(summed), "{line:?}");
     }
-    // n_min = max(3, ceil(0.5 * 4)) for a group of 4, where the flat round's would be
+    // n_min = max(3, ceil(0.5 * 4)) for a group of 4, where one server with all 8 would charge
     // ceil(0.5 * 8) = 4; and no settlement, as the aggregators count the survivors.
-    let charged: Vec<(u64, u64)> = (events(&base).iter())
+    let charged: Vec<(u64, u64)> = (events(&run).iter())
         .map(|e| match &e.event {
             PrivacyEvent::DistributedDiscreteGaussian(d) => (e.round, d.clients),
             other => panic!("round {}: {other:?}", e.round),

@@ -1,7 +1,8 @@
 //! The aggregator tier with `fl-server` and `fl-client` as processes: an aggregator is killed
 //! (SIGKILL) mid-round and started again under its name. The round completes with the other
 //! group, its ledger entry standing; the aggregator's clients come back to it by themselves, and
-//! training finishes with every round charged once.
+//! training finishes with every round charged once. The same under central DP and with secure
+//! aggregation (distributed noise) in the groups.
 
 use crate::{procs, support};
 
@@ -14,8 +15,17 @@ use std::time::{Duration, Instant};
 const ROUNDS: u64 = 14;
 const TOKEN: &str = "aggregator-secret";
 
-/// Central DP with a fixed sample of all K = 6 clients a round, behind 2 aggregators.
-fn write_config(base: &Path) -> String {
+/// Central DP on the coordinator.
+const CENTRAL: &str = "[privacy]\nmode = \"central\"\nsampling = \"fixed\"\n\
+    noise_multiplier = 1.0\nclip = \"fixed\"\nclip_bound = 1.0\nepsilon = 1000.0\ndelta = 1e-5\n";
+
+/// Secure aggregation in each group, each client adding its share of the noise.
+const SECURE: &str = "[privacy]\nmode = \"secagg\"\nsampling = \"fixed\"\n\
+    noise_multiplier = 1.0\nclip_bound = 1.0\nepsilon = 1000.0\ndelta = 1e-5\n\
+    [secagg]\nnoise = \"distributed\"\nstage_timeout_secs = 20\n";
+
+/// A fixed sample of all K = 6 clients a round, behind 2 aggregators, under `privacy`.
+fn write_config(base: &Path, privacy: &str) -> String {
     std::fs::create_dir_all(base).unwrap();
     let config = base.join("run.toml");
     std::fs::write(
@@ -24,9 +34,7 @@ fn write_config(base: &Path) -> String {
             "[server]\nclients = 6\nclients_per_round = 6\nrounds = {ROUNDS}\naggregators = 2\n\
              round_timeout_secs = 30\njoin_timeout_secs = 60\n\
              [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
-             learning_rate = 0.05\n[data]\nsource = \"{}\"\n\
-             [privacy]\nmode = \"central\"\nsampling = \"fixed\"\nnoise_multiplier = 1.0\n\
-             clip = \"fixed\"\nclip_bound = 1.0\nepsilon = 1000.0\ndelta = 1e-5\n",
+             learning_rate = 0.05\n[data]\nsource = \"{}\"\n{privacy}",
             procs::mnist()
         ),
     )
@@ -78,12 +86,21 @@ fn lines(run: &Path) -> Vec<RoundMetrics> {
     }
 }
 
-/// Round 1's metrics line is written once round 2's parts are out, and each client waits 1 s
-/// before it answers: killing the aggregator as soon as the line appears lands in round 2.
 #[test]
 fn an_aggregator_killed_mid_round_costs_its_group_and_its_clients_come_back() {
-    let base = std::env::temp_dir().join(format!("fl-tier-kill-{}", std::process::id()));
-    let config = write_config(&base.join("config"));
+    kill_mid_round("central", CENTRAL);
+}
+
+#[test]
+fn a_secure_group_killed_mid_round_costs_its_group_and_its_clients_come_back() {
+    kill_mid_round("secure", SECURE);
+}
+
+/// Round 1's metrics line is written once round 2's parts are out, and each client waits 1 s
+/// before it answers: killing the aggregator as soon as the line appears lands in round 2.
+fn kill_mid_round(name: &str, privacy: &str) {
+    let base = std::env::temp_dir().join(format!("fl-tier-kill-{name}-{}", std::process::id()));
+    let config = write_config(&base.join("config"), privacy);
     let run = base.join("run");
     let out = run.display().to_string();
     let args = [
@@ -134,6 +151,9 @@ fn an_aggregator_killed_mid_round_costs_its_group_and_its_clients_come_back() {
     assert_eq!(outcome(killed, "agg-b"), Some(GroupOutcome::Summed));
     assert_eq!((killed.sampled, killed.completed), (6, 3), "{killed:?}");
     assert!(killed.applied, "{killed:?}");
+    // A secure run's rounds were secure: the survivors of the group that answered.
+    let survivors = killed.secagg.as_ref().map(|s| s.survivors);
+    assert_eq!(survivors, (privacy == SECURE).then_some(3), "{killed:?}");
     // agg-a's clients came back to it, and later rounds had all six again.
     let back = metrics[2..].iter().position(|m| m.completed == 6);
     let back = back.expect("agg-a's clients never came back") + 3;
