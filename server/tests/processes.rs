@@ -5,7 +5,7 @@
 
 use crate::procs;
 
-use procs::{bin, start_client, start_server, wait};
+use procs::{bin, signal, start_client, start_server, wait};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -174,13 +174,6 @@ fn sigterm_stops_a_training_server_in_order() {
     // Told the server will be resumed, the clients wait to reconnect instead of exiting.
     assert!(client.0.try_wait().unwrap().is_none(), "the client exited");
     std::fs::remove_dir_all(&out).unwrap();
-}
-
-/// Sends `signal` to `child`.
-fn signal(child: &procs::Reaper, signal: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid; no memory is involved.
-    let sent = unsafe { libc::kill(child.0.id() as libc::pid_t, signal) };
-    assert_eq!(sent, 0);
 }
 
 /// What the server printed on stdout after its address line.

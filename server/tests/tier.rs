@@ -184,7 +184,8 @@ async fn an_aggregator_with_the_wrong_token_and_a_direct_client_are_refused() {
 }
 
 /// The signed federation of [`signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_smallest_group`]:
-/// its authority, the public key's file and the policy (a group of 4 meets it).
+/// its authority, the public key's file and the policy (a group of 4, at least 3 of them
+/// surviving each stage, meets it).
 fn signed_federation(dir: &Path) -> (Authority, std::path::PathBuf, FederationPolicy) {
     std::fs::create_dir_all(dir).unwrap();
     let authority = Authority::generate().unwrap();
@@ -193,7 +194,7 @@ fn signed_federation(dir: &Path) -> (Authority, std::path::PathBuf, FederationPo
     std::fs::write(&public, hex).unwrap();
     let policy = FederationPolicy {
         federation: "tier".into(),
-        min_clients: 4,
+        min_clients: 3,
         min_degree: MinDegree::AtLeast(3),
         min_threshold: 0.7,
         min_noise_multiplier: 0.0,
@@ -230,10 +231,15 @@ async fn signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_sma
     config.secagg.authority = Some(public.clone());
     config.secagg.policy = Some(policy_file);
     config.secagg.threshold = 0.7;
-    config.secagg.min_survivors = 0.5;
     config.secagg.stage_timeout_secs = 20.0;
     config.server.aggregators = 2;
     config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
+    // The policy holds for each group: half of a group of 4 is below its min_clients.
+    config.secagg.min_survivors = 0.5;
+    let refused = config.validate_for_server().unwrap_err().to_string();
+    assert!(refused.contains("min_clients is 3"), "{refused}");
+    config.secagg.min_survivors = 0.75;
+    config.validate_for_server().unwrap();
     let coordinator = support::start_server(config, data.clone(), None, None).await;
     let (a, a_task, _a_stop) =
         start_aggregator(&coordinator.endpoint, "agg-a", Some(&public)).await;
@@ -274,8 +280,8 @@ async fn signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_sma
         };
         assert!(groups.iter().all(summed), "{line:?}");
     }
-    // n_min = max(3, ceil(0.5 * 4)) for a group of 4, where one server with all 8 would charge
-    // ceil(0.5 * 8) = 4; and no settlement, as the aggregators count the survivors.
+    // n_min = ceil(0.75 * 4) = 3 for a group of 4, where one server with all 8 would charge
+    // ceil(0.75 * 8) = 6; and no settlement, as the aggregators count the survivors.
     let charged: Vec<(u64, u64)> = (events(&run).iter())
         .map(|e| match &e.event {
             PrivacyEvent::DistributedDiscreteGaussian(d) => (e.round, d.clients),

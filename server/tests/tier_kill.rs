@@ -2,13 +2,14 @@
 //! (SIGKILL) mid-round and started again under its name. The round completes with the other
 //! group, its ledger entry standing; the aggregator's clients come back to it by themselves, and
 //! training finishes with every round charged once. The same under central DP and with secure
-//! aggregation (distributed noise) in the groups.
+//! aggregation (distributed noise) in the groups. And a coordinator stopped to be resumed: its
+//! aggregators keep their clients, reconnect once it is back, and the run finishes.
 
 use crate::{procs, support};
 
 use fl_server::checkpoint::Checkpoint;
 use fl_server::output::{GroupOutcome, RoundMetrics};
-use procs::{Reaper, start_client, start_server, wait};
+use procs::{Reaper, signal, start_client, start_server, wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -165,6 +166,61 @@ fn kill_mid_round(name: &str, privacy: &str) {
     );
     assert_eq!(last.completed, 6, "back from round {back}: {last:?}");
     // Every round charged once, the lost one included, and the chain verifies.
+    let checkpoint = Checkpoint::read(&run).unwrap();
+    let ledger = run.join("ledger.jsonl");
+    let (entries, _) = fl_server::ledger::verify(&ledger, checkpoint.progress.ledger.as_ref())
+        .expect("the ledger verifies");
+    let rounds: Vec<u64> = entries.iter().map(|e| e.round).collect();
+    assert_eq!(rounds, (1..=ROUNDS).collect::<Vec<_>>());
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// The coordinator is stopped (SIGTERM) after round 1 and resumed on the same address: each
+/// aggregator keeps its clients, reaches the coordinator again by itself, and the run finishes
+/// with every round in the ledger once.
+#[test]
+fn a_coordinator_stopped_and_resumed_gets_its_aggregators_back() {
+    let base = std::env::temp_dir().join(format!("fl-tier-resume-{}", std::process::id()));
+    let config = write_config(&base.join("config"), CENTRAL);
+    let run = base.join("run");
+    let (out, listen) = (run.display().to_string(), procs::reusable_address());
+    let token = ["--aggregator-token", TOKEN, "--listen", &listen];
+    let fresh = [["--config", &config, "--out", &out].as_slice(), &token].concat();
+    let (mut coordinator, upstream) = start_server("coordinator", &fresh);
+    let (mut agg_a, a_addr) = start_aggregator("agg-a", &upstream, "127.0.0.1:0");
+    let (mut agg_b, b_addr) = start_aggregator("agg-b", &upstream, "127.0.0.1:0");
+    let mut clients = [
+        start_clients("clients-a", &a_addr, 0),
+        start_clients("clients-b", &b_addr, 3),
+    ];
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines(&run).is_empty() {
+        assert!(Instant::now() < deadline, "round 1 not written in time");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&coordinator, libc::SIGTERM);
+    assert_eq!(
+        wait(&mut coordinator, Duration::from_secs(60)).code(),
+        Some(143)
+    );
+    let stopped_after = lines(&run).len();
+    assert!((stopped_after as u64) < ROUNDS, "{stopped_after} rounds");
+    for process in clients.iter_mut().chain([&mut agg_a, &mut agg_b]) {
+        assert!(process.0.try_wait().unwrap().is_none(), "a process exited");
+    }
+    let resume = [["--resume", out.as_str()].as_slice(), &token].concat();
+    let (mut coordinator, _) = start_server("coordinator-resumed", &resume);
+
+    assert!(wait(&mut coordinator, Duration::from_secs(120)).success());
+    for process in clients.iter_mut().chain([&mut agg_a, &mut agg_b]) {
+        assert!(wait(process, Duration::from_secs(60)).success());
+    }
+    let metrics = lines(&run);
+    assert_eq!(metrics.len() as u64, ROUNDS);
+    // Both aggregators summed their groups again after the restart.
+    let last = metrics.last().unwrap();
+    assert_eq!((last.groups.len(), last.completed), (2, 6), "{last:?}");
     let checkpoint = Checkpoint::read(&run).unwrap();
     let ledger = run.join("ledger.jsonl");
     let (entries, _) = fl_server::ledger::verify(&ledger, checkpoint.progress.ledger.as_ref())

@@ -226,8 +226,11 @@ impl RunConfig {
         // every round's size.
         self.secagg.verifier()?;
         if let Some(policy) = self.secagg.policy()? {
+            // Under the aggregator tier each group is a secure round of its own, of about
+            // m_t / aggregators clients.
+            let groups = self.server.aggregators.max(1);
             let fewest = (1..=self.server.rounds.max(1))
-                .map(|r| self.clients_at(r))
+                .map(|r| self.clients_at(r) / groups)
                 .min();
             self.secagg.check_policy(&policy, fewest.unwrap_or(0))?;
         }

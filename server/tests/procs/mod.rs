@@ -49,6 +49,13 @@ pub fn wait(child: &mut Reaper, limit: Duration) -> ExitStatus {
     }
 }
 
+/// Sends `signal` to `child`.
+pub fn signal(child: &Reaper, signal: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let sent = unsafe { libc::kill(child.0.id() as libc::pid_t, signal) };
+    assert_eq!(sent, 0);
+}
+
 /// Where a process's stderr goes: `FL_TEST_LOGS=DIR` keeps each in DIR/NAME.log.
 fn log(name: &str) -> Stdio {
     match std::env::var_os("FL_TEST_LOGS") {
