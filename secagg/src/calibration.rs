@@ -63,6 +63,12 @@ pub enum CalibrationError {
     NoiseTooLarge(f64),
 }
 
+/// n_min = max(3, ceil(f m)): the fewest survivors a round planned for m clients goes on with
+/// under the survivor fraction f, never fewer than three.
+pub fn fewest_survivors(fraction: f64, planned: usize) -> usize {
+    ((fraction * planned as f64).ceil() as usize).max(3)
+}
+
 impl Calibration {
     /// n_min = max(3, ceil(f m_t)) survivors, n_c = ceil(f_c m_t) clamped to [n_min, sampled],
     /// gamma for the sampled count, and, for distributed noise, each client's discrete variance
@@ -73,7 +79,7 @@ impl Calibration {
     /// before it runs and settled for those it had ([`Calibration::settle`]).
     pub fn plan(shape: &RoundShape) -> Result<Self, CalibrationError> {
         let dim = shape.dim;
-        let at_least = |fraction: f64| ((fraction * shape.planned as f64).ceil() as usize).max(3);
+        let at_least = |fraction: f64| fewest_survivors(fraction, shape.planned);
         let min_survivors = at_least(shape.min_survivor_fraction);
         let n_max = shape.sampled.max(min_survivors);
         let calibrated_for = at_least(shape.calibrate_for).clamp(min_survivors, n_max);

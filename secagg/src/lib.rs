@@ -49,7 +49,9 @@ pub use binding::{
     CertificateError, Credentials, IdentityError, Verifier, keys_payload, members_digest,
     survivors_payload,
 };
-pub use calibration::{Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape};
+pub use calibration::{
+    Calibration, CalibrationError, MAX_DISCRETE_SIGMA, RoundShape, fewest_survivors,
+};
 pub use client::{ClientRound, min_threshold};
 pub use graph::{GraphKind, auto_degree, derive as derive_graph};
 pub use keys::{

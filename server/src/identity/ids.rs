@@ -44,3 +44,21 @@ pub struct Identities {
     /// The next id to hand out.
     pub next_id: ClientId,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rounds_groups_are_told_apart_by_their_members_ids() {
+        let sampled: BTreeSet<ClientId> = [(1, 0), (1, 7), (1, 9), (3, 2), (2, 0), (2, 1)]
+            .into_iter()
+            .map(|(g, c)| member(g, c).unwrap())
+            .collect();
+        assert_eq!(group_extent(&sampled), Some((1, 3)));
+        assert_eq!(group_of(member(3, 2).unwrap()), Some((3, 2)));
+        // The coordinator's own clients belong to no group.
+        assert_eq!(group_extent(&[4, 5].into_iter().collect()), None);
+        assert_eq!(member(1, 1 << MEMBER_BITS), None);
+    }
+}

@@ -24,7 +24,7 @@ use crate::round::events::{Event, GroupReport};
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{GroupSummer, RoundContext, SecureRule};
 use crate::run::collection::{PlainCollection, Prepared, RoundWork, SecureCollection, Tally};
-use crate::run::start;
+use crate::run::{build, start};
 use fl_secagg::Calibration;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -59,7 +59,7 @@ pub(crate) async fn run_aggregator(
     let num_params = upstream.num_params;
     let duty = Duty {
         grace: Duration::from_secs_f64(config.server.reconnect_grace_secs),
-        secure: config.secagg.settings()?,
+        secure: build::aggregator_secure_settings(&config)?,
     };
     let (shared, events) = start::shared_state(&config, None, num_params)?;
     let (done_tx, done_rx) = watch::channel(false);

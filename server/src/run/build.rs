@@ -7,7 +7,7 @@ use crate::config::plan::{
     Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
     LocalAccounting, LocalPlan, LocalRule, NoiseStream, SecureNoise, SecurePlan,
 };
-use crate::config::{Cadence, PrivacyPlan, RunConfig};
+use crate::config::{Cadence, PrivacyPlan, RunConfig, SecureSettings};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
@@ -153,17 +153,9 @@ pub(crate) fn pipeline(
         decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
         _ => strategy,
     };
-    // Under an aggregator tier the groups sum what the coordinator's stack would have.
-    let collection = match (tier, collection) {
-        (Some(rule), collection) => {
-            let secure = match collection {
-                Collection::Secure(secure) => Some(secure),
-                _ => None,
-            };
-            let timeout = Duration::from_secs_f64(config.server.round_timeout_secs);
-            Collection::Tiered(TieredCollection::new(timeout, rule, secure))
-        }
-        (None, collection) => collection,
+    let collection = match tier {
+        Some(rule) => tiered(config, rule, collection),
+        None => collection,
     };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
@@ -176,6 +168,25 @@ pub(crate) fn pipeline(
         ledger,
         release,
     })
+}
+
+/// Under an aggregator tier the groups sum, under `rule`, what the coordinator's stack would
+/// have; a secure `collection` stays to calibrate their rounds.
+fn tiered(config: &RunConfig, rule: GroupRule, collection: Collection) -> Collection {
+    let secure = match collection {
+        Collection::Secure(secure) => Some(secure),
+        _ => None,
+    };
+    let timeout = Duration::from_secs_f64(config.server.round_timeout_secs);
+    Collection::Tiered(TieredCollection::new(timeout, rule, secure))
+}
+
+/// An aggregator's own secure-aggregation settings: the authority it checks the clients of
+/// signed rounds under (each order sets the rest).
+pub(crate) fn aggregator_secure_settings(
+    config: &RunConfig,
+) -> Result<SecureSettings, ServerError> {
+    Ok(config.secagg.settings()?)
 }
 
 /// How an aggregator sums its group's updates so that the coordinator's stack can take the

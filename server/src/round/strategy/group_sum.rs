@@ -39,11 +39,11 @@ pub(crate) struct SecureRule {
 }
 
 impl SecureRule {
-    /// The fewest survivors of a group of `sampled` clients: max(n_min, 3, ceil(f sampled)), as
-    /// `fl_secagg::Calibration::plan` sets a round's own.
+    /// The fewest survivors of a group of `sampled` clients: the group's own, as a round of its
+    /// size has them, and at least n_min.
     pub(crate) fn survivors_of(&self, sampled: usize) -> usize {
-        let own = (self.min_survivor_fraction * sampled as f64).ceil() as usize;
-        own.max(3).max(self.min_survivors)
+        let own = fl_secagg::fewest_survivors(self.min_survivor_fraction, sampled);
+        own.max(self.min_survivors)
     }
 }
 
@@ -121,6 +121,7 @@ impl Strategy for GroupSummer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::round::strategy::SumInput;
     use crate::round::strategy::testing::{ctx, update};
 
     #[test]
@@ -160,5 +161,56 @@ mod tests {
         let group = s.take().unwrap().unwrap();
         assert_eq!((group.weight, group.sum.into_values()), (4.0, vec![5.0]));
         assert!(GroupSummer::new(1, rule).take().unwrap().is_none());
+    }
+    fn secure_rule(min_survivors: usize) -> SecureRule {
+        SecureRule {
+            threshold: 0.7,
+            min_survivor_fraction: 0.5,
+            min_survivors,
+            degree: None,
+            stage_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_secure_group_forwards_its_survivors_sum_and_nothing_else() {
+        let rule = GroupRule {
+            clip_bound: None,
+            weight_by_examples: false,
+            secure: Some(secure_rule(3)),
+        };
+        let input = |sum: Vec<f32>| SumInput {
+            sum,
+            contributors: 5,
+            clip_bound: 1.5,
+            sensitivity: 1.6,
+            noise_std: None,
+        };
+        let c = ctx(1, 6.0, None);
+        let mut s = GroupSummer::new(2, rule);
+        assert!(s.absorb(&c, Upload::Sum(input(vec![1.0]))).is_err());
+        s.absorb(&c, Upload::Sum(input(vec![1.0, -2.0]))).unwrap();
+        let group = s.take().unwrap().unwrap();
+        assert_eq!(
+            (group.contributors, group.weight, group.clip_bound),
+            (5, 5.0, Some(1.5))
+        );
+        assert_eq!(group.sum.into_values(), vec![1.0, -2.0]);
+        // A plain group takes no secure sum.
+        let plain = GroupRule {
+            secure: None,
+            ..rule
+        };
+        let refused = GroupSummer::new(2, plain).absorb(&c, Upload::Sum(input(vec![0.0; 2])));
+        assert!(refused.is_err());
+    }
+
+    #[test]
+    fn a_group_needs_its_own_share_of_survivors_and_at_least_the_rounds_floor() {
+        // max(3, ceil(0.5 m_g)), and never below the n_min the noise was charged for.
+        assert_eq!(secure_rule(0).survivors_of(4), 3);
+        assert_eq!(secure_rule(0).survivors_of(11), 6);
+        assert_eq!(secure_rule(5).survivors_of(4), 5);
+        assert_eq!(secure_rule(5).survivors_of(20), 10);
     }
 }
