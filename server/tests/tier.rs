@@ -291,3 +291,98 @@ async fn signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_sma
     assert_eq!(charged, vec![(1, 3), (2, 3), (3, 3)]);
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// A scripted aggregator on the coordinator's `Tier` service: it reports three clients, answers
+/// round 1 with a sum clipped to another bound than the round's, and never answers round 2.
+async fn misbehaving_aggregator(endpoint: String) {
+    use fl_proto::v1::tier_client::TierClient;
+    use fl_proto::v1::{
+        AggregatorHello, AggregatorMessage, GroupResult, Population, aggregator_message::Body,
+        coordinator_message,
+    };
+    let message = |body| AggregatorMessage { body: Some(body) };
+    let mut tier = TierClient::connect(endpoint).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let hello = AggregatorHello {
+        name: "agg-evil".into(),
+        token: "aggregator-secret".into(),
+    };
+    tx.send(message(Body::Hello(hello))).await.unwrap();
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut incoming = tier.aggregate(stream).await.unwrap().into_inner();
+    let population = Population {
+        clients: vec![1, 2, 3],
+    };
+    tx.send(message(Body::Population(population)))
+        .await
+        .unwrap();
+    while let Ok(Some(next)) = incoming.message().await {
+        let Some(coordinator_message::Body::Task(task)) = next.body else {
+            continue;
+        };
+        let round = task.task.as_ref().unwrap().round;
+        let n = task.task.as_ref().unwrap().num_values as usize;
+        if round != 1 {
+            continue;
+        }
+        let result = GroupResult {
+            round,
+            contributors: 3,
+            weight: 3.0,
+            num_values: n as u64,
+            num_chunks: fl_proto::chunk_count(n),
+            clip_bound: 100.0,
+            ..GroupResult::default()
+        };
+        tx.send(message(Body::Result(result))).await.unwrap();
+        for chunk in fl_proto::encode_chunks(round, &vec![50.0; n]) {
+            tx.send(message(Body::SumChunk(chunk))).await.unwrap();
+        }
+    }
+}
+
+/// One aggregator lies (its round-1 sum is clipped to S = 100, not the round's S = 1) and then
+/// goes silent: its group is refused in round 1 and timed out in round 2, and each round
+/// completes with the honest group's three results and is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lying_then_silent_aggregator_costs_its_group_only() {
+    let base = std::env::temp_dir().join(format!("fl-tier-evil-{}", std::process::id()));
+    let data = Arc::new(blobs(600));
+    let mut config = central_config(&base);
+    config.server.rounds = 2;
+    config.server.clients_per_round = 6.0.into();
+    config.server.round_timeout_secs = 4.0;
+    config.server.aggregators = 2;
+    config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
+    let coordinator = support::start_server(config, data.clone(), None, None).await;
+    tokio::spawn(misbehaving_aggregator(coordinator.endpoint.clone()));
+    let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b", None).await;
+    clients(&b, &data, 3..K);
+    let summary = summary(coordinator.handle).await;
+    let ended = tokio::time::timeout(Duration::from_secs(30), b_task).await;
+    ended
+        .expect("the honest aggregator stops")
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(summary.rounds_completed, 2);
+    let lines = support::read_metrics(&base);
+    let outcome = |line: &fl_server::output::RoundMetrics, name: &str| {
+        let group = line.groups.iter().find(|g| g.aggregator == name).unwrap();
+        (group.outcome, group.completed)
+    };
+    assert_eq!(outcome(&lines[0], "agg-evil"), (GroupOutcome::Refused, 0));
+    assert_eq!(outcome(&lines[1], "agg-evil"), (GroupOutcome::TimedOut, 0));
+    for line in &lines {
+        assert_eq!(
+            outcome(line, "agg-b"),
+            (GroupOutcome::Summed, 3),
+            "{line:?}"
+        );
+        assert_eq!((line.sampled, line.completed), (6, 3), "{line:?}");
+        assert!(line.applied, "{line:?}");
+    }
+    let rounds: Vec<u64> = events(&base).iter().map(|e| e.round).collect();
+    assert_eq!(rounds, vec![1, 2]);
+    std::fs::remove_dir_all(&base).unwrap();
+}
