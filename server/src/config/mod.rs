@@ -207,6 +207,12 @@ impl RunConfig {
             },
             _ => false,
         };
+        if self.secagg.sim_dropout > 0.0 {
+            return Err(ConfigError::Invalid(
+                "secagg.sim_dropout is the one-process server's dropout injector: aggregators                  inject none, so a tier would run without the dropouts it asks for"
+                    .into(),
+            ));
+        }
         if sums && self.server.aggregation == Cadence::Sync && !self.eval.federated {
             return Ok(());
         }

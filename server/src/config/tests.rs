@@ -110,3 +110,36 @@ fn a_page_beyond_loopback_needs_the_operator_token() {
     ));
     c.validate().unwrap();
 }
+
+/// The aggregator tier takes the modes whose aggregate is a sum its groups can form, secure
+/// aggregation's included, and refuses the rest at start-up.
+#[test]
+fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
+    let tiered = |mode: PrivacyMode, edit: &dyn Fn(&mut RunConfig)| {
+        let mut c = RunConfig::default();
+        c.server.aggregators = 2;
+        c.privacy.mode = mode;
+        c.privacy.sampling = fl_privacy::Sampling::Fixed;
+        c.privacy.epsilon = 1000.0;
+        edit(&mut c);
+        c.validate_for_server().map_err(|e| e.to_string())
+    };
+    tiered(PrivacyMode::None, &|_| {}).unwrap();
+    tiered(PrivacyMode::Central, &|_| {}).unwrap();
+    for noise in [
+        SecAggNoise::None,
+        SecAggNoise::Central,
+        SecAggNoise::Distributed,
+    ] {
+        tiered(PrivacyMode::SecAgg, &|c| c.secagg.noise = noise).unwrap();
+    }
+    let refused = [
+        tiered(PrivacyMode::LdpGaussian, &|_| {}),
+        tiered(PrivacyMode::SecAgg, &|c| c.secagg.sim_dropout = 0.2),
+        tiered(PrivacyMode::None, &|c| c.eval.federated = true),
+    ];
+    for r in refused {
+        let message = r.unwrap_err();
+        assert!(message.contains("aggregator"), "{message}");
+    }
+}
