@@ -87,6 +87,25 @@ fn lines(run: &Path) -> Vec<RoundMetrics> {
     }
 }
 
+/// Waits (up to 60 s) for round 1's metrics line.
+fn until_round_one(run: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines(run).is_empty() {
+        assert!(Instant::now() < deadline, "round 1 not written in time");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The run's ledger verifies against its checkpoint and holds every round once.
+fn assert_every_round_once(run: &Path) {
+    let checkpoint = Checkpoint::read(run).unwrap();
+    let ledger = run.join("ledger.jsonl");
+    let (entries, _) = fl_server::ledger::verify(&ledger, checkpoint.progress.ledger.as_ref())
+        .expect("the ledger verifies");
+    let rounds: Vec<u64> = entries.iter().map(|e| e.round).collect();
+    assert_eq!(rounds, (1..=ROUNDS).collect::<Vec<_>>());
+}
+
 #[test]
 fn an_aggregator_killed_mid_round_costs_its_group_and_its_clients_come_back() {
     kill_mid_round("central", CENTRAL);
@@ -123,11 +142,7 @@ fn kill_mid_round(name: &str, privacy: &str) {
         start_clients("clients-b", &b_addr, 3),
     ];
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lines(&run).is_empty() {
-        assert!(Instant::now() < deadline, "round 1 not written in time");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until_round_one(&run);
     agg_a.0.kill().unwrap();
     agg_a.0.wait().unwrap();
     let (mut agg_a, _) = start_aggregator("agg-a", &upstream, &a_listen);
@@ -166,12 +181,7 @@ fn kill_mid_round(name: &str, privacy: &str) {
     );
     assert_eq!(last.completed, 6, "back from round {back}: {last:?}");
     // Every round charged once, the lost one included, and the chain verifies.
-    let checkpoint = Checkpoint::read(&run).unwrap();
-    let ledger = run.join("ledger.jsonl");
-    let (entries, _) = fl_server::ledger::verify(&ledger, checkpoint.progress.ledger.as_ref())
-        .expect("the ledger verifies");
-    let rounds: Vec<u64> = entries.iter().map(|e| e.round).collect();
-    assert_eq!(rounds, (1..=ROUNDS).collect::<Vec<_>>());
+    assert_every_round_once(&run);
     std::fs::remove_dir_all(&base).unwrap();
 }
 
@@ -194,11 +204,7 @@ fn a_coordinator_stopped_and_resumed_gets_its_aggregators_back() {
         start_clients("clients-b", &b_addr, 3),
     ];
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lines(&run).is_empty() {
-        assert!(Instant::now() < deadline, "round 1 not written in time");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until_round_one(&run);
     signal(&coordinator, libc::SIGTERM);
     assert_eq!(
         wait(&mut coordinator, Duration::from_secs(60)).code(),
@@ -221,11 +227,6 @@ fn a_coordinator_stopped_and_resumed_gets_its_aggregators_back() {
     // Both aggregators summed their groups again after the restart.
     let last = metrics.last().unwrap();
     assert_eq!((last.groups.len(), last.completed), (2, 6), "{last:?}");
-    let checkpoint = Checkpoint::read(&run).unwrap();
-    let ledger = run.join("ledger.jsonl");
-    let (entries, _) = fl_server::ledger::verify(&ledger, checkpoint.progress.ledger.as_ref())
-        .expect("the ledger verifies");
-    let rounds: Vec<u64> = entries.iter().map(|e| e.round).collect();
-    assert_eq!(rounds, (1..=ROUNDS).collect::<Vec<_>>());
+    assert_every_round_once(&run);
     std::fs::remove_dir_all(&base).unwrap();
 }
