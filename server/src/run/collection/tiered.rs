@@ -120,9 +120,12 @@ impl TieredCollection {
                         continue;
                     };
                     let figures = answered(part, &report);
+                    tally.bytes_up += report.bytes_up;
+                    tally.stage_bytes_down += report.bytes_down;
+                    clients.add_refused(report.refused as usize);
                     let outcome = match &mut total {
-                        Some(total) => total.add(clients, &mut tally, (group, report)),
-                        None => absorb(clients, &mut work, &mut tally, (group, report)),
+                        Some(total) => total.add((group, report)),
+                        None => absorb(&mut work, &mut tally, (group, report)),
                     };
                     tally.groups.push(ended(figures, outcome));
                 }
@@ -183,15 +186,7 @@ impl SecureTotal {
     }
 
     /// Adds group `group`'s sum; one of another code or length is refused.
-    fn add(
-        &mut self,
-        clients: &Clients,
-        tally: &mut Tally,
-        (group, report): (GroupId, GroupReport),
-    ) -> GroupOutcome {
-        tally.bytes_up += report.bytes_up;
-        tally.stage_bytes_down += report.bytes_down;
-        clients.add_refused(report.refused as usize);
+    fn add(&mut self, (group, report): (GroupId, GroupReport)) -> GroupOutcome {
         let Some(sum) = report.sum else {
             return GroupOutcome::Summed;
         };
@@ -275,15 +270,11 @@ fn unanswered(part: SentPart, outcome: GroupOutcome) -> GroupMetrics {
 /// Absorbs group `group`'s partial aggregate into the strategy stack and counts its figures; a
 /// refused one is logged and costs the round its group.
 fn absorb(
-    clients: &Clients,
     work: &mut RoundWork<'_>,
     tally: &mut Tally,
     (group, report): (GroupId, GroupReport),
 ) -> GroupOutcome {
     let round = work.ctx.round;
-    tally.bytes_up += report.bytes_up;
-    tally.stage_bytes_down += report.bytes_down;
-    clients.add_refused(report.refused as usize);
     let Some(sum) = report.sum else {
         return GroupOutcome::Summed;
     };
