@@ -85,7 +85,7 @@ for i in 1 2 3 4; do
   mkdir -m 777 -p "$work/state/site-$i"
 done
 $fl authority policy --key "$work/authority/authority.key" --federation smoke \
-  --min-clients 3 --min-degree 2 --min-threshold 0.7 \
+  --serial 1 --allow secagg --min-clients 3 --min-degree 2 --min-threshold 0.7 \
   --max-release-epsilon 4 --max-total-epsilon 50 --out "$fed/policy.toml" > /dev/null
 cat > "$fed/server.toml" <<'TOML'
 [server]

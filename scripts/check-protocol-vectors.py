@@ -107,12 +107,22 @@ survivors = (b"flp.v1 secagg survivors" + round_tag + h.digest() + u32(3)
 check("survivors_payload", survivors.hex())
 check("survivors_signature", identity.sign(survivors).hex())
 
-# The federation policy "hospitals": 10 clients, 8 neighbours, t >= 0.75 k, z = 0.5, 4 per
-# release, 50 in all, values within 1e4.
-policy = (b"flp.v1 federation policy" + u16(9) + b"hospitals" + u64(10) + u64(8)
-          + b"".join(struct.pack(">d", x) for x in [0.75, 0.5, 4.0, 50.0, 1e4]))
+# The federation policy "hospitals", serial 3: 10 clients, 8 neighbours, t >= 0.75 k, z = 0.5,
+# 4 per release, 50 in all at delta 1e-5, values within 1e4; modes ldp-gaussian and secagg.
+modes = [b"ldp-gaussian", b"secagg"]
+policy = (b"flp.v1 federation policy" + u16(9) + b"hospitals" + u64(3) + u64(10) + u64(8)
+          + b"".join(struct.pack(">d", x) for x in [0.75, 0.5, 4.0, 50.0, 1e-5, 1e4])
+          + u16(len(modes)) + b"".join(u16(len(m)) + m for m in modes))
 check("policy_payload", policy.hex())
 check("policy_signature", authority.sign(policy).hex())
+
+# Keys every client refuses: not canonical (u >= p = 2^255 - 19, or the top bit set), or of
+# small order (u = 1).
+P = 2**255 - 19
+refused = [P.to_bytes(32, "little"), (P + 1).to_bytes(32, "little"),
+           (int.from_bytes(raw(u.public_key()), "little") | 1 << 255)
+           .to_bytes(32, "little"), (1).to_bytes(32, "little")]
+check("refused_public_keys", [k.hex() for k in refused])
 
 # The graph: places SHA-256("flp.v1 secagg graph" || round || H(task) || 0x01 || u16 || name),
 # U1 in increasing order of place, each joined to the k/2 = 2 next on either side.

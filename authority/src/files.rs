@@ -2,7 +2,7 @@
 //! each read with an error that names the file and what is wrong with it.
 
 use crate::policy::{
-    DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, MinDegree, PolicyError, SignedPolicy,
+    DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, MinDegree, PolicyError, PolicyMode, SignedPolicy,
 };
 use crate::{AuthorityError, AuthorityKey, IdentityCertificate, IdentityKey, RevocationList};
 use std::collections::BTreeSet;
@@ -197,6 +197,9 @@ impl RevocationList {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     federation: String,
+    serial: u64,
+    /// The allowed modes' names.
+    modes: Vec<String>,
     min_clients: u64,
     /// A number, or "complete".
     min_degree: toml::Value,
@@ -204,6 +207,7 @@ struct PolicyFile {
     min_noise_multiplier: f64,
     max_release_epsilon: f64,
     max_total_epsilon: f64,
+    max_delta: f64,
     #[serde(default = "default_magnitude")]
     max_model_magnitude: f64,
     signature: String,
@@ -223,12 +227,15 @@ impl SignedPolicy {
         };
         let file = PolicyFile {
             federation: p.federation.clone(),
+            serial: p.serial,
+            modes: p.modes.iter().map(|m| m.name().to_string()).collect(),
             min_clients: p.min_clients,
             min_degree,
             min_threshold: p.min_threshold,
             min_noise_multiplier: p.min_noise_multiplier,
             max_release_epsilon: p.max_release_epsilon,
             max_total_epsilon: p.max_total_epsilon,
+            max_delta: p.max_delta,
             max_model_magnitude: p.max_model_magnitude,
             signature: hex::encode(self.signature),
         };
@@ -244,15 +251,20 @@ impl SignedPolicy {
             other => return Err(FormatError::MinDegree(other.to_string())),
         };
         let signature = from_hex(&file.signature, "signature")?;
+        let modes = (file.modes.iter().map(|m| m.parse()))
+            .collect::<Result<BTreeSet<PolicyMode>, PolicyError>>()?;
         Ok(Self {
             policy: FederationPolicy {
                 federation: file.federation,
+                serial: file.serial,
+                modes,
                 min_clients: file.min_clients,
                 min_degree,
                 min_threshold: file.min_threshold,
                 min_noise_multiplier: file.min_noise_multiplier,
                 max_release_epsilon: file.max_release_epsilon,
                 max_total_epsilon: file.max_total_epsilon,
+                max_delta: file.max_delta,
                 max_model_magnitude: file.max_model_magnitude,
             },
             signature,

@@ -7,11 +7,13 @@
 //! The authority signs the policy with the key it certifies identities with
 //! ([`crate`]). Signed payload (big-endian; docs/src/reference/protocol.md,
 //! "Signed payloads"): `"flp.v1 federation policy"`, u16 length and UTF-8 bytes of the
-//! federation id, u64 min_clients, u64 min_degree (u64::MAX for the complete graph), then the
-//! bits (f64) of min_threshold, min_noise_multiplier, max_release_epsilon, max_total_epsilon
-//! and max_model_magnitude as u64 each.
+//! federation id, u64 serial, u64 min_clients, u64 min_degree (u64::MAX for the complete
+//! graph), then the bits (f64) of min_threshold, min_noise_multiplier, max_release_epsilon,
+//! max_total_epsilon, max_delta and max_model_magnitude as u64 each, then u16 the number of
+//! allowed modes and each mode's name (u16 length, UTF-8), in [`PolicyMode`]'s order.
 
 use crate::{Authority, AuthorityError, AuthorityKey, MAX_NAME_BYTES};
+use std::collections::BTreeSet;
 
 /// Domain string of a policy's signed payload.
 const POLICY_DOMAIN: &[u8] = b"flp.v1 federation policy";
@@ -30,11 +32,79 @@ pub enum MinDegree {
     AtLeast(u64),
 }
 
+/// A kind of round a policy may allow; a client under a policy refuses every other kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PolicyMode {
+    /// The raw update, example count and loss to a trusted curator (privacy modes `none` and
+    /// `central`): nothing protects them from the server.
+    Plain,
+    /// Gaussian local DP releases.
+    LdpGaussian,
+    /// Laplace local DP releases.
+    LdpLaplace,
+    /// SignDS releases.
+    SignDs,
+    /// Secure aggregation (its input noised to the policy's floor).
+    SecAgg,
+    /// Inexact ADMM's step instead of FedAvg's local SGD (under a protection also allowed).
+    Iadmm,
+}
+
+impl PolicyMode {
+    /// Every mode, in the payload's order.
+    pub const ALL: [PolicyMode; 6] = [
+        Self::Plain,
+        Self::LdpGaussian,
+        Self::LdpLaplace,
+        Self::SignDs,
+        Self::SecAgg,
+        Self::Iadmm,
+    ];
+
+    /// The mode's name in a policy file and in `fl authority policy --allow`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::LdpGaussian => "ldp-gaussian",
+            Self::LdpLaplace => "ldp-laplace",
+            Self::SignDs => "signds",
+            Self::SecAgg => "secagg",
+            Self::Iadmm => "iadmm",
+        }
+    }
+}
+
+impl std::str::FromStr for PolicyMode {
+    type Err = PolicyError;
+
+    /// The mode [`PolicyMode::name`] names.
+    fn from_str(s: &str) -> Result<Self, PolicyError> {
+        (Self::ALL.into_iter().find(|m| m.name() == s))
+            .ok_or_else(|| PolicyError::UnknownMode { name: s.into() })
+    }
+}
+
+/// The modes' names, for messages.
+fn mode_names() -> String {
+    PolicyMode::ALL.map(PolicyMode::name).join(", ")
+}
+
+impl std::fmt::Display for PolicyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The rules of one federation; see the module documentation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FederationPolicy {
     /// The federation's id, bound into every secure round's task digest.
     pub federation: String,
+    /// The policy's version: a client remembers the highest it has seen for its federation and
+    /// refuses an older one.
+    pub serial: u64,
+    /// The kinds of round a client takes part in; every other is refused.
+    pub modes: BTreeSet<PolicyMode>,
     /// The fewest admitted clients |U1| of a secure round.
     pub min_clients: u64,
     /// The fewest neighbours k of a client in a secure round.
@@ -44,10 +114,13 @@ pub struct FederationPolicy {
     /// Distributed noise: each client's discrete Gaussian standard deviation is at least this
     /// many times the round's clip bound S (in levels: sigma_i^2 >= (z S gamma)^2); 0 for none.
     pub min_noise_multiplier: f64,
-    /// Client-side modes: the largest epsilon of one release.
+    /// The largest epsilon of one release (a local mechanism's, or a secure round's charge).
     pub max_release_epsilon: f64,
-    /// Client-side modes: the largest composed epsilon of one client over the federation's life.
+    /// The largest composed epsilon of one client's releases (local and secure) over the
+    /// federation's life.
     pub max_total_epsilon: f64,
+    /// The largest delta of one release; a client composes its total at this delta.
+    pub max_delta: f64,
     /// The largest absolute value of a received model's parameters.
     pub max_model_magnitude: f64,
 }
@@ -138,6 +211,21 @@ pub enum PolicyError {
     /// A negative or infinite noise multiplier.
     #[error("min_noise_multiplier = {0} (0 or more)")]
     MinNoiseMultiplier(f64),
+    /// A delta outside (0, 1).
+    #[error("max_delta = {0} (above 0, below 1)")]
+    MaxDelta(f64),
+    /// Serial 0.
+    #[error("serial = 0 (policies are numbered from 1)")]
+    Serial,
+    /// No mode allowed: every task would be refused.
+    #[error("no mode allowed (give at least one of {})", mode_names())]
+    NoModes,
+    /// A mode name that is not one.
+    #[error("unknown mode {name:?} (one of {})", mode_names())]
+    UnknownMode {
+        /// The name given.
+        name: String,
+    },
     /// The signature does not verify under the authority's key.
     #[error(transparent)]
     Signature(AuthorityError),
@@ -154,7 +242,8 @@ pub enum PolicyError {
 impl FederationPolicy {
     /// Refuses a policy that cannot protect anyone: an empty or long federation id, fewer than
     /// 3 clients or 2 neighbours, a threshold fraction not in (2/3, 1], a negative noise
-    /// multiplier, or limits that are not positive and finite.
+    /// multiplier, a delta outside (0, 1), serial 0, no mode, or limits that are not positive
+    /// and finite.
     pub fn check(&self) -> Result<(), PolicyError> {
         let len = self.federation.len();
         if len == 0 || len > crate::MAX_NAME_BYTES {
@@ -176,6 +265,15 @@ impl FederationPolicy {
         if !(self.min_noise_multiplier >= 0.0 && self.min_noise_multiplier.is_finite()) {
             return Err(PolicyError::MinNoiseMultiplier(self.min_noise_multiplier));
         }
+        if !(self.max_delta > 0.0 && self.max_delta < 1.0) {
+            return Err(PolicyError::MaxDelta(self.max_delta));
+        }
+        if self.serial == 0 {
+            return Err(PolicyError::Serial);
+        }
+        if self.modes.is_empty() {
+            return Err(PolicyError::NoModes);
+        }
         for (name, value) in [
             ("max_release_epsilon", self.max_release_epsilon),
             ("max_total_epsilon", self.max_total_epsilon),
@@ -193,6 +291,7 @@ impl FederationPolicy {
         let mut out = POLICY_DOMAIN.to_vec();
         out.extend_from_slice(&(self.federation.len() as u16).to_be_bytes());
         out.extend_from_slice(self.federation.as_bytes());
+        out.extend_from_slice(&self.serial.to_be_bytes());
         out.extend_from_slice(&self.min_clients.to_be_bytes());
         let degree = match self.min_degree {
             MinDegree::Complete => u64::MAX,
@@ -204,11 +303,22 @@ impl FederationPolicy {
             self.min_noise_multiplier,
             self.max_release_epsilon,
             self.max_total_epsilon,
+            self.max_delta,
             self.max_model_magnitude,
         ] {
             out.extend_from_slice(&v.to_bits().to_be_bytes());
         }
+        out.extend_from_slice(&(self.modes.len() as u16).to_be_bytes());
+        for mode in &self.modes {
+            out.extend_from_slice(&(mode.name().len() as u16).to_be_bytes());
+            out.extend_from_slice(mode.name().as_bytes());
+        }
         out
+    }
+
+    /// Whether a client under this policy takes part in rounds of `mode`.
+    pub fn allows(&self, mode: PolicyMode) -> bool {
+        self.modes.contains(&mode)
     }
 
     /// The smallest threshold t a client with `k` neighbours accepts under this policy.
@@ -306,12 +416,15 @@ mod tests {
     fn policy() -> FederationPolicy {
         FederationPolicy {
             federation: "hospitals".into(),
+            serial: 1,
+            modes: PolicyMode::ALL.into(),
             min_clients: 4,
             min_degree: MinDegree::AtLeast(3),
             min_threshold: 0.7,
             min_noise_multiplier: 0.5,
             max_release_epsilon: 4.0,
             max_total_epsilon: 10.0,
+            max_delta: 1e-5,
             max_model_magnitude: 100.0,
         }
     }
@@ -333,9 +446,18 @@ mod tests {
         let mut looser = read.clone();
         looser.policy.min_clients = 3;
         assert!(looser.verified(&authority.public()).is_err());
-        let mut looser = read;
+        let mut looser = read.clone();
         looser.policy.max_total_epsilon = 11.0;
         assert!(looser.verified(&authority.public()).is_err());
+        let mut looser = read.clone();
+        looser.policy.max_delta = 1e-3;
+        assert!(looser.verified(&authority.public()).is_err());
+        let mut older = read.clone();
+        older.policy.serial = 2;
+        assert!(older.verified(&authority.public()).is_err());
+        let mut wider = read;
+        wider.policy.modes.remove(&PolicyMode::Plain);
+        assert!(wider.verified(&authority.public()).is_err());
         let complete = FederationPolicy {
             min_degree: MinDegree::Complete,
             ..policy()
@@ -364,6 +486,18 @@ mod tests {
             },
             FederationPolicy {
                 federation: String::new(),
+                ..policy()
+            },
+            FederationPolicy {
+                serial: 0,
+                ..policy()
+            },
+            FederationPolicy {
+                modes: BTreeSet::new(),
+                ..policy()
+            },
+            FederationPolicy {
+                max_delta: 1.0,
                 ..policy()
             },
         ] {

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use fl_authority::files::read_key_file;
-use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
 };
@@ -85,6 +85,15 @@ pub struct PolicyArgs {
     /// The federation's id, bound into every secure round's task.
     #[arg(long)]
     federation: String,
+    /// The policy's version, 1 for the first: a client that has held a policy of the
+    /// federation refuses one with a lower serial, so a new policy takes the next number.
+    #[arg(long)]
+    serial: u64,
+    /// The kinds of round clients take part in, comma-separated, every other refused: plain
+    /// (raw updates to a trusted curator: privacy modes none and central), ldp-gaussian,
+    /// ldp-laplace, signds, secagg, iadmm.
+    #[arg(long, value_delimiter = ',', required = true)]
+    allow: Vec<PolicyMode>,
     /// The fewest admitted clients |U1| of a secure round.
     #[arg(long)]
     min_clients: u64,
@@ -98,13 +107,17 @@ pub struct PolicyArgs {
     /// the round's clip bound S (0: no floor).
     #[arg(long, default_value_t = 0.0)]
     min_noise_multiplier: f64,
-    /// Client-side modes: the largest epsilon of one release.
+    /// The largest epsilon of one release (a local mechanism's, or a secure round's charge at
+    /// the noise floor).
     #[arg(long)]
     max_release_epsilon: f64,
-    /// Client-side modes: the largest composed epsilon of one client over the federation's
-    /// life.
+    /// The largest composed epsilon of one client's releases, secure rounds included, over the
+    /// federation's life.
     #[arg(long)]
     max_total_epsilon: f64,
+    /// The largest delta of one release; each client composes its total at this delta.
+    #[arg(long, default_value_t = 1e-5)]
+    max_delta: f64,
     /// The largest absolute value of a received model's parameters.
     #[arg(long, default_value_t = fl_authority::policy::DEFAULT_MAX_MODEL_MAGNITUDE)]
     max_model_magnitude: f64,
@@ -124,15 +137,62 @@ impl PolicyArgs {
         };
         Ok(FederationPolicy {
             federation: self.federation.clone(),
+            serial: self.serial,
+            modes: self.allow.iter().copied().collect(),
             min_clients: self.min_clients,
             min_degree,
             min_threshold: self.min_threshold,
             min_noise_multiplier: self.min_noise_multiplier,
             max_release_epsilon: self.max_release_epsilon,
             max_total_epsilon: self.max_total_epsilon,
+            max_delta: self.max_delta,
             max_model_magnitude: self.max_model_magnitude,
         })
     }
+}
+
+/// What a policy's secure rounds cost each client, to print: refused when even the cheapest
+/// round (a one-parameter model at a fine scale) costs more than `max_release_epsilon`, since
+/// clients would then refuse every secure round; said plainly when the rounds are not charged.
+fn secure_rounds(policy: &FederationPolicy) -> anyhow::Result<String> {
+    if !policy.allows(PolicyMode::SecAgg) {
+        return Ok(String::new());
+    }
+    // gamma S = 10^6 levels and d = 1: the sensitivity 2 (gamma S + sqrt(d)) is within 1e-6 of
+    // 2 gamma S, the bound every real round's charge is above.
+    let levels = 1e6;
+    let variance = policy.min_noise_variance(1.0, levels);
+    if variance == 0 {
+        return Ok(
+            "; secure rounds are not charged (min_noise_multiplier = 0): the server may repeat \
+             them without limit"
+                .into(),
+        );
+    }
+    let neighbours = fl_privacy::Neighbours::ReplaceOne;
+    let mut ledger = fl_privacy::LocalLedger::default();
+    ledger.record_secure(&fl_privacy::DdgRound {
+        clients: 1,
+        client_variance: variance,
+        l2_sensitivity: neighbours.sensitivity(levels + 1.0),
+        neighbours,
+        dim: 1,
+    });
+    let epsilon = ledger.epsilon(policy.max_delta);
+    if epsilon > policy.max_release_epsilon {
+        bail!(
+            "a secure round at min_noise_multiplier = {} costs each client at least epsilon \
+             {epsilon:.2} (at delta {}), above max_release_epsilon = {}: clients would refuse \
+             every secure round; raise the multiplier or the limit",
+            policy.min_noise_multiplier,
+            policy.max_delta,
+            policy.max_release_epsilon
+        );
+    }
+    Ok(format!(
+        "; each secure round costs each client at least epsilon {epsilon:.2} of its {}",
+        policy.max_total_epsilon
+    ))
 }
 
 /// Runs one `fl authority` command; returns what to print.
@@ -180,14 +240,18 @@ pub fn run(command: AuthorityCommand) -> anyhow::Result<String> {
         }
         AuthorityCommand::Policy(args) => {
             let authority = Authority::from_secret(&read_key_file(&args.key, "authority key")?);
-            let signed = authority.sign_policy(args.policy()?)?;
+            let policy = args.policy()?;
+            let secure = secure_rounds(&policy)?;
+            let signed = authority.sign_policy(policy)?;
             write_atomic(&args.out, signed.to_toml().as_bytes())
                 .with_context(|| format!("writing {}", args.out.display()))?;
             let tolerated = signed.policy.tolerated_compromised();
             Ok(format!(
-                "federation {:?} policy signed in {} (both secrets of every honest client stay \
-                 hidden from a server holding up to {tolerated} compromised clients)",
+                "federation {:?} policy serial {} signed in {} (both secrets of every honest \
+                 client stay hidden from a server holding up to {tolerated} compromised \
+                 clients){secure}",
                 signed.policy.federation,
+                signed.policy.serial,
                 args.out.display()
             ))
         }

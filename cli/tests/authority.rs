@@ -107,19 +107,25 @@ fn a_policy_is_signed_by_its_authority() {
     }
     let out = dir.join("policy.toml");
     let key = authority.join("authority.key");
-    let policy = |threshold: &str| {
+    let policy = |threshold: &str, z: &str| {
         fl(&[
             "policy",
             "--key",
             path(&key),
             "--federation",
             "hospitals",
+            "--serial",
+            "1",
+            "--allow",
+            "secagg,ldp-gaussian",
             "--min-clients",
             "100",
             "--min-degree",
             "24",
             "--min-threshold",
             threshold,
+            "--min-noise-multiplier",
+            z,
             "--max-release-epsilon",
             "4",
             "--max-total-epsilon",
@@ -128,10 +134,24 @@ fn a_policy_is_signed_by_its_authority() {
             path(&out),
         ])
     };
-    let signed = policy("0.7");
+    let noise_free = policy("0.7", "0");
+    let said = String::from_utf8_lossy(&noise_free.stdout);
+    assert!(said.contains("secure rounds are not charged"), "{said}");
+    let costly = policy("0.7", "1");
+    let said = String::from_utf8_lossy(&costly.stderr);
+    assert!(!costly.status.success());
+    assert!(
+        said.contains("clients would refuse every secure round"),
+        "{said}"
+    );
+    let signed = policy("0.7", "4");
     assert!(signed.status.success(), "{signed:?}");
     let said = String::from_utf8_lossy(&signed.stdout);
     assert!(said.contains("up to 9 compromised clients"), "{said}");
+    assert!(
+        said.contains("costs each client at least epsilon 2.17"),
+        "{said}"
+    );
     let read = |by: &Path| {
         fl_authority::policy::SignedPolicy::read_verified(&out, &by.join("authority.pub"))
     };
@@ -147,7 +167,7 @@ fn a_policy_is_signed_by_its_authority() {
         ),
         "{refused}"
     );
-    let weak = policy("0.6");
+    let weak = policy("0.6", "4");
     assert!(!weak.status.success());
     assert!(String::from_utf8_lossy(&weak.stderr).contains("above 2/3"));
     std::fs::remove_dir_all(&dir).unwrap();

@@ -5,17 +5,16 @@
 //! requires. `crate::session` drives it over gRPC; nothing here knows the wire.
 
 use crate::ClientPrivacy;
+use crate::admission::{Ours, Protection, admit};
 use crate::refusal::Refusal;
-use crate::round::{Computed, Work, compute, needs_built_in};
+use crate::round::{Computed, Work, compute};
 use crate::secure::{SecureContext, SecureRound, Step};
 use crate::state::ClientState;
 use crate::trainer::Trainer;
-use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy};
+use fl_authority::policy::FederationPolicy;
 use fl_model::Model;
-use fl_secagg::task::{SecureTask, Task};
-use fl_secagg::{
-    Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage, check_combination,
-};
+use fl_secagg::task::Task;
+use fl_secagg::{Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -88,15 +87,27 @@ fn prepare(
         Ok(Computed::Plain { loss, .. }) => *loss,
         _ => None,
     };
-    let digest = work.task.secure_digest(&work.received);
-    let ready = match (computed, work.task.secure.as_ref().zip(digest)) {
-        (Ok(Computed::Plain { values, .. }), Some((task, digest))) => {
+    let ready = match (computed, &work.protection) {
+        (
+            Ok(Computed::Plain { values, .. }),
+            &Protection::Secure {
+                quantizer,
+                noise_variance,
+                digest,
+                ..
+            },
+        ) => {
             let tag = RoundTag { round, digest };
-            let (state, keys) = SecureRound::start((me, tag), task, &values, context);
+            let input = (quantizer, noise_variance, values.as_slice());
+            let (state, keys) = SecureRound::start((me, tag), input, context);
             Ok(Ready::Secure(Box::new(state), keys))
         }
-        (Ok(Computed::Protected(_)), Some(_)) => Err(Refusal::LocalReleaseInSecure),
-        (Ok(computed), None) => Ok(Ready::Upload(computed)),
+        (Ok(Computed::Protected(_)), Protection::Secure { .. }) => {
+            Err(Refusal::LocalReleaseInSecure)
+        }
+        (Ok(computed), Protection::Plain { .. } | Protection::Local { .. }) => {
+            Ok(Ready::Upload(computed))
+        }
         (Err(reason), _) => Err(reason),
     };
     Prepared {
@@ -206,115 +217,31 @@ impl Engine {
         Outgoing::Failed { round, reason }
     }
 
-    /// Checks a task against the trainer and this client's privacy requirements. The client
-    /// never uploads with less protection than it requires: its limits only tighten the round's
-    /// mechanism, and a round of another kind is refused.
-    fn plan(&mut self, mut task: Task, received: Vec<f32>) -> Result<Work, Refusal> {
-        let d = task.model.num_params();
-        if received.len() != task.tensor_len() {
-            return Err(Refusal::TensorLength {
-                model: task.model,
-                params: d,
-                sent: received.len(),
-            });
+    /// Admits a task ([`admit`]: the client never uploads with less protection than it and
+    /// its policy require), then, every check passed, pins the first model and takes part in
+    /// a secure round, its charge recorded with it, before anything of the round leaves.
+    fn plan(&mut self, task: Task, received: Vec<f32>) -> Result<Work, Refusal> {
+        let ours = Ours {
+            privacy: &self.privacy,
+            policy: self.policy.as_deref(),
+            signing: self.secure_context.credentials.is_some(),
+            pinned: self.model.as_ref(),
+            trainer: &*self.trainer,
+            state: &self.state,
+        };
+        let protection = admit(&task, &received, &ours)?;
+        if let (Some(secure), Protection::Secure { charge, .. }) = (&task.secure, &protection) {
+            self.state
+                .take_part(secure.run, task.round, charge.as_ref())?;
         }
-        self.check_values(&received)?;
-        (self.trainer.check(&task.model)).map_err(Refusal::Trainer)?;
-        match &self.model {
-            Some(first) if *first != task.model => {
-                return Err(Refusal::ModelChanged {
-                    first: Box::new(first.clone()),
-                    now: Box::new(task.model),
-                });
-            }
-            Some(_) => {}
-            None => self.model = Some(task.model.clone()),
-        }
-        (task.config.check()).map_err(|reason| Refusal::LocalConfig {
-            config: task.config,
-            reason,
-        })?;
-        let asked = task.local.map_or("none", |m| m.name());
-        if let Some(required) = self.privacy.require
-            && required.name() != asked
-        {
-            return Err(Refusal::OtherMechanism {
-                required: required.name(),
-                asked,
-            });
-        }
-        if let Some(secure) = &task.secure {
-            check_combination(task.local.is_some(), task.admm.is_some())
-                .map_err(Refusal::Combination)?;
-            self.check_secure(secure)?;
-        }
-        task.local = task.local.map(|m| m.tightened(&self.limits()));
-        if let Some(m) = &task.local {
-            m.check(d)?;
-            let release = m.accounted_release()?;
-            self.state.check(&release)?;
-        }
-        if self.trainer.built_in().is_none()
-            && let Some(refusal) = needs_built_in(&task)
-        {
-            return Err(refusal);
-        }
-        if let Some(secure) = &task.secure {
-            self.state.take_part(secure.run, task.round)?;
-        }
+        self.model.get_or_insert_with(|| task.model.clone());
         let seed = self.shuffle.random();
         Ok(Work {
             task,
+            protection,
             received,
             seed,
         })
-    }
-
-    /// A secure round's federation and signing against this client's: its policy's federation,
-    /// and signed exactly when this client has an identity.
-    fn check_secure(&self, secure: &SecureTask) -> Result<(), Refusal> {
-        if let Some(p) = &self.policy
-            && p.federation != secure.federation
-        {
-            return Err(Refusal::OtherFederation {
-                round: secure.federation.clone(),
-                ours: p.federation.clone(),
-            });
-        }
-        match (secure.signed, self.secure_context.credentials.is_some()) {
-            (false, true) => Err(Refusal::UnsignedRound),
-            (true, false) => Err(Refusal::NoIdentity),
-            _ => Ok(()),
-        }
-    }
-
-    /// The client's own limits, tightened by the federation policy's largest epsilon per
-    /// release: in a signed federation a client without flags follows the policy, not the task.
-    fn limits(&self) -> fl_privacy::ClientLimits {
-        let mut limits = self.privacy.limits;
-        if let Some(p) = &self.policy {
-            let own = limits.epsilon.unwrap_or(f64::INFINITY);
-            limits.epsilon = Some(own.min(p.max_release_epsilon));
-        }
-        limits
-    }
-
-    /// Refuses a received tensor with a value that is not finite or beyond the policy's
-    /// max_model_magnitude (or [`DEFAULT_MAX_MODEL_MAGNITUDE`]), before any of this client's
-    /// examples is touched: such a model could make training fail for some examples only, and
-    /// the failure would tell the server about them.
-    fn check_values(&self, received: &[f32]) -> Result<(), Refusal> {
-        let bound =
-            (self.policy.as_ref()).map_or(DEFAULT_MAX_MODEL_MAGNITUDE, |p| p.max_model_magnitude);
-        let within = |v: &f32| v.is_finite() && f64::from(v.abs()) <= bound;
-        match received.iter().position(|v| !within(v)) {
-            None => Ok(()),
-            Some(index) => Err(Refusal::ValueOutOfBounds {
-                index,
-                value: received[index],
-                bound,
-            }),
-        }
     }
 
     /// Round `work`'s computation as one job for a training slot, needing nothing of the
@@ -518,7 +445,7 @@ mod tests {
         let work = strict.task(task(laplace), vec![0.0; 8]).unwrap();
         assert!(work.task.secure.is_none());
         assert_eq!(
-            work.task.local,
+            work.protection.local().copied(),
             Some(LocalMechanism::Laplace {
                 epsilon: 0.5,
                 clip: 1.0,
@@ -569,6 +496,42 @@ mod tests {
                     assert_eq!(engine.state.releases(), 1);
                 }
                 (_, other) => panic!("{local:?}: {other:?}"),
+            }
+        }
+    }
+
+    /// A server probing a client's largest label with models of 1, 2, 3 and 4 classes (its
+    /// labels are 0, 1 and 2) gets the same answer to each under a local mechanism: a release
+    /// of the same epsilon. The class count is the model's declaration; a label beyond it
+    /// fails training after admission, and the protected zero update goes out instead.
+    #[test]
+    fn class_count_probing_gets_identical_answers() {
+        let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
+        let data = Dataset::new(features, vec![0, 1, 2, 0, 1, 2], 3).unwrap();
+        let local = LocalData {
+            data: Arc::new(data),
+            indices: (0..6).collect(),
+        };
+        for classes in 1..=4 {
+            let mut e = Engine::new(
+                Arc::new(SgdTrainer::new(local.clone())),
+                ClientPrivacy::default(),
+                None,
+                Some(1),
+            );
+            let probe = Task {
+                model: ModelSpec::logistic(3, classes).unwrap().into(),
+                ..task(gaussian(2.0))
+            };
+            let d = probe.model.num_params();
+            let work = e.task(probe, vec![0.0; d]).unwrap();
+            let prepared = e.job(1, work)();
+            match e.computed(prepared) {
+                Outgoing::Upload { computed, .. } => {
+                    let release = computed.release().unwrap();
+                    assert_eq!(release.epsilon, 2.0, "{classes} classes");
+                }
+                other => panic!("{classes} classes: {other:?}"),
             }
         }
     }

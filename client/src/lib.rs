@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+mod admission;
 mod connection;
 mod engine;
 mod logging;

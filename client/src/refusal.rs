@@ -7,6 +7,7 @@
 //! the server (the client sends the zero update instead, `round::compute`).
 
 use crate::state::StateError;
+use fl_authority::policy::PolicyMode;
 use fl_model::{LocalConfig, Model};
 use fl_privacy::{AccountingError, LocalPrivacyError, ProtectError};
 use fl_secagg::SecAggError;
@@ -66,6 +67,41 @@ pub(crate) enum Refusal {
         required: &'static str,
         /// The round's (`none` without one).
         asked: &'static str,
+    },
+    /// The policy does not allow rounds of this kind.
+    #[error(
+        "federation {federation:?} policy does not allow {mode} rounds (it allows {allowed}): \
+         refused"
+    )]
+    NotAllowed {
+        /// The federation.
+        federation: String,
+        /// The round's kind.
+        mode: PolicyMode,
+        /// The kinds it allows.
+        allowed: String,
+    },
+    /// Federated evaluation asked of a client under a policy.
+    #[error(
+        "federation {federation:?} policy: federated evaluation's figures (loss, accuracy, \
+         examples) are not sent under a policy: refused"
+    )]
+    EvaluationUnderPolicy {
+        /// The federation.
+        federation: String,
+    },
+    /// A secure round whose charge at the policy's noise floor is above its per-release cap.
+    #[error(
+        "federation {federation:?} policy: a secure round at its noise floor costs epsilon \
+         {epsilon:.4}, above max_release_epsilon = {max}: refused"
+    )]
+    SecureRoundTooCostly {
+        /// The federation.
+        federation: String,
+        /// The round's charge.
+        epsilon: f64,
+        /// The policy's max_release_epsilon.
+        max: f64,
     },
     /// Secure aggregation combined with what it cannot take.
     #[error("{0}")]

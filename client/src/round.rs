@@ -11,6 +11,7 @@
 //! Noise and SignDS draws come from an OS-seeded CSPRNG, even in seeded runs; the seed only fixes
 //! the order of local examples.
 
+use crate::admission::Protection;
 use crate::refusal::{ComputationError, Refusal};
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::cores::CoreBudget;
@@ -21,11 +22,14 @@ use fl_secagg::task::{AdmmStep, Task};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-/// A round's work, after the client's own limits were applied to its task.
+/// A round's work, once admitted.
 #[derive(Debug, Clone)]
 pub(crate) struct Work {
-    /// The task, its mechanism tightened.
+    /// The task as received (H(task) is over it).
     pub task: Task,
+    /// What admission permits to leave, and how it is protected: everything below acts on
+    /// this, never on the task's own mechanism.
+    pub protection: Protection,
     /// The global model (IADMM: the anchor, then the point).
     pub received: Vec<f32>,
     /// The seed of the local examples' order.
@@ -63,21 +67,10 @@ impl Computed {
     }
 }
 
-/// Why a trainer other than the built-in one cannot take a round of `task`'s kind, if it cannot.
-pub(crate) fn needs_built_in(task: &Task) -> Option<Refusal> {
-    let why = match (task.admm, task.local) {
-        (Some(_), _) => "an IADMM round",
-        (None, Some(LocalMechanism::Laplace { .. })) => "the ldp-laplace mechanism",
-        _ => return None,
-    };
-    Some(Refusal::NeedsBuiltIn(why))
-}
-
-/// The built-in trainer, which a round of `task`'s kind needs (refused before training when
-/// the client has another: [`needs_built_in`]).
-fn built_in<'a>(task: &Task, trainer: &'a dyn Trainer) -> Result<&'a SgdTrainer, Refusal> {
-    (trainer.built_in())
-        .ok_or_else(|| needs_built_in(task).unwrap_or(Refusal::NeedsBuiltIn("this round")))
+/// The built-in trainer, which a round of `work`'s kind needs (admission refused the round
+/// when the client has another).
+fn built_in(trainer: &dyn Trainer) -> Result<&SgdTrainer, Refusal> {
+    (trainer.built_in()).ok_or(Refusal::NeedsBuiltIn("this round"))
 }
 
 /// Runs the round's local computation with `trainer` and protects the result. When the server
@@ -86,9 +79,8 @@ fn built_in<'a>(task: &Task, trainer: &'a dyn Trainer) -> Result<&'a SgdTrainer,
 /// examples. The client sends [`fallback`], the zero update through the same mechanism, and
 /// keeps the reason in its own log.
 pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, Refusal> {
-    let protected = work.task.local.is_some() || work.task.secure.is_some();
     match compute_once(work, trainer) {
-        Err(reason) if protected => {
+        Err(reason) if work.protection.against_the_server() => {
             tracing::warn!(
                 round = work.task.round,
                 %reason,
@@ -106,7 +98,7 @@ pub(crate) fn compute(work: &Work, trainer: &dyn Trainer) -> Result<Computed, Re
 fn fallback(work: &Work) -> Result<Computed, Refusal> {
     let zeros = vec![0.0; work.task.model.num_params()];
     let mut noise_rng = StdRng::from_os_rng();
-    match (work.task.local, work.task.admm) {
+    match (work.protection.local(), work.task.admm) {
         (None, _) => Ok(Computed::Plain {
             values: zeros,
             loss: None,
@@ -128,7 +120,7 @@ fn fallback(work: &Work) -> Result<Computed, Refusal> {
 fn compute_once(work: &Work, trainer: &dyn Trainer) -> Result<Computed, Refusal> {
     let mut noise_rng = StdRng::from_os_rng();
     let computed = match work.task.admm {
-        Some(step) => admm_step(work, step, built_in(&work.task, trainer)?, &mut noise_rng)?,
+        Some(step) => admm_step(work, step, built_in(trainer)?, &mut noise_rng)?,
         None => fedavg(work, trainer, &mut noise_rng)?,
     };
     let values = match &computed {
@@ -149,13 +141,13 @@ fn trainer_failed(reason: String) -> Refusal {
     ComputationError::TrainerFailed.into()
 }
 
-/// The received model's figures on this client's examples, if the task asks and its upload is
-/// plain: under a local mechanism or secure aggregation the server is the adversary, so nothing
-/// beside the protected values leaves the client, whatever the task says. A failed evaluation
-/// is logged here and not reported.
+/// The received model's figures on this client's examples, if admission permitted them (a
+/// plain upload to a trusted curator, without a policy): under a local mechanism or secure
+/// aggregation the server is the adversary, so nothing beside the protected values leaves the
+/// client. A failed evaluation is logged here and not reported.
 fn evaluation(work: &Work, trainer: &dyn Trainer) -> Option<Evaluation> {
     let task = &work.task;
-    if !task.evaluate || task.local.is_some() || task.secure.is_some() {
+    if work.protection != (Protection::Plain { evaluate: true }) {
         return None;
     }
     let evaluated = trainer.evaluate(&task.model, &work.received);
@@ -196,10 +188,10 @@ fn request(work: &Work) -> TrainRequest {
 fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<Computed, Refusal> {
     let global = &work.received;
     let request = request(work);
-    let mechanism = work.task.local.as_ref();
+    let mechanism = work.protection.local();
     let (weights, loss, examples) = match mechanism {
         Some(&LocalMechanism::Laplace { clip, steps, .. }) => {
-            let sgd = built_in(&work.task, trainer)?;
+            let sgd = built_in(trainer)?;
             let (weights, loss) = on_a_core(|| sgd.train_clipped_l1(&request, global, clip, steps))
                 .map_err(trainer_failed)?;
             (weights, Some(loss), sgd.examples())
@@ -247,8 +239,8 @@ fn admm_step(
         .into());
     }
     let (anchor, point) = received.split_at(d);
-    let mechanism = work.task.local;
-    let clip = match &mechanism {
+    let mechanism = work.protection.local();
+    let clip = match mechanism {
         None => f64::INFINITY,
         Some(m) => m.admm_clip()?,
     };

@@ -3,9 +3,9 @@
 
 use fl_authority::policy::FederationPolicy;
 use fl_privacy::add_discrete_gaussian_noise;
-use fl_secagg::task::SecureTask;
 use fl_secagg::{
-    ClientRound, Credentials, PlainInputs, Ring, RoundTag, SecAggError, ServerStage, StageMessage,
+    ClientRound, Credentials, PlainInputs, Quantizer, Ring, RoundTag, SecAggError, ServerStage,
+    StageMessage,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -32,25 +32,19 @@ pub(crate) enum Step {
 }
 
 impl SecureRound {
-    /// Quantises `update` as the task says (clip to S, scale by gamma, stochastic rounding, then
-    /// the distributed discrete Gaussian noise if any) and starts the protocol as client `me` in
-    /// the round `tag` names, signing with the context's credentials if any; returns the round
-    /// and the public keys to advertise. The context's oracle (simulation only) records the
-    /// plain input, which is never sent.
+    /// Quantises `update` with `quantizer` (clip to S, scale by gamma, stochastic rounding,
+    /// then discrete Gaussian noise of `variance`, which admission raised to the policy's
+    /// floor) and starts the protocol as client `me` in the round `tag` names, signing with the
+    /// context's credentials if any; returns the round and the public keys to advertise. The
+    /// context's oracle (simulation only) records the plain input, which is never sent.
     pub(crate) fn start(
         (me, tag): (u64, RoundTag),
-        task: &SecureTask,
-        update: &[f32],
+        (quantizer, variance, update): (Quantizer, u64, &[f32]),
         context: &SecureContext,
     ) -> (Self, StageMessage) {
         let round = tag.round;
         let mut secret = StdRng::from_os_rng();
-        let quantizer = task.quantizer;
         let mut codes = quantizer.encode(update, &mut secret);
-        // The policy's floor, whatever the task says (docs/src/reference/policy.md).
-        let floor = (context.policy.as_ref())
-            .map_or(0, |p| p.min_noise_variance(quantizer.clip, quantizer.scale));
-        let variance = task.noise_variance.max(floor);
         if variance > 0 {
             add_discrete_gaussian_noise(&mut codes, variance, &mut secret);
         }
@@ -124,6 +118,6 @@ pub(crate) struct SecureContext {
     pub(crate) credentials: Option<Arc<Credentials>>,
     /// Simulation only: where secure rounds' plain inputs are recorded (never sent).
     pub(crate) oracle: Option<Arc<PlainInputs>>,
-    /// The federation's rules: the round's minimums and the distributed noise floor.
+    /// The federation's rules: the round's minimums, checked at each stage.
     pub(crate) policy: Option<Arc<FederationPolicy>>,
 }

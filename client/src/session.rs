@@ -37,14 +37,8 @@ pub async fn run(opts: ClientOptions, trainer: impl Trainer) -> Result<ClientRep
     if let Some(seed) = opts.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
-    let federation = opts.policy.as_ref().map_or("", |p| p.federation.as_str());
-    let cap = [
-        opts.privacy.max_total_epsilon,
-        opts.policy.as_ref().map(|p| p.max_total_epsilon),
-    ];
-    let cap = cap.into_iter().flatten().reduce(f64::min);
-    let state =
-        ClientState::open(opts.state.clone(), federation, cap).map_err(ClientError::State)?;
+    let (policy, cap) = (opts.policy.as_deref(), opts.privacy.max_total_epsilon);
+    let state = ClientState::open(opts.state.clone(), policy, cap).map_err(ClientError::State)?;
     let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed)
         .signing_with(opts.credentials.clone())
         .remembering(opts.policy.clone(), state);

@@ -4,12 +4,16 @@
 //!
 //! Kept in memory for every client, and in a small JSON file when the client has one
 //! (`fl-client --state-dir`; one file per federation and client name). The file is written
-//! whole (to a temporary name, then renamed) before the upload or key advertisement it
-//! records leaves the client: a crash loses at most an attempt that never started, never a
-//! spend that was sent.
+//! whole and durably ([`fl_common::durable`]: a synced temporary file, renamed, the folder
+//! synced) before the upload or key advertisement it records leaves the client: a crash or a
+//! power loss loses at most an attempt that never started, never a spend that was sent.
+//!
+//! Under a policy every release composes at the policy's `max_delta`, fixed, so that no
+//! release's own delta can lower the total of the others; and the policy's serial is
+//! remembered, so that an older policy is refused once a newer one was seen.
 
 use fl_authority::policy::FederationPolicy;
-use fl_privacy::{LocalLedger, Release};
+use fl_privacy::{DdgRound, LocalLedger, Release};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -53,7 +57,7 @@ pub enum StateError {
     },
     /// One more release would take the client past its cap.
     #[error(
-        "this client's local privacy budget is spent: one more release at epsilon {epsilon} \
+        "this client's privacy budget is spent: one more release at epsilon {epsilon:.4} \
          would bring its total to {total:.4}, above its cap of {cap}"
     )]
     BudgetSpent {
@@ -63,6 +67,19 @@ pub enum StateError {
         total: f64,
         /// The client's cap.
         cap: f64,
+    },
+    /// The policy is older than one this client has held.
+    #[error(
+        "federation {federation:?} policy serial {serial} is older than serial {seen}, which \
+         this client has held: give it the current policy"
+    )]
+    OlderPolicy {
+        /// The federation.
+        federation: String,
+        /// The policy's serial.
+        serial: u64,
+        /// The highest serial seen.
+        seen: u64,
     },
     /// The client took part in this round, or a later one, of the run.
     #[error(
@@ -95,69 +112,90 @@ pub fn state_file(dir: &Path, policy: Option<&FederationPolicy>, name: &str) -> 
     dir.join(format!("{}--{}.json", safe(federation), safe(name)))
 }
 
+/// What one release costs a client: a local mechanism's release, or a secure round at this
+/// client's own noise (what the server may learn of its input from the unmasked sum).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Charge {
+    /// A local mechanism's release.
+    Local(Release),
+    /// A secure round: this client's discrete Gaussian noise alone (`clients` = 1).
+    Secure(DdgRound),
+}
+
 /// The file's contents.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Remembered {
     /// The federation the file is for (its policy's id; empty without a policy).
     federation: String,
+    /// The highest policy serial this client has held for the federation (0: none).
+    #[serde(default)]
+    policy_serial: u64,
     /// The releases made.
     spent: LocalLedger,
-    /// The largest delta of those releases, at which they compose.
+    /// The largest delta of those releases (the composition's delta without a policy).
     delta: f64,
     /// For each run id of a server process, the last secure round taken part in.
     attempts: BTreeMap<u64, u64>,
 }
 
+/// How a client writes its file: [`fl_common::durable::write_atomic`], or in tests one that
+/// fails at a chosen step.
+type Writer = Box<dyn Fn(&Path, &[u8]) -> std::io::Result<()> + Send + Sync>;
+
 /// See the module documentation.
-#[derive(Debug)]
 pub(crate) struct ClientState {
     file: Option<PathBuf>,
     remembered: Remembered,
     /// The largest composed epsilon this client releases up to, if capped.
     cap: Option<f64>,
+    /// The delta every release composes at (the policy's `max_delta`), if fixed.
+    compose_at: Option<f64>,
+    write: Writer,
+}
+
+impl std::fmt::Debug for ClientState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (f.debug_struct("ClientState"))
+            .field("file", &self.file)
+            .field("remembered", &self.remembered)
+            .field("cap", &self.cap)
+            .field("compose_at", &self.compose_at)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientState {
-    /// The state of a client of `federation` capped at `cap`, read from `file` when it exists
-    /// (a missing file is a client's first start; an unreadable one, or one of another
-    /// federation, is an error: starting over would forget what was spent).
+    /// The state of a client under `policy` (if any), capped at the smaller of `own_cap` and
+    /// the policy's `max_total_epsilon`, read from `file` when it exists (a missing file is a
+    /// client's first start; an unreadable one, one of another federation, or one that has
+    /// held a newer policy is an error: starting over would forget what was spent). A newer
+    /// policy's serial is remembered before this returns.
     pub(crate) fn open(
         file: Option<PathBuf>,
-        federation: &str,
-        cap: Option<f64>,
+        policy: Option<&FederationPolicy>,
+        own_cap: Option<f64>,
     ) -> Result<Self, StateError> {
-        let fresh = Remembered {
-            federation: federation.into(),
-            ..Remembered::default()
-        };
+        let federation = policy.map_or("", |p| p.federation.as_str());
         let remembered = match &file {
-            Some(path) if path.exists() => {
-                let text = std::fs::read_to_string(path).map_err(|source| StateError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let read: Remembered =
-                    serde_json::from_str(&text).map_err(|source| StateError::Parse {
-                        path: path.clone(),
-                        source,
-                    })?;
-                if read.federation != federation {
-                    return Err(StateError::OtherFederation {
-                        path: path.clone(),
-                        found: read.federation,
-                        expected: federation.into(),
-                    });
-                }
-                read
-            }
-            _ => fresh,
+            Some(path) if path.exists() => read(path, federation)?,
+            _ => Remembered {
+                federation: federation.into(),
+                ..Remembered::default()
+            },
         };
-        Ok(Self {
+        let cap = [own_cap, policy.map(|p| p.max_total_epsilon)];
+        let mut state = Self {
             file,
             remembered,
-            cap,
-        })
+            cap: cap.into_iter().flatten().reduce(f64::min),
+            compose_at: policy.map(|p| p.max_delta),
+            write: Box::new(fl_common::durable::write_atomic),
+        };
+        if let Some(p) = policy {
+            state.hold_policy(p)?;
+        }
+        Ok(state)
     }
 
     /// A state kept in memory only, with no cap.
@@ -166,16 +204,35 @@ impl ClientState {
             file: None,
             remembered: Remembered::default(),
             cap: None,
+            compose_at: None,
+            write: Box::new(|_, _| Ok(())),
         }
     }
 
-    /// Writes the file, if the client has one.
+    /// Refuses `policy` when this client has held a newer one of its federation; remembers
+    /// its serial when it is newer.
+    fn hold_policy(&mut self, policy: &FederationPolicy) -> Result<(), StateError> {
+        let seen = self.remembered.policy_serial;
+        if policy.serial < seen {
+            return Err(StateError::OlderPolicy {
+                federation: policy.federation.clone(),
+                serial: policy.serial,
+                seen,
+            });
+        }
+        if policy.serial > seen {
+            self.remembered.policy_serial = policy.serial;
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the file, if the client has one, durably.
     fn save(&self) -> Result<(), StateError> {
         let Some(path) = &self.file else {
             return Ok(());
         };
         let text = serde_json::to_string_pretty(&self.remembered).expect("the state serialises");
-        let tmp = path.with_extension("json.tmp");
         let fail = |source| StateError::Write {
             path: path.clone(),
             source,
@@ -183,38 +240,71 @@ impl ClientState {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
-        std::fs::write(&tmp, text).map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)
+        (self.write)(path, text.as_bytes()).map_err(fail)
     }
 
-    /// Takes part in the secure round (`run`, `round`) of this client's federation: refused
-    /// when this client already took part in this round or a later one of the same run (an
-    /// attempt is signed once; an aborted one is re-run as a new round number). Remembered
-    /// before it returns.
-    pub(crate) fn take_part(&mut self, run: u64, round: u64) -> Result<(), StateError> {
+    /// Takes part in the secure round (`run`, `round`) of this client's federation, charged
+    /// `charge` (if the round's noise is charged): refused when this client already took part
+    /// in this round or a later one of the same run (an attempt is signed once; an aborted one
+    /// is re-run as a new round number), or when the charge would pass the cap. Remembered, the
+    /// charge with it, before it returns.
+    pub(crate) fn take_part(
+        &mut self,
+        run: u64,
+        round: u64,
+        charge: Option<&Charge>,
+    ) -> Result<(), StateError> {
         let last = self.remembered.attempts.get(&run).copied();
         if let Some(last) = last.filter(|&last| round <= last) {
             return Err(StateError::AlreadyTookPart { last, run });
+        }
+        if let Some(charge) = charge {
+            self.spend(charge)?;
         }
         self.remembered.attempts.insert(run, round);
         self.save()
     }
 
-    /// What the releases made so far compose to, with `release` added, at their largest delta.
-    fn with(&self, release: &Release) -> (LocalLedger, f64, f64) {
+    /// The ledger with `charge` added, and the delta the releases then compose at.
+    fn with(&self, charge: &Charge) -> (LocalLedger, f64) {
         let mut spent = self.remembered.spent.clone();
-        spent.record(release);
-        let delta = self.remembered.delta.max(release.delta);
-        let epsilon = spent.epsilon(delta);
-        (spent, delta, epsilon)
+        let delta = match charge {
+            Charge::Local(release) => {
+                spent.record(release);
+                self.remembered.delta.max(release.delta)
+            }
+            Charge::Secure(round) => {
+                spent.record_secure(round);
+                self.remembered.delta
+            }
+        };
+        (spent, delta)
     }
 
-    /// Refuses `release` when it would take this client past its cap.
-    pub(crate) fn check(&self, release: &Release) -> Result<(), StateError> {
-        let (_, _, total) = self.with(release);
+    /// The delta the releases compose at: the policy's, or without one the largest released.
+    fn composed_at(&self, largest: f64) -> f64 {
+        self.compose_at.unwrap_or(largest)
+    }
+
+    /// What `charge` alone costs, at the composition's delta.
+    pub(crate) fn cost(&self, charge: &Charge) -> f64 {
+        match charge {
+            Charge::Local(release) => release.epsilon,
+            Charge::Secure(round) => {
+                let mut alone = LocalLedger::default();
+                alone.record_secure(round);
+                alone.epsilon(self.composed_at(self.remembered.delta))
+            }
+        }
+    }
+
+    /// Refuses `charge` when it would take this client past its cap.
+    pub(crate) fn check(&self, charge: &Charge) -> Result<(), StateError> {
+        let (spent, delta) = self.with(charge);
+        let total = spent.epsilon(self.composed_at(delta));
         match self.cap {
             Some(cap) if total > cap => Err(StateError::BudgetSpent {
-                epsilon: release.epsilon,
+                epsilon: self.cost(charge),
                 total,
                 cap,
             }),
@@ -222,12 +312,18 @@ impl ClientState {
         }
     }
 
-    /// Records `release` (checked against the cap first), remembered before it returns.
-    pub(crate) fn record(&mut self, release: &Release) -> Result<(), StateError> {
-        self.check(release)?;
-        let (spent, delta, _) = self.with(release);
+    /// Adds `charge` (checked against the cap first) in memory.
+    fn spend(&mut self, charge: &Charge) -> Result<(), StateError> {
+        self.check(charge)?;
+        let (spent, delta) = self.with(charge);
         self.remembered.spent = spent;
         self.remembered.delta = delta;
+        Ok(())
+    }
+
+    /// Records a local release (checked against the cap first), remembered before it returns.
+    pub(crate) fn record(&mut self, release: &Release) -> Result<(), StateError> {
+        self.spend(&Charge::Local(*release))?;
         self.save()
     }
 
@@ -238,26 +334,59 @@ impl ClientState {
 
     /// Their composed epsilon (0 with none).
     pub(crate) fn epsilon(&self) -> f64 {
-        self.remembered.spent.epsilon(self.remembered.delta)
+        let delta = self.composed_at(self.remembered.delta);
+        self.remembered.spent.epsilon(delta)
     }
+}
+
+/// The remembered state in `path`, which must be of `federation`.
+fn read(path: &Path, federation: &str) -> Result<Remembered, StateError> {
+    let text = std::fs::read_to_string(path).map_err(|source| StateError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let read: Remembered = serde_json::from_str(&text).map_err(|source| StateError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if read.federation != federation {
+        return Err(StateError::OtherFederation {
+            path: path.to_path_buf(),
+            found: read.federation,
+            expected: federation.into(),
+        });
+    }
+    Ok(read)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fl_authority::policy::{MinDegree, PolicyMode};
+    use fl_common::durable::{WriteStep, write_atomic_with};
+
+    fn policy(serial: u64) -> FederationPolicy {
+        FederationPolicy {
+            federation: "hospitals".into(),
+            serial,
+            modes: PolicyMode::ALL.into(),
+            min_clients: 4,
+            min_degree: MinDegree::Complete,
+            min_threshold: 0.7,
+            min_noise_multiplier: 0.0,
+            max_release_epsilon: 4.0,
+            max_total_epsilon: 5.0,
+            max_delta: 1e-5,
+            max_model_magnitude: 100.0,
+        }
+    }
 
     #[test]
     fn state_files_are_named_by_federation_and_client_in_safe_characters() {
         let dir = Path::new("state");
         let policy = FederationPolicy {
             federation: "hospitals/2026".into(),
-            min_clients: 4,
-            min_degree: fl_authority::policy::MinDegree::Complete,
-            min_threshold: 0.7,
-            min_noise_multiplier: 0.0,
-            max_release_epsilon: 4.0,
-            max_total_epsilon: 10.0,
-            max_model_magnitude: 100.0,
+            ..policy(1)
         };
         assert_eq!(
             state_file(dir, Some(&policy), "site 1"),
@@ -281,11 +410,11 @@ mod tests {
     fn spend_and_attempts_survive_a_restart() {
         let path = file("restart");
         let release = Release::laplace(2.0, 1.0);
-        let mut state = ClientState::open(Some(path.clone()), "hospitals", Some(5.0)).unwrap();
+        let mut state = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
         state.record(&release).unwrap();
         state.record(&release).unwrap();
-        state.take_part(7, 3).unwrap();
-        let mut again = ClientState::open(Some(path.clone()), "hospitals", Some(5.0)).unwrap();
+        state.take_part(7, 3, None).unwrap();
+        let mut again = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
         assert_eq!(again.releases(), 2);
         assert_eq!(again.epsilon(), 4.0);
         let refused = again.record(&release).unwrap_err();
@@ -300,19 +429,99 @@ mod tests {
             ),
             "{refused}"
         );
-        let twice = again.take_part(7, 3).unwrap_err();
+        let twice = again.take_part(7, 3, None).unwrap_err();
         assert!(
             matches!(twice, StateError::AlreadyTookPart { last: 3, run: 7 }),
             "{twice}"
         );
-        assert!(again.take_part(7, 2).is_err());
-        again.take_part(7, 4).unwrap();
-        again.take_part(8, 1).unwrap();
-        let other = ClientState::open(Some(path.clone()), "elsewhere", None).unwrap_err();
+        assert!(again.take_part(7, 2, None).is_err());
+        again.take_part(7, 4, None).unwrap();
+        again.take_part(8, 1, None).unwrap();
+        let elsewhere = FederationPolicy {
+            federation: "elsewhere".into(),
+            ..policy(1)
+        };
+        let other = ClientState::open(Some(path.clone()), Some(&elsewhere), None).unwrap_err();
         assert!(
             matches!(&other, StateError::OtherFederation { found, .. } if found == "hospitals"),
             "{other}"
         );
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Once a client has held serial 3 of its federation's policy, serial 2 is refused (also
+    /// after a restart), and serial 3 and 4 are taken.
+    #[test]
+    fn an_older_policy_is_refused_after_a_newer_one() {
+        let path = file("serial");
+        ClientState::open(Some(path.clone()), Some(&policy(3)), None).unwrap();
+        let older = ClientState::open(Some(path.clone()), Some(&policy(2)), None).unwrap_err();
+        assert!(
+            matches!(
+                older,
+                StateError::OlderPolicy {
+                    serial: 2,
+                    seen: 3,
+                    ..
+                }
+            ),
+            "{older}"
+        );
+        assert!(older.to_string().contains("older than serial 3"), "{older}");
+        ClientState::open(Some(path.clone()), Some(&policy(3)), None).unwrap();
+        ClientState::open(Some(path.clone()), Some(&policy(4)), None).unwrap();
+        assert!(ClientState::open(Some(path.clone()), Some(&policy(3)), None).is_err());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Under a policy the releases compose at its max_delta, whatever delta one release was
+    /// made at: a release at delta 0.5 does not lower the total of the others (without a
+    /// policy the composition's delta is the largest released, and it does).
+    #[test]
+    fn releases_compose_at_the_policys_delta() {
+        let small = Release::gaussian(1.0, 1e-5, 1.0).unwrap();
+        let large = Release::gaussian(1.0, 0.5, 1.0).unwrap();
+        let total = |policy: Option<&FederationPolicy>| {
+            let mut state = ClientState::open(None, policy, Some(1e9)).unwrap();
+            for _ in 0..40 {
+                state.record(&small).unwrap();
+            }
+            let before = state.epsilon();
+            state.record(&large).unwrap();
+            (before, state.epsilon())
+        };
+        let generous = FederationPolicy {
+            max_total_epsilon: 1e9,
+            ..policy(1)
+        };
+        let (before, after) = total(Some(&generous));
+        assert!(after > before, "{before} then {after}");
+        let (before, after) = total(None);
+        assert!(after < before, "{before} then {after}");
+    }
+
+    /// A fault at each step of the state's write: the spend is refused (so the release does
+    /// not leave), and the state read back after it never holds less than what was sent.
+    #[test]
+    fn a_fault_at_any_step_of_the_write_never_undercounts() {
+        let release = Release::laplace(1.0, 1.0);
+        for step in WriteStep::ALL {
+            let path = file(&format!("fault-{step:?}"));
+            let mut state = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
+            state.record(&release).unwrap();
+            let sent = state.releases();
+            state.write = Box::new(move |path, bytes| {
+                write_atomic_with(path, bytes, |s| match s == step {
+                    true => Err(std::io::Error::other("injected")),
+                    false => Ok(()),
+                })
+            });
+            let refused = state.record(&release).unwrap_err();
+            assert!(matches!(refused, StateError::Write { .. }), "{refused}");
+            let again = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
+            assert!(again.releases() >= sent, "{step:?}: {}", again.releases());
+            assert!(again.epsilon() >= 1.0, "{step:?}");
+            let _ = std::fs::remove_dir_all(path.parent().unwrap());
+        }
     }
 }

@@ -157,8 +157,23 @@ impl SgdTrainer {
         clip: f64,
     ) -> Result<(Vec<f32>, f32), String> {
         let (data, indices) = (&self.local.data, &self.local.indices);
-        let (sum, loss_sum) = clipped_gradient_sum(network(model)?, point, data, indices, clip);
+        let model = network(model)?;
+        self.labels_fit(model)?;
+        let (sum, loss_sum) = clipped_gradient_sum(model, point, data, indices, clip);
         Ok((sum, (loss_sum / indices.len().max(1) as f64) as f32))
+    }
+
+    /// Every label of this client's examples names one of `model`'s classes; checked inside
+    /// each pass, after admission, since the answer depends on the data.
+    fn labels_fit(&self, model: &ModelSpec) -> Result<(), String> {
+        let labels = self.local.data.labels();
+        match (self.local.indices.iter()).any(|&i| labels[i] as usize >= model.classes()) {
+            true => Err(format!(
+                "local data has labels beyond the model's {} classes",
+                model.classes()
+            )),
+            false => Ok(()),
+        }
     }
 
     /// Local SGD from `global` with gradients by `rule`.
@@ -172,6 +187,7 @@ impl SgdTrainer {
         let mut shuffle = StdRng::seed_from_u64(request.seed);
         let (data, indices) = (&self.local.data, &self.local.indices);
         let (model, config) = (network(&request.model)?, &request.config);
+        self.labels_fit(model)?;
         let loss = train_local(
             model,
             &mut params,
@@ -196,6 +212,11 @@ fn network(model: &Model) -> Result<&ModelSpec, String> {
 }
 
 impl Trainer for SgdTrainer {
+    /// The model's inputs against the data's features: the data's schema, public. Its labels
+    /// are not looked at here (a refusal that depends on them would tell the server the
+    /// largest label): the model's class count is the federation's declaration, and a label
+    /// beyond it fails training, after admission ([`SgdTrainer`]'s passes), where under a
+    /// protected round the zero update goes out instead.
     fn check(&self, model: &Model) -> Result<(), String> {
         let model = network(model)?;
         let data = &self.local.data;
@@ -204,13 +225,6 @@ impl Trainer for SgdTrainer {
                 "model takes {} features, local data has {}",
                 model.inputs(),
                 data.num_features()
-            ));
-        }
-        let labels = data.labels();
-        if (self.local.indices.iter()).any(|&i| labels[i] as usize >= model.classes()) {
-            return Err(format!(
-                "local data has labels beyond the model's {} classes",
-                model.classes()
             ));
         }
         Ok(())
@@ -227,8 +241,10 @@ impl Trainer for SgdTrainer {
 
     fn evaluate(&self, model: &Model, global: &[f32]) -> Result<Evaluation, String> {
         self.check(model)?;
+        let network = network(model)?;
+        self.labels_fit(network)?;
         let mine = self.local.data.subset(&self.local.indices);
-        let e = evaluate(network(model)?, global, &mine);
+        let e = evaluate(network, global, &mine);
         Ok(Evaluation {
             loss: e.loss,
             accuracy: e.accuracy,

@@ -1,6 +1,6 @@
 //! What every part of the federated-learning system shares and no concept owns: one budget of
 //! the machine's cores, the process allocator, the rule for seeds, per-round schedules, simulated
-//! device speeds, an error's wording, and the check that keeps generated pages current.
+//! device speeds, an error's wording, crash-safe files, and the check that keeps generated pages current.
 //!
 //! **Owns** nothing of the domain; **imports** no crate of the workspace: every other crate may
 //! use it.
@@ -14,6 +14,7 @@
 
 pub mod allocator;
 pub mod cores;
+pub mod durable;
 pub mod generated_docs;
 pub mod pace;
 pub mod report;

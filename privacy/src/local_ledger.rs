@@ -3,6 +3,7 @@
 
 use super::accountant::epsilon_from_rdp;
 use super::analytic_gaussian::gaussian_epsilon;
+use super::ddg::DdgRound;
 use super::rdp::default_orders;
 use super::release::{Release, ReleaseKind};
 
@@ -14,8 +15,8 @@ pub struct LocalLedger {
     pure_epsilon: f64,
     /// Whether any release was approximate (Gaussian).
     approximate: bool,
-    /// sum_i (Delta_i / sigma_i)^2 over the Gaussian releases (`None` in ledgers written
-    /// before it was kept: they use RDP).
+    /// sum_i (Delta_i / sigma_i)^2 over the Gaussian releases (`None` once a secure round was
+    /// recorded, and in ledgers written before it was kept: they use RDP).
     #[serde(default)]
     gaussian_mu_squared: Option<f64>,
     orders: Vec<f64>,
@@ -51,6 +52,19 @@ impl LocalLedger {
         }
         for (acc, &alpha) in self.rdp.iter_mut().zip(&self.orders) {
             *acc += release.rdp(alpha);
+        }
+    }
+
+    /// Adds one secure-aggregation round as this client's ledger charges it: `round` with its
+    /// own noise alone (`clients` = 1), since every other survivor may be the server's. A
+    /// discrete Gaussian composes by RDP only (Canonne, Kamath, Steinke 2020, Thm 14: the same
+    /// zCDP as the continuous one), so the exact Gaussian composition is given up from here on.
+    pub fn record_secure(&mut self, round: &DdgRound) {
+        self.releases += 1;
+        self.approximate = true;
+        self.gaussian_mu_squared = None;
+        for (acc, &alpha) in self.rdp.iter_mut().zip(&self.orders) {
+            *acc += round.rdp(alpha);
         }
     }
 

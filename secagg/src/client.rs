@@ -271,6 +271,10 @@ impl ClientRound {
                     k.client
                 )));
             }
+            // A neighbour's keys are canonical and of large order (protocol.md, "Keys"),
+            // whatever the server relays.
+            keys::check_public(k.client, &k.cipher_public)?;
+            keys::check_public(k.client, &k.mask_public)?;
             adverts.insert(k.client, k.clone());
         }
         self.check_members(&hood.members, &adverts)?;

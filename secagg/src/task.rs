@@ -80,25 +80,57 @@ const TASK_DIGEST_DOMAIN: &[u8] = b"flp.v1 task";
 
 impl Task {
     /// The digest of a secure round's task and its `tensor` (the global model as received);
-    /// `None` for a task without secure aggregation. Byte by byte (big-endian integers, strings
-    /// and lists with a u32 length first; docs/src/reference/protocol.md, "Task digest"):
-    /// `"flp.v1 task"`, round u64, the model's text, its tensors (name, then the shape's u64
-    /// dimensions), E u32, B u32, the bits of eta (f32) u32, s u32, the ring's b u32, the bits
-    /// of S and of gamma (f64) u64 each, sigma_i^2 u64, signed u8 (0 or 1), the federation id
-    /// (a string), the run id u64, then the tensor's values as little-endian f32 after their
-    /// count u64.
+    /// `None` for a task without secure aggregation ([`TaskDigest::of`]).
     pub fn secure_digest(&self, tensor: &[f32]) -> Option<TaskDigest> {
+        Some(TaskDigest::of(self, self.secure.as_ref()?, tensor))
+    }
+}
+
+impl TaskDigest {
+    /// H(task) of `task`, whose secure part is `secure`, and its `tensor` (the global model as
+    /// received). Byte by byte (big-endian integers, strings and lists with a u32 length first;
+    /// docs/src/reference/protocol.md, "Task digest"): `"flp.v1 task"`, round u64, the
+    /// model's text, its tensors (name, then the shape's u64 dimensions), E u32, B u32, the
+    /// bits of eta (f32) u32, s u32, the ring's b u32, the bits of S and of gamma (f64) u64
+    /// each, sigma_i^2 u64, signed u8 (0 or 1), the federation id (a string), the run id u64,
+    /// then the tensor's values as little-endian f32 after their count u64. The task and its
+    /// secure part are destructured in full, so a field added to either does not compile until
+    /// it is hashed or said not to be.
+    pub fn of(task: &Task, secure: &SecureTask, tensor: &[f32]) -> Self {
         use sha2::{Digest, Sha256};
-        let secure = self.secure.as_ref()?;
+        let Task {
+            round,
+            model,
+            config,
+            // A client refuses a secure round with a local mechanism, an IADMM step or
+            // federated evaluation under a policy (its admission): none changes what it sends.
+            local: _,
+            secure: _,
+            admm: _,
+            evaluate: _,
+        } = task;
+        let SecureTask {
+            quantizer,
+            noise_variance,
+            signed,
+            federation,
+            run,
+        } = secure;
+        let LocalConfig {
+            epochs,
+            batch_size,
+            learning_rate,
+            random_shift,
+        } = *config;
         let mut h = Sha256::new();
         let text = |h: &mut Sha256, s: &str| {
             h.update((s.len() as u32).to_be_bytes());
             h.update(s.as_bytes());
         };
         h.update(TASK_DIGEST_DOMAIN);
-        h.update(self.round.to_be_bytes());
-        text(&mut h, &self.model.to_string());
-        let tensors = self.model.named_tensors(tensor);
+        h.update(round.to_be_bytes());
+        text(&mut h, &model.to_string());
+        let tensors = model.named_tensors(tensor);
         h.update((tensors.len() as u32).to_be_bytes());
         for (name, shape, _) in &tensors {
             text(&mut h, name);
@@ -107,23 +139,17 @@ impl Task {
                 .iter()
                 .for_each(|&n| h.update((n as u64).to_be_bytes()));
         }
-        let c = &self.config;
-        for v in [
-            c.epochs,
-            c.batch_size,
-            c.learning_rate.to_bits(),
-            c.random_shift,
-        ] {
+        for v in [epochs, batch_size, learning_rate.to_bits(), random_shift] {
             h.update(v.to_be_bytes());
         }
-        let q = secure.quantizer;
-        h.update(q.ring.bits().to_be_bytes());
-        for v in [q.clip.to_bits(), q.scale.to_bits(), secure.noise_variance] {
+        let Quantizer { ring, clip, scale } = *quantizer;
+        h.update(ring.bits().to_be_bytes());
+        for v in [clip.to_bits(), scale.to_bits(), *noise_variance] {
             h.update(v.to_be_bytes());
         }
-        h.update([u8::from(secure.signed)]);
-        text(&mut h, &secure.federation);
-        h.update(secure.run.to_be_bytes());
+        h.update([u8::from(*signed)]);
+        text(&mut h, federation);
+        h.update(run.to_be_bytes());
         h.update((tensor.len() as u64).to_be_bytes());
         let mut bytes = Vec::with_capacity(4 * 4096);
         for block in tensor.chunks(4096) {
@@ -133,6 +159,6 @@ impl Task {
                 .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
             h.update(&bytes);
         }
-        Some(TaskDigest(h.finalize().into()))
+        TaskDigest(h.finalize().into())
     }
 }

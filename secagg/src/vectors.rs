@@ -11,7 +11,7 @@ use super::prg::expand;
 use super::ring::Ring;
 use super::shamir::{self, Share};
 use crate::task::{SecureTask, Task};
-use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{Authority, Identity};
 use fl_model::{LocalConfig, ModelSpec};
 use rand::SeedableRng;
@@ -153,18 +153,38 @@ fn compute() -> BTreeMap<String, toml::Value> {
     put("graph_regular4_sites", toml::Value::Array(rows.collect()));
     let policy = FederationPolicy {
         federation: "hospitals".into(),
+        serial: 3,
+        modes: [PolicyMode::SecAgg, PolicyMode::LdpGaussian].into(),
         min_clients: 10,
         min_degree: MinDegree::AtLeast(8),
         min_threshold: 0.75,
         min_noise_multiplier: 0.5,
         max_release_epsilon: 4.0,
         max_total_epsilon: 50.0,
+        max_delta: 1e-5,
         max_model_magnitude: 1e4,
     };
     put("policy_payload", hex(&policy.payload()));
     let signed = authority.sign_policy(policy).unwrap();
     put("policy_signature", hex(&signed.signature));
+    put("refused_public_keys", refused_keys(u.public.as_bytes()));
     out
+}
+
+/// Public keys every client refuses (protocol.md, "Keys"): u = p = 2^255 - 19 and u = p + 1
+/// (not canonical), `public` with its top bit set (the same point to X25519, another encoding),
+/// and u = 1 (of small order).
+fn refused_keys(public: &[u8; 32]) -> toml::Value {
+    let mut p = [0xff; 32];
+    (p[0], p[31]) = (0xed, 0x7f);
+    let mut p1 = p;
+    p1[0] = 0xee;
+    let mut top = *public;
+    top[31] |= 0x80;
+    let mut one = [0; 32];
+    one[0] = 1;
+    let keys = [p, p1, top, one].map(|k| toml::Value::String(hex::encode(k)));
+    toml::Value::Array(keys.to_vec())
 }
 
 /// Shamir's vector: the secret 0x33.. in three shares (holders 3, 5, 9), any two of which
@@ -193,6 +213,13 @@ fn the_protocol_reproduces_its_test_vectors() {
     for pair in [[0, 1], [0, 2], [1, 2]] {
         let two = [shares[pair[0]], shares[pair[1]]];
         assert_eq!(shamir::combine(&two, 2).unwrap(), [0x33; 32]);
+    }
+    for key in stored["refused_public_keys"].as_array().unwrap() {
+        let bytes: [u8; 32] = hex::decode(key.as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert!(keys::check_public(1, &bytes).is_err(), "{key} accepted");
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{Authority, Identity};
 use fl_client::{ClientOptions, TrainingSlots, run_client};
 use fl_secagg::{Credentials, PlainInputs, Verifier};
@@ -33,12 +33,15 @@ async fn signed_rounds_are_exact_with_a_dropout_and_refuse_an_uncertified_client
     // clients, of which at least 0.7 x 6 = 5 must survive each stage, meet it.
     let policy = FederationPolicy {
         federation: "hospitals".into(),
+        serial: 1,
+        modes: [PolicyMode::SecAgg].into(),
         min_clients: 4,
         min_degree: MinDegree::AtLeast(3),
         min_threshold: 0.7,
         min_noise_multiplier: 0.0,
         max_release_epsilon: 4.0,
         max_total_epsilon: 40.0,
+        max_delta: 1e-5,
         max_model_magnitude: 1e4,
     };
     let signed = authority.sign_policy(policy.clone()).unwrap();

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{Authority, Identity};
 use fl_client::{ClientOptions, TrainingSlots};
 use fl_datasets::Dataset;
@@ -202,12 +202,15 @@ fn signed_federation(dir: &Path) -> (Authority, std::path::PathBuf, FederationPo
     std::fs::write(&public, hex).unwrap();
     let policy = FederationPolicy {
         federation: "tier".into(),
+        serial: 1,
+        modes: [PolicyMode::SecAgg].into(),
         min_clients: 3,
         min_degree: MinDegree::AtLeast(3),
         min_threshold: 0.7,
         min_noise_multiplier: 0.0,
         max_release_epsilon: 4.0,
         max_total_epsilon: 40.0,
+        max_delta: 1e-5,
         max_model_magnitude: 1e4,
     };
     (authority, public, policy)

@@ -7,6 +7,7 @@
 //!
 //! `cargo test malicious` runs them all.
 
+mod admission;
 mod honest;
 mod policy;
 mod scripted;

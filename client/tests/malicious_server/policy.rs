@@ -127,9 +127,9 @@ async fn malicious_server_reruns_a_finished_round() {
 
 /// The server asks for no distributed noise. Without a policy the clients add none, and the
 /// unmasked sum of updates that are zero (a learning rate of 1e-30) is exactly zero. Under a
-/// policy with z = 1 each of the 4 clients adds variance (S gamma)^2 = 10^6 levels whatever the
-/// task says: the sum's 15 values have standard deviation 2000, and their root mean square is
-/// above 400 except with probability P(chi^2_15 < 0.6), below 1e-9.
+/// policy with z = 4 each of the 4 clients adds variance (4 S gamma)^2 = 1.6 10^7 levels
+/// whatever the task says: the sum's 15 values have standard deviation 8000, and their root mean
+/// square is above 400 except with probability P(chi^2_15 < 0.0375), below 1e-15.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malicious_server_removes_the_distributed_noise() {
     for with_policy in [false, true] {

@@ -1,7 +1,7 @@
 //! The scripted server and its fixtures: certified `fl-client` processes started against a tonic
 //! server whose every message the test writes, and helpers to read what the clients answer.
 
-use fl_authority::policy::{FederationPolicy, MinDegree};
+use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{Authority, Identity};
 use fl_proto::v1::federation_server::{Federation, FederationServer};
 use fl_proto::v1::{
@@ -101,17 +101,21 @@ pub(crate) struct Fleet {
     pub(crate) policy: Option<FederationPolicy>,
 }
 
-/// A policy for these tests: at least 4 clients and 3 neighbours, t >= 0.7 k, each client's
-/// noise at least z = 1 times S, 4 per release and 10 in all.
+/// A policy for these tests, serial 1, allowing every mode: at least 4 clients and 3
+/// neighbours, t >= 0.7 k, each client's noise at least z = 4 times S (a secure round then
+/// costs each client epsilon 2.18), 4 per release and 10 in all, at delta 1e-5.
 pub(crate) fn policy() -> FederationPolicy {
     FederationPolicy {
         federation: "hospitals".into(),
+        serial: 1,
+        modes: PolicyMode::ALL.into(),
         min_clients: 4,
         min_degree: MinDegree::AtLeast(3),
         min_threshold: 0.7,
-        min_noise_multiplier: 1.0,
+        min_noise_multiplier: 4.0,
         max_release_epsilon: 4.0,
         max_total_epsilon: 10.0,
+        max_delta: 1e-5,
         max_model_magnitude: 1e4,
     }
 }
@@ -447,6 +451,21 @@ pub(crate) fn honest_hoods(
             (u, hood)
         })
         .collect()
+}
+
+/// Waits (up to [`PATIENCE`]) for `process` to exit by itself.
+pub(crate) async fn wait_for_exit(process: &mut Child) -> std::process::ExitStatus {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = process.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the process did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Ends every session and waits for the processes.

@@ -225,6 +225,48 @@ impl RunConfig {
         ))
     }
 
+    /// Refuses a run whose rounds every client under `policy` would refuse: a privacy mode or
+    /// IADMM the policy does not allow, or federated evaluation (never answered under a policy).
+    fn check_policy_modes(
+        &self,
+        policy: &fl_authority::policy::FederationPolicy,
+    ) -> Result<(), ConfigError> {
+        use fl_authority::policy::PolicyMode;
+        let mode = match self.privacy.mode {
+            PrivacyMode::None | PrivacyMode::Central | PrivacyMode::DpFtrl => PolicyMode::Plain,
+            PrivacyMode::SecAgg => PolicyMode::SecAgg,
+            PrivacyMode::LdpGaussian => PolicyMode::LdpGaussian,
+            PrivacyMode::LdpLaplace => PolicyMode::LdpLaplace,
+            PrivacyMode::SignDs => PolicyMode::SignDs,
+        };
+        let iadmm = (self.train.algorithm == Algorithm::Iadmm).then_some(PolicyMode::Iadmm);
+        let refuse = |what: String| {
+            let id = &policy.federation;
+            Err(ConfigError::Invalid(format!(
+                "federation {id:?} policy: {what}"
+            )))
+        };
+        if let Some(m) = [Some(mode), iadmm]
+            .into_iter()
+            .flatten()
+            .find(|m| !policy.allows(*m))
+        {
+            let allowed: Vec<&str> = policy.modes.iter().map(|m| m.name()).collect();
+            return refuse(format!(
+                "its clients refuse {m} rounds (it allows {}): privacy.mode = {:?} cannot run",
+                allowed.join(", "),
+                self.privacy.mode
+            ));
+        }
+        if self.eval.federated {
+            return refuse(
+                "its clients never send federated evaluation's figures: set eval.federated = false"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Checks what only a server needs and a simulation fills in itself: IADMM's public I, and
     /// the stable identities DP-FTRL needs, and what the aggregator tier can run.
     pub fn validate_for_server(&self) -> Result<(), ConfigError> {
@@ -239,6 +281,7 @@ impl RunConfig {
                 .map(|r| self.clients_at(r) / groups)
                 .min();
             self.secagg.check_policy(&policy, fewest.unwrap_or(0))?;
+            self.check_policy_modes(&policy)?;
         }
         if self.secagg.sim_signed {
             return Err(ConfigError::Invalid(

@@ -343,12 +343,15 @@ mod tests {
     fn a_configuration_outside_the_policy_is_refused() {
         let policy = FederationPolicy {
             federation: "hospitals".into(),
+            serial: 1,
+            modes: [fl_authority::policy::PolicyMode::SecAgg].into(),
             min_clients: 10,
             min_degree: MinDegree::AtLeast(8),
             min_threshold: 0.75,
             min_noise_multiplier: 0.0,
             max_release_epsilon: 4.0,
             max_total_epsilon: 40.0,
+            max_delta: 1e-5,
             max_model_magnitude: 1e4,
         };
         let s = SecAggSection {

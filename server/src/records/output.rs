@@ -412,19 +412,7 @@ impl RunFolder {
     }
 }
 
-/// Writes `path` via a temporary file, fsync, rename and an fsync of the directory, so that after
-/// a crash the file is either the old one or the new one, and the rename itself is durable.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
-}
+pub use fl_common::durable::write_atomic;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,601 @@
+//! Admission, without I/O: whether a round's task may be done at all, and with exactly which
+//! protection. [`admit`] takes the whole task and what the client holds, and returns a
+//! [`Protection`], the only permission anything later in the client acts on; everything not
+//! explicitly permitted is a [`Refusal`] naming the rule.
+//!
+//! Default deny, by construction: the task (and its secure part, and the policy) are
+//! destructured in full here, so a field added to any of them does not compile until this
+//! module decides about it; no wildcard arm decides a privacy question. Under a federation
+//! policy, a round of a kind the policy does not list (`modes`) is refused, whatever the task
+//! leaves out: a plain round (raw update to a trusted curator, the privacy modes `none` and
+//! `central`), a local mechanism not listed, secure aggregation, IADMM, and federated
+//! evaluation (whose answers a policy never lets out).
+//!
+//! Every refusal here is decided by public inputs alone: the task, the received model, the
+//! client's own settings, its policy and what it has spent; never by its examples
+//! (docs/src/explanation/threat-model.md, "What a client refuses").
+
+use crate::ClientPrivacy;
+use crate::refusal::Refusal;
+use crate::state::{Charge, ClientState};
+use crate::trainer::Trainer;
+use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, PolicyMode};
+use fl_model::{LocalConfig, Model};
+use fl_privacy::{ClientLimits, DdgRound, LocalMechanism, Neighbours, Release};
+use fl_secagg::Quantizer;
+use fl_secagg::task::{AdmmStep, SecureTask, Task, TaskDigest};
+
+/// What a client brings to a task's admission.
+pub(crate) struct Ours<'a> {
+    /// Its own requirements.
+    pub(crate) privacy: &'a ClientPrivacy,
+    /// The federation's rules, when the authority signed a policy.
+    pub(crate) policy: Option<&'a FederationPolicy>,
+    /// It holds a certified identity (and so takes part only in signed secure rounds).
+    pub(crate) signing: bool,
+    /// The model of the first task it admitted.
+    pub(crate) pinned: Option<&'a Model>,
+    /// Its trainer.
+    pub(crate) trainer: &'a dyn Trainer,
+    /// What it has spent and the attempts it took part in.
+    pub(crate) state: &'a ClientState,
+}
+
+/// What may leave the client for an admitted task, and how it is protected. Each variant can
+/// only be built by [`admit`], under the rules its documentation names.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Protection {
+    /// The raw result (u, the loss and n_k) to a trusted curator, and with `evaluate` the
+    /// received model's figures on this client's examples: only without a policy, or under
+    /// one that allows `plain` (and then never with evaluation).
+    Plain {
+        /// Federated evaluation's figures go with the upload.
+        evaluate: bool,
+    },
+    /// A local mechanism's release, its parameters tightened by the client's limits and the
+    /// policy's (epsilon at most `max_release_epsilon`, delta at most `max_delta`).
+    Local {
+        /// The tightened mechanism.
+        mechanism: LocalMechanism,
+        /// What one release under it costs, checked against the client's cap.
+        release: Release,
+    },
+    /// Secure aggregation's masked input.
+    Secure {
+        /// The fixed-point code (clip to S, scale by gamma).
+        quantizer: Quantizer,
+        /// H(task) of the task and model received, which binds every key and signature.
+        digest: TaskDigest,
+        /// sigma_i^2: the task's, raised to the policy's floor.
+        noise_variance: u64,
+        /// The round's charge at the policy's floor, when the policy has one (checked
+        /// against the cap, and recorded with the attempt before the keys leave).
+        charge: Option<Charge>,
+    },
+}
+
+impl Protection {
+    /// The local mechanism, if the result is its release.
+    pub(crate) fn local(&self) -> Option<&LocalMechanism> {
+        match self {
+            Self::Local { mechanism, .. } => Some(mechanism),
+            Self::Plain { .. } | Self::Secure { .. } => None,
+        }
+    }
+
+    /// Whether the server is the adversary (a local mechanism or secure aggregation): then
+    /// nothing but the protected values leaves the client.
+    pub(crate) fn against_the_server(&self) -> bool {
+        match self {
+            Self::Plain { .. } => false,
+            Self::Local { .. } | Self::Secure { .. } => true,
+        }
+    }
+}
+
+/// The task's protection, or the refusal naming the rule it breaks; see the module
+/// documentation. `received` is the tensor the task carries.
+pub(crate) fn admit(task: &Task, received: &[f32], ours: &Ours) -> Result<Protection, Refusal> {
+    let Task {
+        round: _,
+        model,
+        config,
+        local,
+        secure,
+        admm,
+        evaluate,
+    } = task;
+    check_tensor(task, received, ours.policy)?;
+    (ours.trainer.check(model)).map_err(Refusal::Trainer)?;
+    if let Some(first) = ours.pinned.filter(|first| *first != model) {
+        return Err(Refusal::ModelChanged {
+            first: Box::new(first.clone()),
+            now: Box::new(model.clone()),
+        });
+    }
+    check_config(config)?;
+    check_required(ours.privacy, local.as_ref())?;
+    let protection = match (local, secure, admm) {
+        (None, None, _) => {
+            allowed(ours.policy, PolicyMode::Plain)?;
+            Protection::Plain {
+                evaluate: *evaluate,
+            }
+        }
+        (Some(mechanism), None, _) => local_release(mechanism, admm.as_ref(), model, ours)?,
+        (None, Some(secure), None) => secure_input(secure, task, received, ours)?,
+        (Some(_), Some(_), _) | (None, Some(_), Some(_)) => {
+            return Err(Refusal::Combination(
+                "secure aggregation with local privacy or IADMM is not supported",
+            ));
+        }
+    };
+    if admm.is_some() {
+        allowed(ours.policy, PolicyMode::Iadmm)?;
+    }
+    if let (true, Some(policy)) = (*evaluate, ours.policy) {
+        return Err(Refusal::EvaluationUnderPolicy {
+            federation: policy.federation.clone(),
+        });
+    }
+    check_trainer_kind(ours.trainer, &protection, admm.as_ref())?;
+    Ok(protection)
+}
+
+/// The received tensor's length is the task's, and every value is finite and within the
+/// policy's `max_model_magnitude` (or [`DEFAULT_MAX_MODEL_MAGNITUDE`]): a model that makes
+/// training fail on some examples only would tell the server about them.
+fn check_tensor(
+    task: &Task,
+    received: &[f32],
+    policy: Option<&FederationPolicy>,
+) -> Result<(), Refusal> {
+    if received.len() != task.tensor_len() {
+        return Err(Refusal::TensorLength {
+            model: task.model.clone(),
+            params: task.model.num_params(),
+            sent: received.len(),
+        });
+    }
+    let bound = policy.map_or(DEFAULT_MAX_MODEL_MAGNITUDE, |p| p.max_model_magnitude);
+    let within = |v: &f32| v.is_finite() && f64::from(v.abs()) <= bound;
+    match received.iter().position(|v| !within(v)) {
+        None => Ok(()),
+        Some(index) => Err(Refusal::ValueOutOfBounds {
+            index,
+            value: received[index],
+            bound,
+        }),
+    }
+}
+
+/// The task's local training settings are usable.
+fn check_config(config: &LocalConfig) -> Result<(), Refusal> {
+    (config.check()).map_err(|reason| Refusal::LocalConfig {
+        config: *config,
+        reason,
+    })
+}
+
+/// A client that requires one local mechanism takes no round of another kind.
+fn check_required(privacy: &ClientPrivacy, local: Option<&LocalMechanism>) -> Result<(), Refusal> {
+    let asked = local.map_or("none", |m| m.name());
+    match privacy.require {
+        Some(required) if required.name() != asked => Err(Refusal::OtherMechanism {
+            required: required.name(),
+            asked,
+        }),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// Refuses a round of `mode` that the policy does not allow (any round, without a policy).
+fn allowed(policy: Option<&FederationPolicy>, mode: PolicyMode) -> Result<(), Refusal> {
+    match policy {
+        Some(p) if !p.allows(mode) => Err(Refusal::NotAllowed {
+            federation: p.federation.clone(),
+            mode,
+            allowed: (p.modes.iter().map(|m| m.name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// The mode of a local mechanism in a policy.
+fn mode_of(mechanism: &LocalMechanism) -> PolicyMode {
+    match mechanism {
+        LocalMechanism::Gaussian { .. } => PolicyMode::LdpGaussian,
+        LocalMechanism::Laplace { .. } => PolicyMode::LdpLaplace,
+        LocalMechanism::SignDs { .. } => PolicyMode::SignDs,
+    }
+}
+
+/// The client's limits tightened by the policy's: epsilon at most `max_release_epsilon`,
+/// delta at most `max_delta`. The policy is destructured in full here, each rule with where a
+/// client enforces it, so that a rule added to the policy does not compile until it is.
+fn limits(own: ClientLimits, policy: Option<&FederationPolicy>) -> ClientLimits {
+    let Some(FederationPolicy {
+        max_release_epsilon,
+        max_delta,
+        // `allowed`, `secure_input` and `check_tensor` here:
+        federation: _,
+        modes: _,
+        min_noise_multiplier: _,
+        max_model_magnitude: _,
+        // `fl_secagg::ClientRound::under`, at each stage of a secure round:
+        min_clients: _,
+        min_degree: _,
+        min_threshold: _,
+        // `ClientState::open` (the cap, composed at max_delta; the serial):
+        max_total_epsilon: _,
+        serial: _,
+    }) = policy
+    else {
+        return own;
+    };
+    let min = |own: Option<f64>, policy: f64| Some(own.map_or(policy, |o| o.min(policy)));
+    ClientLimits {
+        epsilon: min(own.epsilon, *max_release_epsilon),
+        delta: min(own.delta, *max_delta),
+        clip: own.clip,
+    }
+}
+
+/// A local mechanism's release: allowed by the policy, tightened, usable for the model, of
+/// IADMM only with the Laplace mechanism, and within the client's cap.
+fn local_release(
+    mechanism: &LocalMechanism,
+    admm: Option<&AdmmStep>,
+    model: &Model,
+    ours: &Ours,
+) -> Result<Protection, Refusal> {
+    allowed(ours.policy, mode_of(mechanism))?;
+    let mechanism = mechanism.tightened(&limits(ours.privacy.limits, ours.policy));
+    mechanism.check(model.num_params())?;
+    if admm.is_some() {
+        mechanism.admm_clip()?;
+    }
+    let release = mechanism.accounted_release()?;
+    ours.state.check(&Charge::Local(release))?;
+    Ok(Protection::Local { mechanism, release })
+}
+
+/// Secure aggregation's input: allowed by the policy, of the policy's federation, signed
+/// exactly when this client has an identity, its noise raised to the policy's floor, and its
+/// charge at that floor within the policy's per-release epsilon and the client's cap.
+fn secure_input(
+    secure: &SecureTask,
+    task: &Task,
+    received: &[f32],
+    ours: &Ours,
+) -> Result<Protection, Refusal> {
+    let SecureTask {
+        quantizer,
+        noise_variance,
+        signed,
+        federation,
+        run: _,
+    } = secure;
+    allowed(ours.policy, PolicyMode::SecAgg)?;
+    if let Some(p) = ours.policy
+        && p.federation != *federation
+    {
+        return Err(Refusal::OtherFederation {
+            round: federation.clone(),
+            ours: p.federation.clone(),
+        });
+    }
+    match (*signed, ours.signing) {
+        (false, true) => return Err(Refusal::UnsignedRound),
+        (true, false) => return Err(Refusal::NoIdentity),
+        (true, true) | (false, false) => {}
+    }
+    let digest = TaskDigest::of(task, secure, received);
+    let Some(policy) = ours.policy else {
+        return Ok(Protection::Secure {
+            quantizer: *quantizer,
+            digest,
+            noise_variance: *noise_variance,
+            charge: None,
+        });
+    };
+    let floor = policy.min_noise_variance(quantizer.clip, quantizer.scale);
+    let charge = secure_charge(quantizer, floor, task.model.num_params());
+    if let Some(charge) = &charge {
+        let epsilon = ours.state.cost(charge);
+        if epsilon > policy.max_release_epsilon {
+            return Err(Refusal::SecureRoundTooCostly {
+                federation: policy.federation.clone(),
+                epsilon,
+                max: policy.max_release_epsilon,
+            });
+        }
+        ours.state.check(charge)?;
+    }
+    Ok(Protection::Secure {
+        quantizer: *quantizer,
+        digest,
+        noise_variance: (*noise_variance).max(floor),
+        charge,
+    })
+}
+
+/// What a secure round costs this client against the server: its own discrete Gaussian noise
+/// at the policy's floor `floor` alone (every other survivor may be the server's), for the sum's
+/// sensitivity to this client's input replaced, 2 (gamma S + sqrt(d)) levels
+/// ([`Quantizer::l2_sensitivity`]). `None` under a policy without a floor: such rounds cannot
+/// be charged (docs/src/reference/policy.md says repeated ones are then unbounded).
+fn secure_charge(quantizer: &Quantizer, floor: u64, dim: usize) -> Option<Charge> {
+    if floor == 0 {
+        return None;
+    }
+    let neighbours = Neighbours::ReplaceOne;
+    Some(Charge::Secure(DdgRound {
+        clients: 1,
+        client_variance: floor,
+        l2_sensitivity: neighbours.sensitivity(quantizer.l2_sensitivity(dim)),
+        neighbours,
+        dim: dim as u64,
+    }))
+}
+
+/// A round that needs per-example L1 clipping inside training (the Laplace mechanism, IADMM)
+/// is refused by a client whose trainer is not the built-in one.
+fn check_trainer_kind(
+    trainer: &dyn Trainer,
+    protection: &Protection,
+    admm: Option<&AdmmStep>,
+) -> Result<(), Refusal> {
+    if trainer.built_in().is_some() {
+        return Ok(());
+    }
+    match (admm, protection.local()) {
+        (Some(_), _) => Err(Refusal::NeedsBuiltIn("an IADMM round")),
+        (None, Some(LocalMechanism::Laplace { .. })) => {
+            Err(Refusal::NeedsBuiltIn("the ldp-laplace mechanism"))
+        }
+        (None, Some(LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. }) | None) => {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LocalData;
+    use crate::trainer::SgdTrainer;
+    use fl_authority::policy::MinDegree;
+    use fl_datasets::Dataset;
+    use fl_model::ModelSpec;
+    use fl_secagg::Ring;
+    use std::sync::Arc;
+
+    fn policy(modes: &[PolicyMode]) -> FederationPolicy {
+        FederationPolicy {
+            federation: "hospitals".into(),
+            serial: 1,
+            modes: modes.iter().copied().collect(),
+            min_clients: 4,
+            min_degree: MinDegree::AtLeast(3),
+            min_threshold: 0.7,
+            min_noise_multiplier: 4.0,
+            max_release_epsilon: 4.0,
+            max_total_epsilon: 10.0,
+            max_delta: 1e-5,
+            max_model_magnitude: 1e4,
+        }
+    }
+
+    fn trainer() -> SgdTrainer {
+        let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
+        let data = Dataset::new(features, vec![0, 1, 0, 1, 0, 1], 2).unwrap();
+        SgdTrainer::new(LocalData {
+            data: Arc::new(data),
+            indices: (0..6).collect(),
+        })
+    }
+
+    fn plain() -> Task {
+        Task {
+            round: 1,
+            model: ModelSpec::logistic(3, 2).unwrap().into(),
+            config: LocalConfig {
+                epochs: 1,
+                batch_size: 2,
+                learning_rate: 0.1,
+                random_shift: 0,
+            },
+            local: None,
+            secure: None,
+            admm: None,
+            evaluate: false,
+        }
+    }
+
+    fn secure(federation: &str) -> SecureTask {
+        SecureTask {
+            quantizer: Quantizer {
+                ring: Ring::new(32).unwrap(),
+                clip: 1.0,
+                scale: 1000.0,
+            },
+            noise_variance: 0,
+            signed: true,
+            federation: federation.into(),
+            run: 7,
+        }
+    }
+
+    /// Admits `task` for a signing client under `policy`, with nothing spent.
+    fn admit_under(task: &Task, policy: Option<&FederationPolicy>) -> Result<Protection, Refusal> {
+        let trainer = trainer();
+        let state = ClientState::open(None, policy, None).unwrap();
+        let privacy = ClientPrivacy::default();
+        let ours = Ours {
+            privacy: &privacy,
+            policy,
+            signing: true,
+            pinned: None,
+            trainer: &trainer,
+            state: &state,
+        };
+        admit(task, &vec![0.0; task.tensor_len()], &ours)
+    }
+
+    /// Under a policy, a round of a kind it does not list is refused naming the rule, whatever
+    /// the task leaves out: a plain round (also a central-DP one, which ships the same raw
+    /// update), federated evaluation, IADMM, a local mechanism not listed. Without a policy
+    /// the plain round is admitted, as before.
+    #[test]
+    fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
+        let secure_only = policy(&[PolicyMode::SecAgg]);
+        let refused = admit_under(&plain(), Some(&secure_only)).unwrap_err();
+        assert!(matches!(
+            refused,
+            Refusal::NotAllowed {
+                mode: PolicyMode::Plain,
+                ..
+            }
+        ));
+        assert!(
+            refused.to_string().contains("does not allow plain rounds"),
+            "{refused}"
+        );
+        assert_eq!(
+            admit_under(&plain(), None).unwrap(),
+            Protection::Plain { evaluate: false }
+        );
+        let evaluate = Task {
+            evaluate: true,
+            ..plain()
+        };
+        let trusted = policy(&[PolicyMode::Plain]);
+        let refused = admit_under(&evaluate, Some(&trusted)).unwrap_err();
+        assert!(
+            matches!(refused, Refusal::EvaluationUnderPolicy { .. }),
+            "{refused}"
+        );
+        let laplace = LocalMechanism::Laplace {
+            epsilon: 1.0,
+            clip: 1.0,
+            steps: 1,
+        };
+        let admm = Task {
+            local: Some(laplace),
+            admm: Some(AdmmStep {
+                rho: 1.0,
+                total_examples: 100,
+            }),
+            ..plain()
+        };
+        let local_only = policy(&[PolicyMode::LdpLaplace]);
+        let refused = admit_under(&admm, Some(&local_only)).unwrap_err();
+        assert!(matches!(
+            refused,
+            Refusal::NotAllowed {
+                mode: PolicyMode::Iadmm,
+                ..
+            }
+        ));
+        let gaussian = Task {
+            local: Some(LocalMechanism::Gaussian {
+                epsilon: 1.0,
+                delta: 1e-6,
+                clip: 1.0,
+            }),
+            ..plain()
+        };
+        let refused = admit_under(&gaussian, Some(&local_only)).unwrap_err();
+        assert!(matches!(
+            refused,
+            Refusal::NotAllowed {
+                mode: PolicyMode::LdpGaussian,
+                ..
+            }
+        ));
+        let secure = Task {
+            secure: Some(secure("hospitals")),
+            ..plain()
+        };
+        let refused = admit_under(&secure, Some(&local_only)).unwrap_err();
+        assert!(matches!(
+            refused,
+            Refusal::NotAllowed {
+                mode: PolicyMode::SecAgg,
+                ..
+            }
+        ));
+        assert!(matches!(
+            admit_under(&secure, Some(&secure_only)).unwrap(),
+            Protection::Secure { .. }
+        ));
+    }
+
+    /// A task at delta 0.5 (and epsilon 4) is released at the policy's max_delta: the noise
+    /// is calibrated for (4, 1e-5), not for the server's delta.
+    #[test]
+    fn a_tasks_delta_is_clamped_to_the_policys() {
+        let task = Task {
+            local: Some(LocalMechanism::Gaussian {
+                epsilon: 4.0,
+                delta: 0.5,
+                clip: 1.0,
+            }),
+            ..plain()
+        };
+        let p = policy(&[PolicyMode::LdpGaussian]);
+        let Protection::Local { mechanism, release } = admit_under(&task, Some(&p)).unwrap() else {
+            panic!("not a local release");
+        };
+        let expected = LocalMechanism::Gaussian {
+            epsilon: 4.0,
+            delta: 1e-5,
+            clip: 1.0,
+        };
+        assert_eq!(mechanism, expected);
+        assert_eq!(release, Release::gaussian(4.0, 1e-5, 1.0).unwrap());
+        let unclamped = Release::gaussian(4.0, 0.5, 1.0).unwrap();
+        assert!(
+            release.noise > 3.0 * unclamped.noise,
+            "{release:?} {unclamped:?}"
+        );
+    }
+
+    /// A secure round is charged at the policy's floor: at z = 4 one round costs each client
+    /// epsilon 2.18 (RDP of its own discrete Gaussian, sensitivity 2 (gamma S + sqrt d)),
+    /// below the per-release 4; a policy at z = 1 makes it cost more than 4, and the round is
+    /// refused naming the rule.
+    #[test]
+    fn a_secure_round_is_charged_at_the_policys_floor() {
+        let task = Task {
+            secure: Some(secure("hospitals")),
+            ..plain()
+        };
+        let p = policy(&[PolicyMode::SecAgg]);
+        let Protection::Secure {
+            charge: Some(charge),
+            noise_variance,
+            ..
+        } = admit_under(&task, Some(&p)).unwrap()
+        else {
+            panic!("not charged");
+        };
+        assert_eq!(noise_variance, 16_000_000);
+        let epsilon = ClientState::open(None, Some(&p), None)
+            .unwrap()
+            .cost(&charge);
+        assert!(epsilon > 2.0 && epsilon < 3.0, "{epsilon}");
+        let weak = FederationPolicy {
+            min_noise_multiplier: 1.0,
+            ..p
+        };
+        let refused = admit_under(&task, Some(&weak)).unwrap_err();
+        assert!(
+            matches!(refused, Refusal::SecureRoundTooCostly { .. }),
+            "{refused}"
+        );
+    }
+}
