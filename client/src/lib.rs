@@ -179,6 +179,20 @@ pub struct ClientPrivacy {
     pub max_total_epsilon: Option<f64>,
 }
 
+impl ClientPrivacy {
+    /// Checks that every limit is usable: the per-release ones ([`ClientLimits::check`]) and
+    /// the total cap, a positive finite epsilon.
+    pub fn check(&self) -> Result<(), String> {
+        self.limits.check().map_err(|e| e.to_string())?;
+        match self.max_total_epsilon {
+            Some(total) if !(total > 0.0 && total.is_finite()) => {
+                Err(format!("max_total_epsilon = {total}: a positive number"))
+            }
+            Some(_) | None => Ok(()),
+        }
+    }
+}
+
 /// What a client did before the server shut the session down.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientReport {

@@ -68,6 +68,16 @@ pub enum StateError {
         /// The client's cap.
         cap: f64,
     },
+    /// Another client (of this process or another) holds the file.
+    #[error(
+        "the client state {} is in use by another client: give each client its own name \
+         (--name, or Client(name=...)) or its own --state-dir",
+        path.display()
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
     /// The policy is older than one this client has held.
     #[error(
         "federation {federation:?} policy serial {serial} is older than serial {seen}, which \
@@ -152,6 +162,9 @@ pub(crate) struct ClientState {
     /// The delta every release composes at (the policy's `max_delta`), if fixed.
     compose_at: Option<f64>,
     write: Writer,
+    /// The lock on the file's `.lock` companion, held while the client runs, so that two
+    /// clients can never share (and undercount) one record.
+    _lock: Option<std::fs::File>,
 }
 
 impl std::fmt::Debug for ClientState {
@@ -177,6 +190,7 @@ impl ClientState {
         own_cap: Option<f64>,
     ) -> Result<Self, StateError> {
         let federation = policy.map_or("", |p| p.federation.as_str());
+        let lock = file.as_deref().map(lock).transpose()?;
         let remembered = match &file {
             Some(path) if path.exists() => read(path, federation)?,
             _ => Remembered {
@@ -191,6 +205,7 @@ impl ClientState {
             cap: cap.into_iter().flatten().reduce(f64::min),
             compose_at: policy.map(|p| p.max_delta),
             write: Box::new(fl_common::durable::write_atomic),
+            _lock: lock,
         };
         if let Some(p) = policy {
             state.hold_policy(p)?;
@@ -206,6 +221,7 @@ impl ClientState {
             cap: None,
             compose_at: None,
             write: Box::new(|_, _| Ok(())),
+            _lock: None,
         }
     }
 
@@ -339,6 +355,31 @@ impl ClientState {
     }
 }
 
+/// Locks the state file `path` for this client (its folder made if missing): refused while
+/// another client holds it. The lock ends with the process.
+fn lock(path: &Path) -> Result<std::fs::File, StateError> {
+    let fail = |source| StateError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let file = (std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true))
+    .open(path.with_extension("json.lock"))
+    .map_err(fail)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StateError::InUse {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(fail(e)),
+    }
+}
+
 /// The remembered state in `path`, which must be of `federation`.
 fn read(path: &Path, federation: &str) -> Result<Remembered, StateError> {
     let text = std::fs::read_to_string(path).map_err(|source| StateError::Read {
@@ -414,6 +455,7 @@ mod tests {
         state.record(&release).unwrap();
         state.record(&release).unwrap();
         state.take_part(7, 3, None).unwrap();
+        drop(state);
         let mut again = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
         assert_eq!(again.releases(), 2);
         assert_eq!(again.epsilon(), 4.0);
@@ -441,6 +483,7 @@ mod tests {
             federation: "elsewhere".into(),
             ..policy(1)
         };
+        drop(again);
         let other = ClientState::open(Some(path.clone()), Some(&elsewhere), None).unwrap_err();
         assert!(
             matches!(&other, StateError::OtherFederation { found, .. } if found == "hospitals"),
@@ -454,7 +497,7 @@ mod tests {
     #[test]
     fn an_older_policy_is_refused_after_a_newer_one() {
         let path = file("serial");
-        ClientState::open(Some(path.clone()), Some(&policy(3)), None).unwrap();
+        drop(ClientState::open(Some(path.clone()), Some(&policy(3)), None).unwrap());
         let older = ClientState::open(Some(path.clone()), Some(&policy(2)), None).unwrap_err();
         assert!(
             matches!(
@@ -471,6 +514,19 @@ mod tests {
         ClientState::open(Some(path.clone()), Some(&policy(3)), None).unwrap();
         ClientState::open(Some(path.clone()), Some(&policy(4)), None).unwrap();
         assert!(ClientState::open(Some(path.clone()), Some(&policy(3)), None).is_err());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Two clients cannot share one state file: the second is refused while the first holds
+    /// it, and takes it once the first has ended.
+    #[test]
+    fn a_state_file_is_held_by_one_client() {
+        let path = file("lock");
+        let first = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
+        let second = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap_err();
+        assert!(matches!(second, StateError::InUse { .. }), "{second}");
+        drop(first);
+        ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
@@ -518,6 +574,7 @@ mod tests {
             });
             let refused = state.record(&release).unwrap_err();
             assert!(matches!(refused, StateError::Write { .. }), "{refused}");
+            drop(state);
             let again = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
             assert!(again.releases() >= sent, "{step:?}: {}", again.releases());
             assert!(again.epsilon() >= 1.0, "{step:?}");

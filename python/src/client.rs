@@ -85,8 +85,7 @@ impl Client {
             delta,
             clip: clip_bound,
         };
-        let mut privacy = client_privacy(privacy, limits)?;
-        privacy.max_total_epsilon = max_total_epsilon;
+        let privacy = client_privacy(privacy, limits, max_total_epsilon)?;
         let tls = match (ca, cert, key) {
             (None, None, None) => None,
             (Some(ca), cert, key) => {
@@ -170,9 +169,12 @@ fn federation_policy(
     }
 }
 
-/// The client's requirements from `privacy`'s name and its limits.
-fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy> {
-    limits.check().map_err(value_error)?;
+/// The client's requirements from `privacy`'s name, its limits and its total cap, checked.
+fn client_privacy(
+    privacy: &str,
+    limits: ClientLimits,
+    max_total_epsilon: Option<f64>,
+) -> PyResult<ClientPrivacy> {
     let require = match privacy {
         "follow" => None,
         name => Some(name.parse::<ReleaseKind>().map_err(PyValueError::new_err)?),
@@ -183,11 +185,13 @@ fn client_privacy(privacy: &str, limits: ClientLimits) -> PyResult<ClientPrivacy
              trainer (the fl-client binary) does",
         ));
     }
-    Ok(ClientPrivacy {
+    let privacy = ClientPrivacy {
         require,
         limits,
-        max_total_epsilon: None,
-    })
+        max_total_epsilon,
+    };
+    privacy.check().map_err(PyValueError::new_err)?;
+    Ok(privacy)
 }
 
 /// Runs the client on a runtime of its own, letting Python handle signals meanwhile.

@@ -1,4 +1,4 @@
-"""Fixtures: the project's `fl-server` and `fl-client` binaries (built once per test session with
+"""Fixtures: the project's `fl-server`, `fl-client` and `fl` binaries (built once per test session with
 cargo), a server started on a free loopback port, and the numpy example's MNIST trainer."""
 
 import os
@@ -18,14 +18,15 @@ TIMEOUT = 300
 
 @pytest.fixture(scope="session")
 def binaries():
-    """Paths of fl-server and fl-client, built by cargo (debug profile, as `cargo test` builds)."""
+    """Paths of fl-server, fl-client and fl, built by cargo (debug profile, as `cargo test`
+    builds)."""
     subprocess.run(
-        ["cargo", "build", "--quiet", "-p", "fl-server", "-p", "fl-client"],
+        ["cargo", "build", "--quiet", "-p", "fl-server", "-p", "fl-client", "-p", "fl-cli"],
         cwd=REPO,
         check=True,
     )
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "debug"
-    return {"server": target / "fl-server", "client": target / "fl-client"}
+    return {"server": target / "fl-server", "client": target / "fl-client", "fl": target / "fl"}
 
 
 class Server:

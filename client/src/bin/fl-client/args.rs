@@ -45,7 +45,8 @@ pub(crate) struct Args {
     /// `slow:FRACTION:FACTOR` (that share of the clients FACTOR times slower).
     #[arg(long, default_value = "uniform")]
     pub(crate) speeds: fl_common::pace::Speeds,
-    /// Name for the server's logs (default: client-INDEX).
+    /// Name for the server's logs and the state file (default: the certificate's name, or
+    /// client-INDEX); with --simulate N, each client is NAME-INDEX.
     #[arg(long)]
     pub(crate) name: Option<String>,
     /// Seed for local shuffling (reproducible experiments only).
@@ -164,23 +165,19 @@ impl Args {
             delta: self.delta,
             clip: self.clip_bound,
         };
-        limits.check()?;
-        if let Some(total) = self.max_total_epsilon
-            && !(total > 0.0 && total.is_finite())
-        {
-            bail!("--max-total-epsilon {total}: a positive number");
-        }
         let require = match self.privacy {
             Protection::Follow => None,
             Protection::LdpGaussian => Some(ReleaseKind::Gaussian),
             Protection::LdpLaplace => Some(ReleaseKind::Laplace),
             Protection::Signds => Some(ReleaseKind::SignDs),
         };
-        Ok(ClientPrivacy {
+        let privacy = ClientPrivacy {
             require,
             limits,
             max_total_epsilon: self.max_total_epsilon,
-        })
+        };
+        privacy.check().map_err(anyhow::Error::msg)?;
+        Ok(privacy)
     }
 
     /// The federation policy, verified under the authority, if given.

@@ -51,9 +51,13 @@ async fn run() -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (index, indices)) in shares.into_iter().enumerate() {
         let certified = credentials.as_ref().map(|c| c.certificate.name.clone());
-        let name = (args.name.clone())
-            .or(certified)
-            .unwrap_or_else(|| format!("client-{index}"));
+        let name = match (&args.name, certified) {
+            // Each simulated client its own name, and so its own state file.
+            (Some(name), _) if args.simulate > 1 => format!("{name}-{index}"),
+            (Some(name), _) => name.clone(),
+            (None, Some(certified)) => certified,
+            (None, None) => format!("client-{index}"),
+        };
         let signing = (privacy, credentials.clone());
         let mut opts = options(&args, name, Some(index as u64), signing, tls.clone());
         opts.training_slots = slots.clone();
@@ -69,9 +73,14 @@ async fn run() -> anyhow::Result<()> {
         };
         tasks.spawn(async move { (index, run_client(opts, local).await) });
     }
-    let mut failures = 0;
+    let mut failures = Vec::new();
     while let Some(joined) = tasks.join_next().await {
         match joined? {
+            (index, Ok(report)) if report.rounds_trained == 0 && report.tasks_refused > 0 => {
+                let reason = report.last_refusal.unwrap_or_default();
+                tracing::error!(index, %reason, "client refused every task");
+                failures.push(format!("client {index} refused every task: {reason}"));
+            }
             (index, Ok(report)) => tracing::info!(
                 index,
                 rounds = report.rounds_trained,
@@ -81,16 +90,17 @@ async fn run() -> anyhow::Result<()> {
                 "client finished"
             ),
             (index, Err(e)) => {
-                failures += 1;
                 let error = fl_common::error_chain(&e);
                 tracing::error!(index, %error, "client failed");
+                failures.push(format!("client {index}: {error}"));
             }
         }
     }
-    if failures > 0 {
-        bail!("{failures} client(s) failed");
+    match failures.as_slice() {
+        [] => Ok(()),
+        [one] => bail!("{one}"),
+        [first, ..] => bail!("{} clients failed; the first: {first}", failures.len()),
     }
-    Ok(())
 }
 
 /// Each client's (partition index, example indices): the whole data for one client, or the
