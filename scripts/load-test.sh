@@ -37,7 +37,12 @@ clients_at() { # ADDRESS FIRST COUNT NAME
     --partition "shards:$clients:$2" --simulate "$3" > /dev/null 2> "$out/$4.err" &
 }
 tier=()
-[ "$aggregators" -gt 0 ] && tier=(--aggregators "$aggregators")
+if [ "$aggregators" -gt 0 ]; then
+  tier=(--aggregators "$aggregators")
+  # A coordinator admits only aggregators that present its token.
+  FL_AGGREGATOR_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+  export FL_AGGREGATOR_TOKEN
+fi
 /usr/bin/time -v ${FL_SERVER_WRAP:-} "$bin/fl-server" --listen 127.0.0.1:0 --clients "$clients" \
   --clients-per-round "$per_round" --rounds "$rounds" --model "$model" "${tier[@]}" \
   --data mnist:data/mnist --out "$out/run" ${FL_SERVER_ARGS:-} > "$out/server.out" 2> "$out/server.err" &

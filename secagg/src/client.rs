@@ -271,10 +271,10 @@ impl ClientRound {
                     k.client
                 )));
             }
-            // A neighbour's keys are canonical and of large order (protocol.md, "Keys"),
-            // whatever the server relays.
-            keys::check_public(k.client, &k.cipher_public)?;
-            keys::check_public(k.client, &k.mask_public)?;
+            // A neighbour's keys are canonical (protocol.md, "Key derivation"), whatever the
+            // server relays; a key of small order fails its agreement.
+            keys::check_canonical(k.client, &k.cipher_public)?;
+            keys::check_canonical(k.client, &k.mask_public)?;
             adverts.insert(k.client, k.clone());
         }
         self.check_members(&hood.members, &adverts)?;

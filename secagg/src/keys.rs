@@ -50,17 +50,26 @@ pub enum KeyError {
     NonCanonical(u64),
 }
 
+/// Checks that a public key `client` advertised is a canonical u-coordinate: below
+/// p = 2^255 - 19, top bit clear (RFC 7748 Sec. 5). A byte comparison: what a client checks of
+/// every neighbour's key it is relayed, the small order being refused by the agreement itself
+/// ([`pair_seed`], [`share_cipher`]).
+pub fn check_canonical(client: u64, bytes: &[u8; 32]) -> Result<(), KeyError> {
+    // p = 2^255 - 19, little-endian: 0xed, then thirty 0xff, then 0x7f.
+    let below_p = bytes[31] < 0x7f
+        || (bytes[31] == 0x7f && (bytes[1..31].iter().any(|&b| b != 0xff) || bytes[0] < 0xed));
+    match below_p {
+        true => Ok(()),
+        false => Err(KeyError::NonCanonical(client)),
+    }
+}
+
 /// Checks a public key `client` advertised: a canonical u-coordinate (below p = 2^255 - 19 with the
 /// top bit clear, RFC 7748 Sec. 5) that is not of small order. Clamped X25519 scalars are
 /// multiples of the cofactor 8, so a Diffie-Hellman with any of them maps exactly the points of
 /// order dividing 8 (on the curve or its twist) to the all-zero output.
 pub fn check_public(client: u64, bytes: &[u8; 32]) -> Result<(), KeyError> {
-    // p = 2^255 - 19, little-endian: 0xed, then thirty 0xff, then 0x7f.
-    let below_p = bytes[31] < 0x7f
-        || (bytes[31] == 0x7f && (bytes[1..31].iter().any(|&b| b != 0xff) || bytes[0] < 0xed));
-    if !below_p {
-        return Err(KeyError::NonCanonical(client));
-    }
+    check_canonical(client, bytes)?;
     let probe = StaticSecret::from([0x42; 32]);
     if !probe
         .diffie_hellman(&PublicKey::from(*bytes))

@@ -302,9 +302,21 @@ async fn signed_secure_groups_sum_their_survivors_and_the_ledger_charges_the_sma
     std::fs::remove_dir_all(&base).unwrap();
 }
 
+/// What a scripted aggregator lies about in its round-1 sum (the round's S is 1, and each
+/// group has 3 clients sampled).
+#[derive(Debug, Clone, Copy)]
+enum Lie {
+    /// A sum labelled clipped to S = 100.
+    Clip,
+    /// Three contributors and a sum of norm sqrt(d) (every value 1): 3 S at most could come.
+    Oversized,
+    /// Ten contributors (weight 10) for three sampled clients, a small sum.
+    Inflated,
+}
+
 /// A scripted aggregator on the coordinator's `Tier` service: it reports three clients, answers
-/// round 1 with a sum clipped to another bound than the round's, and never answers round 2.
-async fn misbehaving_aggregator(endpoint: String) {
+/// round 1 with a sum that lies as `lie` says, and never answers round 2.
+async fn misbehaving_aggregator(endpoint: String, lie: Lie) {
     use fl_proto::v1::tier_client::TierClient;
     use fl_proto::v1::{
         AggregatorHello, AggregatorMessage, GroupResult, Population, aggregator_message::Body,
@@ -335,28 +347,32 @@ async fn misbehaving_aggregator(endpoint: String) {
         if round != 1 {
             continue;
         }
+        let (clip_bound, contributors, value) = match lie {
+            Lie::Clip => (100.0, 3, 50.0),
+            Lie::Oversized => (1.0, 3, 1.0),
+            Lie::Inflated => (1.0, 10, 1e-4),
+        };
         let result = GroupResult {
             round,
-            contributors: 3,
-            weight: 3.0,
+            contributors,
+            weight: contributors as f64,
             num_values: n as u64,
             num_chunks: fl_proto::chunk_count(n),
-            clip_bound: 100.0,
+            clip_bound,
             ..GroupResult::default()
         };
         tx.send(message(Body::Result(result))).await.unwrap();
-        for chunk in fl_proto::encode_chunks(round, &vec![50.0; n]) {
+        for chunk in fl_proto::encode_chunks(round, &vec![value; n]) {
             tx.send(message(Body::SumChunk(chunk))).await.unwrap();
         }
     }
 }
 
-/// One aggregator lies (its round-1 sum is clipped to S = 100, not the round's S = 1) and then
-/// goes silent: its group is refused in round 1 and timed out in round 2, and each round
-/// completes with the honest group's three results and is charged once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lying_then_silent_aggregator_costs_its_group_only() {
-    let base = std::env::temp_dir().join(format!("fl-tier-evil-{}", std::process::id()));
+/// One aggregator lies as `lie` says in round 1 and then goes silent: its group is refused in
+/// round 1 and timed out in round 2, and each round completes with the honest group's three
+/// results and is charged once.
+async fn a_lying_then_silent_aggregator(lie: Lie) {
+    let base = std::env::temp_dir().join(format!("fl-tier-{lie:?}-{}", std::process::id()));
     let data = Arc::new(blobs(600));
     let mut config = central_config(&base);
     config.server.rounds = 2;
@@ -365,7 +381,7 @@ async fn a_lying_then_silent_aggregator_costs_its_group_only() {
     config.server.aggregators = 2;
     config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
     let coordinator = support::start_server(config, data.clone(), None, None).await;
-    tokio::spawn(misbehaving_aggregator(coordinator.endpoint.clone()));
+    tokio::spawn(misbehaving_aggregator(coordinator.endpoint.clone(), lie));
     let (b, b_task, _b_stop) = start_aggregator(&coordinator.endpoint, "agg-b", None).await;
     clients(&b, &data, 3..K);
     let summary = summary(coordinator.handle).await;
@@ -377,7 +393,11 @@ async fn a_lying_then_silent_aggregator_costs_its_group_only() {
         let group = line.groups.iter().find(|g| g.aggregator == name).unwrap();
         (group.outcome, group.completed)
     };
-    assert_eq!(outcome(&lines[0], "agg-evil"), (GroupOutcome::Refused, 0));
+    assert_eq!(
+        outcome(&lines[0], "agg-evil"),
+        (GroupOutcome::Refused, 0),
+        "{lie:?}"
+    );
     assert_eq!(outcome(&lines[1], "agg-evil"), (GroupOutcome::TimedOut, 0));
     for line in &lines {
         assert_eq!(
@@ -391,4 +411,103 @@ async fn a_lying_then_silent_aggregator_costs_its_group_only() {
     let rounds: Vec<u64> = events(&base).iter().map(|e| e.round).collect();
     assert_eq!(rounds, vec![1, 2]);
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A sum clipped to another bound than the round's is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lying_then_silent_aggregator_costs_its_group_only() {
+    a_lying_then_silent_aggregator(Lie::Clip).await;
+}
+
+/// A sum of norm sqrt(d) from three clients clipped to S = 1 is refused: it would have set the
+/// next model for every group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malicious_aggregator_sends_an_oversized_sum() {
+    a_lying_then_silent_aggregator(Lie::Oversized).await;
+}
+
+/// Ten contributors claimed for a group of three sampled clients are refused: an inflated count
+/// would satisfy the release's minimum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malicious_aggregator_inflates_its_count() {
+    a_lying_then_silent_aggregator(Lie::Inflated).await;
+}
+
+/// Opens an Aggregate stream to `endpoint` as `name` with the right token: its incoming half
+/// once the coordinator welcomed it (and the outgoing half, which keeps it open), or the
+/// refusal.
+async fn open_as(
+    endpoint: &str,
+    name: &str,
+) -> Result<
+    (
+        tonic::Streaming<fl_proto::v1::CoordinatorMessage>,
+        tokio::sync::mpsc::Sender<fl_proto::v1::AggregatorMessage>,
+    ),
+    tonic::Status,
+> {
+    use fl_proto::v1::tier_client::TierClient;
+    use fl_proto::v1::{AggregatorHello, AggregatorMessage, aggregator_message::Body};
+    let mut tier = TierClient::connect(endpoint.to_owned()).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let hello = AggregatorHello {
+        name: name.into(),
+        token: "aggregator-secret".into(),
+    };
+    let opening = AggregatorMessage {
+        body: Some(Body::Hello(hello)),
+    };
+    tx.send(opening).await.unwrap();
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut incoming = tier.aggregate(stream).await?.into_inner();
+    let welcome = incoming.message().await?.and_then(|m| m.body);
+    assert!(
+        matches!(
+            welcome,
+            Some(fl_proto::v1::coordinator_message::Body::Welcome(_))
+        ),
+        "{welcome:?}"
+    );
+    Ok((incoming, tx))
+}
+
+/// A coordinator of two aggregators: a second stream under a connected aggregator's name (with
+/// the right token) is refused, so it cannot take over that group, and so is a third
+/// aggregator; once the first stream has ended, its name is admitted again (a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malicious_aggregator_takes_over_a_live_name() {
+    let base = std::env::temp_dir().join(format!("fl-tier-takeover-{}", std::process::id()));
+    let mut config = central_config(&base);
+    config.server.aggregators = 2;
+    config.server.aggregator_token = Some(fl_server::credentials::Token::new("aggregator-secret"));
+    config.server.join_timeout_secs = 5.0;
+    let data = Arc::new(blobs(600));
+    let coordinator = support::start_server(config, data, None, None).await;
+    let endpoint = coordinator.endpoint.clone();
+    let first = open_as(&endpoint, "agg-x").await.unwrap();
+    let taken = open_as(&endpoint, "agg-x").await.map(drop).unwrap_err();
+    assert_eq!(taken.code(), tonic::Code::AlreadyExists, "{taken:?}");
+    assert!(taken.message().contains("connected already"), "{taken:?}");
+    let _second = open_as(&endpoint, "agg-y").await.unwrap();
+    let third = open_as(&endpoint, "agg-z").await.map(drop).unwrap_err();
+    assert!(
+        third.message().contains("as many as server.aggregators"),
+        "{third:?}"
+    );
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while open_as(&endpoint, "agg-x").await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agg-x never admitted again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(30), coordinator.handle).await;
+    let refused = ended.unwrap().unwrap();
+    assert!(
+        matches!(refused, Err(ServerError::NotEnoughClients { .. })),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
 }

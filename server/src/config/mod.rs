@@ -209,7 +209,8 @@ impl RunConfig {
         };
         if self.secagg.sim_dropout > 0.0 {
             return Err(ConfigError::Invalid(
-                "secagg.sim_dropout is the one-process server's dropout injector: aggregators                  inject none, so a tier would run without the dropouts it asks for"
+                "secagg.sim_dropout is the one-process server's dropout injector: aggregators \
+                 inject none, so a tier would run without the dropouts it asks for"
                     .into(),
             ));
         }
@@ -302,6 +303,14 @@ impl RunConfig {
         }
         if self.server.aggregators > 0 {
             self.check_tier()?;
+            if self.server.aggregator_token.is_none() {
+                return Err(ConfigError::Invalid(
+                    "server.aggregators needs server.aggregator_token (or FL_AGGREGATOR_TOKEN): \
+                     without it anyone who reaches the port could register as an aggregator, \
+                     receive the model and sum its group's updates"
+                        .into(),
+                ));
+            }
         }
         if self.train.algorithm == Algorithm::Iadmm
             && self.admm.total_examples.is_none_or(|i| i == 0)

@@ -85,9 +85,9 @@ pub struct ServerSection {
     /// each round's sampled clients are sent their task and summed by their aggregator; 0
     /// (the default): the server serves its clients itself.
     pub aggregators: usize,
-    /// The token aggregators present to the coordinator (in clear, or as `sha256:HEX`); none
-    /// admits any aggregator that reaches the port. `fl-server` takes it from
-    /// `FL_AGGREGATOR_TOKEN` too.
+    /// The token aggregators present to the coordinator (in clear, or as `sha256:HEX`);
+    /// required with `aggregators` (a coordinator admits no aggregator without it).
+    /// `fl-server` takes it from `FL_AGGREGATOR_TOKEN` too.
     pub aggregator_token: Option<Token>,
     /// `fl sim` only: how fast each simulated client is, drawn per client from
     /// `data.partition_seed` (a simulation device): `uniform`; `lognormal:MEDIAN_SECS:SIGMA`,

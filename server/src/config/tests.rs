@@ -112,12 +112,14 @@ fn a_page_beyond_loopback_needs_the_operator_token() {
 }
 
 /// The aggregator tier takes the modes whose aggregate is a sum its groups can form, secure
-/// aggregation's included, and refuses the rest at start-up.
+/// aggregation's included, and refuses the rest at start-up; and it never starts without the
+/// aggregators' token (fail-closed: anyone could register as an aggregator).
 #[test]
 fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
     let tiered = |mode: PrivacyMode, edit: &dyn Fn(&mut RunConfig)| {
         let mut c = RunConfig::default();
         c.server.aggregators = 2;
+        c.server.aggregator_token = Some(crate::identity::credentials::Token::new("secret"));
         c.privacy.mode = mode;
         c.privacy.sampling = fl_privacy::Sampling::Fixed;
         c.privacy.epsilon = 1000.0;
@@ -133,6 +135,8 @@ fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
     ] {
         tiered(PrivacyMode::SecAgg, &|c| c.secagg.noise = noise).unwrap();
     }
+    let open = tiered(PrivacyMode::None, &|c| c.server.aggregator_token = None).unwrap_err();
+    assert!(open.contains("needs server.aggregator_token"), "{open}");
     let refused = [
         tiered(PrivacyMode::LdpGaussian, &|_| {}),
         tiered(PrivacyMode::SecAgg, &|c| c.secagg.sim_dropout = 0.2),

@@ -1,7 +1,9 @@
 //! The coordinator's registry of aggregators (the aggregator tier): which name holds which
 //! group, each live aggregator's stream towards it and the clients it reports connected. A name
-//! keeps its group across the aggregator's restarts; a second stream under a live name replaces
-//! the first.
+//! keeps its group across the aggregator's restarts. A second stream under a live name is
+//! refused (one aggregator's token cannot take over another's group; a restarted aggregator
+//! retries until its old stream has ended), and no more aggregators are live at once than
+//! `server.aggregators`.
 
 use crate::identity::ids::{self, ClientId, GroupId};
 use fl_proto::v1::CoordinatorMessage;
@@ -31,6 +33,22 @@ pub(crate) struct Groups {
     by_name: HashMap<String, GroupId>,
     live: BTreeMap<GroupId, Live>,
     next_generation: u64,
+    /// Most aggregators live at once.
+    cap: usize,
+}
+
+/// Why an aggregator's stream is refused a group.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub(crate) enum AttachRefusal {
+    /// Its name is live on another stream.
+    #[error("an aggregator named {0:?} is connected already")]
+    LiveName(String),
+    /// `server.aggregators` are live.
+    #[error("{0} aggregators are connected, as many as server.aggregators allows")]
+    Full(usize),
+    /// No group id is left.
+    #[error("no group left for another aggregator")]
+    NoId,
 }
 
 /// Why a population report is refused.
@@ -39,12 +57,33 @@ pub(crate) struct Groups {
 pub(crate) struct TooLarge(pub ClientId);
 
 impl Groups {
+    /// No aggregator yet, at most `cap` live at once.
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            ..Self::default()
+        }
+    }
+
     /// Binds `name`'s stream: its group (the one it had, or a new one) and the stream's
-    /// generation; `None` when no group id is left.
-    pub(crate) fn attach(&mut self, name: &str, outbox: GroupOutbox) -> Option<(GroupId, u64)> {
-        let next = GroupId::try_from(self.by_name.len() + 1).ok()?;
-        let group = *self.by_name.entry(name.to_owned()).or_insert(next);
-        ids::member(group, 0)?;
+    /// generation; refused while the name is live, when `cap` aggregators are, or when no group
+    /// id is left.
+    pub(crate) fn attach(
+        &mut self,
+        name: &str,
+        outbox: GroupOutbox,
+    ) -> Result<(GroupId, u64), AttachRefusal> {
+        let known = self.by_name.get(name).copied();
+        if known.is_some_and(|g| self.live.contains_key(&g)) {
+            return Err(AttachRefusal::LiveName(name.to_owned()));
+        }
+        if self.live.len() >= self.cap {
+            return Err(AttachRefusal::Full(self.cap));
+        }
+        let next = GroupId::try_from(self.by_name.len() + 1).map_err(|_| AttachRefusal::NoId)?;
+        let group = known.unwrap_or(next);
+        ids::member(group, 0).ok_or(AttachRefusal::NoId)?;
+        self.by_name.insert(name.to_owned(), group);
         self.next_generation += 1;
         let generation = self.next_generation;
         let live = Live {
@@ -54,7 +93,7 @@ impl Groups {
             members: Vec::new(),
         };
         self.live.insert(group, live);
-        Some((group, generation))
+        Ok((group, generation))
     }
 
     /// Records that stream `generation` of `group` reports `clients` (its own ids) connected;
@@ -76,7 +115,7 @@ impl Groups {
         Ok(())
     }
 
-    /// Forgets stream `generation` of `group`; false when a newer stream already replaced it.
+    /// Forgets stream `generation` of `group`; false when it is not the group's live stream.
     pub(crate) fn detach(&mut self, group: GroupId, generation: u64) -> bool {
         let current = self
             .live
@@ -122,7 +161,7 @@ mod tests {
 
     #[test]
     fn a_name_keeps_its_group_and_a_stale_stream_changes_nothing() {
-        let mut g = Groups::default();
+        let mut g = Groups::new(2);
         let (a, first) = g.attach("agg-a", outbox()).unwrap();
         let (b, _) = g.attach("agg-b", outbox()).unwrap();
         assert_eq!((a, b), (1, 2));
@@ -131,7 +170,14 @@ mod tests {
             g.members().collect::<Vec<_>>(),
             vec![1 << 40, (1 << 40) | 5]
         );
-        // agg-a restarts: same group, a new stream; the old stream's reports and end are stale.
+        // A second stream under agg-a's live name is refused, and a third aggregator too.
+        let taken = g.attach("agg-a", outbox()).unwrap_err();
+        assert_eq!(taken, AttachRefusal::LiveName("agg-a".into()));
+        assert_eq!(g.attach("agg-c", outbox()), Err(AttachRefusal::Full(2)));
+        assert_eq!(g.members().count(), 2);
+        // agg-a's stream ends and it restarts: same group, a new stream; the old stream's
+        // reports and end are stale.
+        assert!(g.detach(a, first));
         let (again, second) = g.attach("agg-a", outbox()).unwrap();
         assert_eq!(again, a);
         g.report(a, first, &[7]).unwrap();
@@ -146,7 +192,7 @@ mod tests {
 
     #[test]
     fn refuses_a_client_id_beyond_a_member_id() {
-        let mut g = Groups::default();
+        let mut g = Groups::new(1);
         let (a, generation) = g.attach("agg-a", outbox()).unwrap();
         assert_eq!(g.report(a, generation, &[1 << 40]), Err(TooLarge(1 << 40)));
     }

@@ -36,7 +36,7 @@ pub(crate) struct Shared {
     pub forget_after: Duration,
     /// The aggregators of a coordinator (the aggregator tier).
     pub groups: Mutex<Groups>,
-    /// The digest of the token aggregators present; none admits any aggregator.
+    /// The digest of the token aggregators present; none admits no aggregator.
     pub aggregator_token: Option<Digest>,
     /// Whether this server coordinates aggregators: its clients join them, not it.
     pub coordinates: bool,
@@ -54,9 +54,10 @@ impl Shared {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether an aggregator presenting `token` is admitted (compared in constant time).
+    /// Whether an aggregator presenting `token` is admitted (compared in constant time);
+    /// without a token set, none is (fail-closed).
     pub(crate) fn admits_aggregator(&self, token: &str) -> bool {
-        (self.aggregator_token.as_ref()).is_none_or(|d| d.matches(&Digest::of(token.as_bytes())))
+        (self.aggregator_token.as_ref()).is_some_and(|d| d.matches(&Digest::of(token.as_bytes())))
     }
 
     /// The admission rule (recovering a poisoned lock: it holds plain data).

@@ -70,11 +70,10 @@ impl Tier for TierService {
         }
         let (outbox, queue) = mpsc::channel(GROUP_OUTBOX);
         let attached = self.shared.groups().attach(&hello.name, outbox.clone());
-        let Some((group, generation)) = attached else {
-            return Err(Status::resource_exhausted(
-                "no group left for another aggregator",
-            ));
-        };
+        let (group, generation) = attached.map_err(|refusal| {
+            tracing::warn!(name = %for_log(&hello.name), %refusal, "aggregator refused");
+            Status::already_exists(refusal.to_string())
+        })?;
         let welcome = Welcome {
             group,
             num_values: self.shared.num_params as u64,

@@ -247,7 +247,7 @@ pub(crate) fn shared_state(
         upload_stall: Duration::from_secs_f64(s.upload_stall_secs),
         max_idle: s.max_idle_clients,
         forget_after: Duration::from_secs_f64(s.forget_after_secs),
-        groups: Default::default(),
+        groups: Mutex::new(crate::edge::groups::Groups::new(s.aggregators)),
         aggregator_token: s.aggregator_token.as_ref().map(|t| t.digest()),
         coordinates: s.aggregators > 0,
     });

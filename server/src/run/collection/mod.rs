@@ -5,6 +5,7 @@
 //! picks one per run; the coordinator only calls [`Collection::prepare`],
 //! [`Collection::dispatch`] and [`Collection::collect`].
 
+mod group_intake;
 mod intake;
 mod plain;
 mod secure;

@@ -11,6 +11,7 @@
 //! coordinator adds the groups' sums into the round's secure sum ([`SecureTotal`]) and hands the
 //! strategy stack that alone, as a one-process secure round does.
 
+use super::group_intake::{Expected, SumRule, check_group};
 use super::{Prepared, RoundWork, SecureCollection, Tally};
 use crate::edge::clients::{Clients, Next, SentPart};
 use crate::error::ServerError;
@@ -21,7 +22,6 @@ use crate::round::events::{Event, GroupReport};
 use crate::round::policy::RoundPlan;
 use crate::round::rejection::Rejection;
 use crate::round::strategy::{GroupRule, GroupSum, SecureRule, SumInput, Upload};
-use fl_model::CheckedUpdate;
 use fl_secagg::Calibration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -119,13 +119,21 @@ impl TieredCollection {
                     let Some(part) = waiting.remove(&group) else {
                         continue;
                     };
+                    let (dim, sampled) = (work.global.len(), part.sampled);
                     let figures = answered(part, &report);
                     tally.bytes_up += report.bytes_up;
                     tally.stage_bytes_down += report.bytes_down;
                     clients.add_refused(report.refused as usize);
                     let outcome = match &mut total {
-                        Some(total) => total.add((group, report)),
-                        None => absorb(&mut work, &mut tally, (group, report)),
+                        Some(total) => total.add((group, report), sampled),
+                        None => {
+                            let rule = SumRule::Plain {
+                                clip: self.rule.clip_bound,
+                                weighted: self.rule.weight_by_examples,
+                            };
+                            let expected = Expected { dim, sampled, rule };
+                            absorb(&mut work, &mut tally, (group, report), expected)
+                        }
                     };
                     tally.groups.push(ended(figures, outcome));
                 }
@@ -185,21 +193,27 @@ impl SecureTotal {
         }
     }
 
-    /// Adds group `group`'s sum; one of another code or length is refused.
-    fn add(&mut self, (group, report): (GroupId, GroupReport)) -> GroupOutcome {
-        let Some(sum) = report.sum else {
-            return GroupOutcome::Summed;
+    /// Adds group `group`'s sum, one of its `sampled` clients' survivors; one that no such
+    /// survivors could send under the round's code and noise is refused ([`check_group`]).
+    fn add(&mut self, (group, report): (GroupId, GroupReport), sampled: usize) -> GroupOutcome {
+        let (contributors, recovered) = (report.contributors, report.dropouts_recovered);
+        let expected = Expected {
+            dim: self.sum.len(),
+            sampled,
+            rule: SumRule::Secure(&self.calibration),
         };
-        let clip = self.calibration.quantizer.clip;
-        let fits = sum.len() == self.sum.len() && sum.iter().all(|v| v.is_finite());
-        if !fits || report.clip_bound != Some(clip) {
-            tracing::error!(group, "group secure sum refused: not of the round's code");
-            return GroupOutcome::Refused;
-        }
-        self.sum.iter_mut().zip(&sum).for_each(|(t, v)| *t += v);
+        let sum = match check_group(report, expected) {
+            Ok(Some(sum)) => sum,
+            Ok(None) => return GroupOutcome::Summed,
+            Err(refusal) => {
+                tracing::error!(group, %refusal, "group secure sum refused");
+                return GroupOutcome::Refused;
+            }
+        };
+        (self.sum.iter_mut().zip(sum.iter())).for_each(|(t, v)| *t += v);
         self.groups += 1;
-        self.metrics.survivors += report.contributors as usize;
-        self.metrics.dropouts_recovered += report.dropouts_recovered as usize;
+        self.metrics.survivors += contributors as usize;
+        self.metrics.dropouts_recovered += recovered as usize;
         GroupOutcome::Summed
     }
 
@@ -267,33 +281,40 @@ fn unanswered(part: SentPart, outcome: GroupOutcome) -> GroupMetrics {
     }
 }
 
-/// Absorbs group `group`'s partial aggregate into the strategy stack and counts its figures; a
-/// refused one is logged and costs the round its group.
+/// Absorbs group `group`'s partial aggregate into the strategy stack and counts its figures,
+/// once [`check_group`] found it one the group's clients could send as `expected`; a refused
+/// one is logged and costs the round its group.
 fn absorb(
     work: &mut RoundWork<'_>,
     tally: &mut Tally,
     (group, report): (GroupId, GroupReport),
+    expected: Expected,
 ) -> GroupOutcome {
     let round = work.ctx.round;
-    let Some(sum) = report.sum else {
-        return GroupOutcome::Summed;
+    let (weight, contributors) = (report.weight, report.contributors as usize);
+    let (clip_bound, losses) = (report.clip_bound, report.losses);
+    let summed = match check_group(report, expected) {
+        Ok(None) => return GroupOutcome::Summed,
+        Ok(Some(sum)) => {
+            let upload = Upload::Group(GroupSum {
+                sum,
+                weight,
+                contributors,
+                clip_bound,
+            });
+            work.strategy
+                .absorb(&work.ctx, upload)
+                .map_err(|e| e.to_string())
+        }
+        Err(refusal) => Err(refusal.to_string()),
     };
-    let summed = CheckedUpdate::new(sum).map_err(Into::into).and_then(|sum| {
-        let upload = Upload::Group(GroupSum {
-            sum,
-            weight: report.weight,
-            contributors: report.contributors as usize,
-            clip_bound: report.clip_bound,
-        });
-        work.strategy.absorb(&work.ctx, upload)
-    });
     match summed {
         Ok(()) => {
-            tally.count_group(report.contributors as usize, report.losses);
+            tally.count_group(contributors, losses);
             GroupOutcome::Summed
         }
-        Err(e) => {
-            tracing::error!(round, group, error = %e, "group result refused");
+        Err(error) => {
+            tracing::error!(round, group, %error, "group result refused");
             GroupOutcome::Refused
         }
     }
