@@ -36,7 +36,8 @@ def check(name, value):
 
 # Task digest: logistic regression 2 -> 2 ("2-2"), tensors "layers.0.weight" [2, 2] and
 # "layers.0.bias" [2], E = 1, B = 10, eta = 0.1f, s = 0, b = 32, S = 1.0,
-# gamma = 1000.0, sigma^2 = 0, signed = 1, federation "hospitals", run 42, the six values.
+# gamma = 1000.0, sigma^2 = 0, signed = 1, federation "hospitals", run 42, n_min 3, the six
+# values.
 def task_digest(tensor_names):
     h = hashlib.sha256(b"flp.v1 task" + u64(7) + text("2-2"))
     h.update(u32(len(tensor_names)))
@@ -44,7 +45,7 @@ def task_digest(tensor_names):
         h.update(text(name) + u32(len(shape)) + b"".join(u64(n) for n in shape))
     h.update(u32(1) + u32(10) + struct.pack(">f", 0.1) + u32(0))
     h.update(u32(32) + struct.pack(">d", 1.0) + struct.pack(">d", 1000.0) + u64(0) + b"\x01")
-    h.update(text("hospitals") + u64(42))
+    h.update(text("hospitals") + u64(42) + u64(3))
     values = [0.5, -0.25, 1.0, 0.0, 2.0, -3.0]
     h.update(u64(len(values)) + b"".join(struct.pack("<f", v) for v in values))
     return h.hexdigest()

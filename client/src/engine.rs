@@ -94,11 +94,16 @@ fn prepare(
                 quantizer,
                 noise_variance,
                 digest,
+                min_survivors,
                 ..
             },
         ) => {
             let tag = RoundTag { round, digest };
             let input = (quantizer, noise_variance, values.as_slice());
+            let context = &SecureContext {
+                min_survivors,
+                ..context.clone()
+            };
             let (state, keys) = SecureRound::start((me, tag), input, context);
             Ok(Ready::Secure(Box::new(state), keys))
         }
@@ -157,6 +162,7 @@ impl Engine {
                 credentials: None,
                 oracle,
                 policy: None,
+                min_survivors: 0,
             },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,

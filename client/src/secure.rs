@@ -54,7 +54,8 @@ impl SecureRound {
         }
         let credentials = context.credentials.clone();
         let protocol = ClientRound::new((tag, me), quantizer.ring, credentials, &mut secret)
-            .under(context.policy.clone());
+            .under(context.policy.clone())
+            .surviving_at_least(context.min_survivors);
         let keys = StageMessage::Keys(protocol.advertise());
         let state = Self {
             round,
@@ -120,4 +121,6 @@ pub(crate) struct SecureContext {
     pub(crate) oracle: Option<Arc<PlainInputs>>,
     /// The federation's rules: the round's minimums, checked at each stage.
     pub(crate) policy: Option<Arc<FederationPolicy>>,
+    /// n_min of the round (its task's): the fewest clients it may admit and keep.
+    pub(crate) min_survivors: u64,
 }

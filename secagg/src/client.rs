@@ -68,6 +68,8 @@ pub struct ClientRound {
     survivors: BTreeSet<u64>,
     /// The federation's rules on the round's size, graph and threshold, if the client has them.
     policy: Option<Arc<FederationPolicy>>,
+    /// n_min: the fewest clients the round may admit (U1) or keep (U3).
+    min_survivors: u64,
     /// This client's advertisement, signed once when the round is made.
     advert: AdvertisedKeys,
 }
@@ -107,6 +109,7 @@ impl ClientRound {
             members: [0; 32],
             survivors: BTreeSet::new(),
             policy: None,
+            min_survivors: 0,
             advert,
         }
     }
@@ -115,6 +118,13 @@ impl ClientRound {
     /// k, t) is refused before anything is shared.
     pub fn under(mut self, policy: Option<Arc<FederationPolicy>>) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// This client refuses a round that admits (U1) or keeps (U3) fewer than `n_min` clients:
+    /// the task's floor, which the round's noise was calibrated and charged for.
+    pub fn surviving_at_least(mut self, n_min: u64) -> Self {
+        self.min_survivors = n_min;
         self
     }
 
@@ -261,6 +271,7 @@ impl ClientRound {
         if let Some(policy) = &self.policy {
             policy.check_round(hood.members.len(), hood.neighbours.len(), hood.threshold)?;
         }
+        self.check_floor("admitted clients", hood.members.len())?;
         let (n, t) = (hood.neighbours.len(), hood.threshold);
         let mut neighbours = BTreeMap::new();
         let mut adverts = BTreeMap::new();
@@ -456,7 +467,19 @@ impl ClientRound {
                 self.threshold
             )));
         }
+        self.check_floor("survivors", survivors.len())?;
         Ok(survivors)
+    }
+
+    /// Refuses `count` `what` below the task's n_min.
+    fn check_floor(&self, what: &str, count: usize) -> Result<(), SecAggError> {
+        match (count as u64) < self.min_survivors {
+            true => Err(SecAggError::Refused(format!(
+                "{count} {what}, below the task's n_min = {}, which its noise was charged for",
+                self.min_survivors
+            ))),
+            false => Ok(()),
+        }
     }
 
     /// Stage 3 of an unsigned round: for each neighbour v that shared, the share of b_v if v

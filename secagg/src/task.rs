@@ -39,6 +39,9 @@ pub struct SecureTask {
     pub federation: String,
     /// The server process's run id: with the federation and the round, the attempt.
     pub run: u64,
+    /// n_min: the fewest survivors whose noise the round's accounting counts; a client refuses
+    /// a round that admits (U1) or keeps (U3) fewer.
+    pub min_survivors: u64,
 }
 
 /// One inexact-ADMM primal step's parameters.
@@ -93,9 +96,9 @@ impl TaskDigest {
     /// model's text, its tensors (name, then the shape's u64 dimensions), E u32, B u32, the
     /// bits of eta (f32) u32, s u32, the ring's b u32, the bits of S and of gamma (f64) u64
     /// each, sigma_i^2 u64, signed u8 (0 or 1), the federation id (a string), the run id u64,
-    /// then the tensor's values as little-endian f32 after their count u64. The task and its
-    /// secure part are destructured in full, so a field added to either does not compile until
-    /// it is hashed or said not to be.
+    /// n_min u64, then the tensor's values as little-endian f32 after their count u64. The task
+    /// and its secure part are destructured in full, so a field added to either does not
+    /// compile until it is hashed or said not to be.
     pub fn of(task: &Task, secure: &SecureTask, tensor: &[f32]) -> Self {
         use sha2::{Digest, Sha256};
         let Task {
@@ -115,6 +118,7 @@ impl TaskDigest {
             signed,
             federation,
             run,
+            min_survivors,
         } = secure;
         let LocalConfig {
             epochs,
@@ -150,6 +154,7 @@ impl TaskDigest {
         h.update([u8::from(*signed)]);
         text(&mut h, federation);
         h.update(run.to_be_bytes());
+        h.update(min_survivors.to_be_bytes());
         h.update((tensor.len() as u64).to_be_bytes());
         let mut bytes = Vec::with_capacity(4 * 4096);
         for block in tensor.chunks(4096) {

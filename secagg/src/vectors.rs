@@ -48,6 +48,7 @@ fn task() -> (Task, Vec<f32>) {
             signed: true,
             federation: "hospitals".into(),
             run: 42,
+            min_survivors: 3,
         }),
         admm: None,
         evaluate: false,

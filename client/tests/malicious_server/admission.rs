@@ -242,7 +242,7 @@ async fn malicious_server_repeats_secure_rounds_of_one_model() {
             &task,
             (&model, 0.7),
             Some(verifier.clone()),
-            None,
+            honest::Deviation::None,
         )
         .await
         .unwrap();
@@ -343,4 +343,28 @@ async fn malicious_server_rolls_the_policy_back() {
     let log = std::fs::read_to_string(setup.dir.join("client-0.log")).unwrap();
     assert!(log.contains("serial 1 is older than serial 2"), "{log}");
     drop(peers);
+}
+
+/// A server (or an aggregator, to its group) that finishes a round with fewer survivors than the
+/// task's n_min, the survivors its noise was charged for: five clients mask, and it says the
+/// last dropped. With n_min = 0 in the task the four left endorse U3; with n_min = 5 each
+/// refuses it before signing or revealing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malicious_server_finishes_below_the_floor() {
+    for floor in [0, 5] {
+        let mut setup = setup(&format!("floor-{floor}"), 5, true).await;
+        let mut peers = setup.peers(5).await;
+        let verifier = Arc::new(Verifier::new(setup.authority.public(), None).unwrap());
+        let mut task = task(true);
+        task.secagg.as_mut().unwrap().min_survivors = floor;
+        let model = vec![0.0; PARAMS];
+        let dropped = honest::Deviation::Drop(1);
+        let ended = honest::round(&mut peers, &task, (&model, 0.7), Some(verifier), dropped).await;
+        match (floor, ended) {
+            (0, Ok(done)) => assert_eq!(done.result.survivors.len(), 4),
+            (5, Err(reason)) => assert!(reason.contains("below the task's n_min = 5"), "{reason}"),
+            (_, other) => panic!("n_min {floor}: {other:?}"),
+        }
+        shut_down(&mut setup, &peers).await;
+    }
 }

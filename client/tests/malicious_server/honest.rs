@@ -28,27 +28,44 @@ async fn stage(peer: &mut Peer) -> Result<StageMessage, String> {
     }
 }
 
+/// Where the server deviates from the honest round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deviation<'a> {
+    /// Nowhere.
+    None,
+    /// It forwards these endorsements instead of the round's own.
+    Replay(&'a BTreeMap<u64, [u8; 64]>),
+    /// It reads no masked input from the last `n` clients (they dropped, as far as the round
+    /// goes) and goes on with the others, as low as they are.
+    Drop(usize),
+}
+
 /// Runs round 1 of `task` over every peer on the complete graph with threshold fraction
-/// `threshold`, as an honest server would; a signed round (with `verifier`) forwards each
-/// client its neighbours' signatures, or the `replayed` ones in their place. The first refusal
-/// of any client is the error.
+/// `threshold`, as an honest server would but for `deviation`; a signed round (with `verifier`)
+/// forwards each client its neighbours' signatures. The first refusal of any client is the
+/// error.
 pub(crate) async fn round(
     peers: &mut BTreeMap<u64, Peer>,
     task: &RoundTask,
     (model, threshold): (&[f32], f64),
     verifier: Option<Arc<Verifier>>,
-    replayed: Option<&BTreeMap<u64, [u8; 64]>>,
+    deviation: Deviation<'_>,
 ) -> Result<Honest, String> {
     let tag = tag_of(task, model);
     let signed = verifier.is_some();
     let adverts = keys_of(peers, task, |_| model.to_vec()).await;
+    // The clients whose masked inputs are read (the first ones by id), and the round's floor.
+    let kept = match deviation {
+        Deviation::Drop(n) => peers.len() - n,
+        Deviation::None | Deviation::Replay(_) => peers.len(),
+    };
     let setup = RoundSetup {
         tag,
         ring: ring(),
         dim: PARAMS,
         graph: GraphKind::Complete,
         threshold_fraction: threshold,
-        min_survivors: peers.len(),
+        min_survivors: kept,
         verifier,
     };
     let fail = |e: fl_secagg::SecAggError| e.to_string();
@@ -80,20 +97,20 @@ pub(crate) async fn round(
     for (u, proceed) in checked.proceed {
         send_stage(&peers[&u], &ServerStage::Proceed(proceed)).await;
     }
-    for (&u, peer) in peers.iter_mut() {
+    for (&u, peer) in peers.iter_mut().take(kept) {
         let StageMessage::Masked(y) = stage(peer).await? else {
             return Err(format!("client {u} did not send its masked input"));
         };
         masked.receive_masked(u, &y).map_err(fail)?;
     }
     let (mut unmasking, survivors) = masked.close().map_err(fail)?;
-    for peer in peers.values() {
+    for peer in peers.values().take(kept) {
         send_stage(peer, &ServerStage::Survivors(survivors.clone())).await;
     }
     let mut endorsements = BTreeMap::new();
     if signed {
         let mut consistency = Consistency::new(unmasking);
-        for (&u, peer) in peers.iter_mut() {
+        for (&u, peer) in peers.iter_mut().take(kept) {
             let StageMessage::Endorse(signature) = stage(peer).await? else {
                 return Err(format!("client {u} did not sign the survivors"));
             };
@@ -102,7 +119,7 @@ pub(crate) async fn round(
         }
         let (next, mut forwarded) = consistency.close().map_err(fail)?;
         unmasking = next;
-        if let Some(old) = replayed {
+        if let Deviation::Replay(old) = deviation {
             for list in forwarded.values_mut() {
                 list.iter_mut().for_each(|(v, s)| *s = old[v]);
             }
@@ -111,7 +128,7 @@ pub(crate) async fn round(
             send_stage(&peers[&u], &ServerStage::Endorsements(list)).await;
         }
     }
-    for (&u, peer) in peers.iter_mut() {
+    for (&u, peer) in peers.iter_mut().take(kept) {
         let StageMessage::Reveal(reveals) = stage(peer).await? else {
             return Err(format!("client {u} did not reveal"));
         };

@@ -92,7 +92,7 @@ async fn malicious_server_reruns_a_finished_round() {
         &task,
         (&model, 0.7),
         Some(verifier.clone()),
-        None,
+        honest::Deviation::None,
     )
     .await
     .unwrap();
@@ -117,7 +117,7 @@ async fn malicious_server_reruns_a_finished_round() {
         &again,
         (&model, 0.7),
         Some(verifier),
-        Some(&first.endorsements),
+        honest::Deviation::Replay(&first.endorsements),
     )
     .await
     .unwrap_err();
@@ -143,9 +143,15 @@ async fn malicious_server_removes_the_distributed_noise() {
         let mut task = task_in(true, federation(with_policy), 1);
         task.config.as_mut().unwrap().learning_rate = 1e-30;
         let model = vec![0.0; PARAMS];
-        let honest = honest::round(&mut peers, &task, (&model, 0.7), Some(verifier), None)
-            .await
-            .unwrap();
+        let honest = honest::round(
+            &mut peers,
+            &task,
+            (&model, 0.7),
+            Some(verifier),
+            honest::Deviation::None,
+        )
+        .await
+        .unwrap();
         let signed: Vec<f64> = (honest.result.sum.iter())
             .map(|&v| ring().to_signed(v) as f64)
             .collect();

@@ -330,6 +330,7 @@ pub(crate) fn task_in(signed: bool, federation: &str, run: u64) -> RoundTask {
             signed,
             federation: federation.into(),
             run,
+            min_survivors: 0,
         }),
         ..Default::default()
     }

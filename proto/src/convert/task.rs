@@ -182,6 +182,7 @@ fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
         signed: task.signed,
         federation: task.federation,
         run: task.run,
+        min_survivors: task.min_survivors,
     })
 }
 
@@ -203,6 +204,7 @@ impl From<&Task> for v1::RoundTask {
                 signed: s.signed,
                 federation: s.federation.clone(),
                 run: s.run,
+                min_survivors: s.min_survivors,
             }),
             local_privacy: task.local.map(v1::LocalPrivacy::from),
             admm: task.admm.map(|a| v1::AdmmTask {

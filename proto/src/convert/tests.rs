@@ -168,6 +168,7 @@ fn tasks_cross_the_wire_unchanged_and_bad_ones_are_refused() {
             signed: true,
             federation: "hospitals".into(),
             run: 9,
+            min_survivors: 5,
         }),
         admm: Some(AdmmStep {
             rho: 2.0,

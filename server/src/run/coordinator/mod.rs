@@ -501,6 +501,7 @@ impl Coordinator {
                 signed: planned.prepared.signed,
                 federation: planned.prepared.federation.clone(),
                 run: planned.prepared.run,
+                min_survivors: c.min_survivors as u64,
             }),
             admm: instructions.admm,
             evaluate: self.config.eval.federated_at(ctx.round),
