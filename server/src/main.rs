@@ -124,6 +124,10 @@ struct Args {
     /// FL_AGGREGATOR_TOKEN environment variable.
     #[arg(long, env = "FL_AGGREGATOR_TOKEN", hide_env_values = true)]
     aggregator_token: Option<String>,
+    /// A coordinator's enrollment file of aggregators (`fl enroll --file FILE NAME`):
+    /// each presents its own token, for its own name only.
+    #[arg(long, value_name = "FILE")]
+    aggregator_enrollment: Option<PathBuf>,
     /// An aggregator's coordinator, e.g. http://coordinator:50051.
     #[arg(long, value_name = "URL", required_if_eq("role", "aggregator"))]
     upstream: Option<String>,
@@ -195,6 +199,9 @@ impl Args {
         }
         if let Some(token) = &self.aggregator_token {
             c.server.aggregator_token = Some(Token::new(token));
+        }
+        if self.aggregator_enrollment.is_some() {
+            c.server.aggregator_enrollment = self.aggregator_enrollment.clone();
         }
         c.validate()?;
         Ok(c)

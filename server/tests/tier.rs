@@ -433,12 +433,12 @@ async fn malicious_aggregator_inflates_its_count() {
     a_lying_then_silent_aggregator(Lie::Inflated).await;
 }
 
-/// Opens an Aggregate stream to `endpoint` as `name` with the right token: its incoming half
+/// Opens an Aggregate stream to `endpoint` as `name` presenting `token`: its incoming half
 /// once the coordinator welcomed it (and the outgoing half, which keeps it open), or the
 /// refusal.
 async fn open_as(
     endpoint: &str,
-    name: &str,
+    (name, token): (&str, &str),
 ) -> Result<
     (
         tonic::Streaming<fl_proto::v1::CoordinatorMessage>,
@@ -452,7 +452,7 @@ async fn open_as(
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let hello = AggregatorHello {
         name: name.into(),
-        token: "aggregator-secret".into(),
+        token: token.into(),
     };
     let opening = AggregatorMessage {
         body: Some(Body::Hello(hello)),
@@ -471,6 +471,9 @@ async fn open_as(
     Ok((incoming, tx))
 }
 
+/// The shared token of the tier tests' coordinators.
+const SECRET: &str = "aggregator-secret";
+
 /// A coordinator of two aggregators: a second stream under a connected aggregator's name (with
 /// the right token) is refused, so it cannot take over that group, and so is a third
 /// aggregator; once the first stream has ended, its name is admitted again (a restart).
@@ -484,25 +487,74 @@ async fn malicious_aggregator_takes_over_a_live_name() {
     let data = Arc::new(blobs(600));
     let coordinator = support::start_server(config, data, None, None).await;
     let endpoint = coordinator.endpoint.clone();
-    let first = open_as(&endpoint, "agg-x").await.unwrap();
-    let taken = open_as(&endpoint, "agg-x").await.map(drop).unwrap_err();
+    let first = open_as(&endpoint, ("agg-x", SECRET)).await.unwrap();
+    let taken = open_as(&endpoint, ("agg-x", SECRET))
+        .await
+        .map(drop)
+        .unwrap_err();
     assert_eq!(taken.code(), tonic::Code::AlreadyExists, "{taken:?}");
     assert!(taken.message().contains("connected already"), "{taken:?}");
-    let _second = open_as(&endpoint, "agg-y").await.unwrap();
-    let third = open_as(&endpoint, "agg-z").await.map(drop).unwrap_err();
+    let _second = open_as(&endpoint, ("agg-y", SECRET)).await.unwrap();
+    let third = open_as(&endpoint, ("agg-z", SECRET))
+        .await
+        .map(drop)
+        .unwrap_err();
     assert!(
         third.message().contains("as many as server.aggregators"),
         "{third:?}"
     );
     drop(first);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while open_as(&endpoint, "agg-x").await.is_err() {
+    while open_as(&endpoint, ("agg-x", SECRET)).await.is_err() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "agg-x never admitted again"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let ended = tokio::time::timeout(Duration::from_secs(30), coordinator.handle).await;
+    let refused = ended.unwrap().unwrap();
+    assert!(
+        matches!(refused, Err(ServerError::NotEnoughClients { .. })),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Under an aggregators' enrollment each token admits its own name only: agg-b's token does not
+/// admit agg-a, nor a name nobody enrolled, and the shared token of the other tests admits none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malicious_aggregator_presents_another_names_token() {
+    use fl_server::credentials::{Digest, EnrollmentList};
+    let base = std::env::temp_dir().join(format!("fl-tier-enrolled-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let mut list = EnrollmentList::default();
+    for (name, token) in [("agg-a", "token-of-agg-a"), ("agg-b", "token-of-agg-b")] {
+        list.enroll(name, Some(Digest::of(token.as_bytes())), None)
+            .unwrap();
+    }
+    let file = base.join("aggregators.toml");
+    std::fs::write(&file, list.to_toml()).unwrap();
+    let mut config = central_config(&base.join("run"));
+    config.server.aggregators = 2;
+    config.server.aggregator_enrollment = Some(file);
+    config.server.join_timeout_secs = 5.0;
+    let coordinator = support::start_server(config, Arc::new(blobs(600)), None, None).await;
+    let endpoint = coordinator.endpoint.clone();
+    for refused in [
+        ("agg-a", "token-of-agg-b"),
+        ("agg-c", "token-of-agg-b"),
+        ("agg-a", SECRET),
+    ] {
+        let status = open_as(&endpoint, refused).await.map(drop).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    }
+    let _a = open_as(&endpoint, ("agg-a", "token-of-agg-a"))
+        .await
+        .unwrap();
+    let _b = open_as(&endpoint, ("agg-b", "token-of-agg-b"))
+        .await
+        .unwrap();
     let ended = tokio::time::timeout(Duration::from_secs(30), coordinator.handle).await;
     let refused = ended.unwrap().unwrap();
     assert!(

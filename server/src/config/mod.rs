@@ -303,11 +303,13 @@ impl RunConfig {
         }
         if self.server.aggregators > 0 {
             self.check_tier()?;
-            if self.server.aggregator_token.is_none() {
+            let s = &self.server;
+            if s.aggregator_token.is_none() && s.aggregator_enrollment.is_none() {
                 return Err(ConfigError::Invalid(
-                    "server.aggregators needs server.aggregator_token (or FL_AGGREGATOR_TOKEN): \
-                     without it anyone who reaches the port could register as an aggregator, \
-                     receive the model and sum its group's updates"
+                    "server.aggregators needs server.aggregator_enrollment (a token per \
+                     aggregator, fl enroll) or server.aggregator_token (or FL_AGGREGATOR_TOKEN): \
+                     without either anyone who reaches the port could register as an \
+                     aggregator, receive the model and sum its group's updates"
                         .into(),
                 ));
             }

@@ -85,10 +85,15 @@ pub struct ServerSection {
     /// each round's sampled clients are sent their task and summed by their aggregator; 0
     /// (the default): the server serves its clients itself.
     pub aggregators: usize,
-    /// The token aggregators present to the coordinator (in clear, or as `sha256:HEX`);
-    /// required with `aggregators` (a coordinator admits no aggregator without it).
-    /// `fl-server` takes it from `FL_AGGREGATOR_TOKEN` too.
+    /// The token aggregators present to the coordinator (in clear, or as `sha256:HEX`), one
+    /// for all of them; with `aggregators`, this or `aggregator_enrollment` is required (a
+    /// coordinator admits no aggregator without either). `fl-server` takes it from
+    /// `FL_AGGREGATOR_TOKEN` too.
     pub aggregator_token: Option<Token>,
+    /// The aggregators' enrollment file (`fl enroll --file FILE NAME` for each): each
+    /// aggregator presents its own token, which admits it under its own name only. Read at
+    /// start-up; takes the place of `aggregator_token`.
+    pub aggregator_enrollment: Option<PathBuf>,
     /// `fl sim` only: how fast each simulated client is, drawn per client from
     /// `data.partition_seed` (a simulation device): `uniform`; `lognormal:MEDIAN_SECS:SIGMA`,
     /// each client waiting a delay of its own after every training, ln(delay) ~ N(ln MEDIAN,
@@ -127,6 +132,7 @@ impl Default for ServerSection {
             tls_client_ca: None,
             aggregators: 0,
             aggregator_token: None,
+            aggregator_enrollment: None,
             sim_speeds: Speeds::Uniform,
         }
     }

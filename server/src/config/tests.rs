@@ -136,7 +136,10 @@ fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
         tiered(PrivacyMode::SecAgg, &|c| c.secagg.noise = noise).unwrap();
     }
     let open = tiered(PrivacyMode::None, &|c| c.server.aggregator_token = None).unwrap_err();
-    assert!(open.contains("needs server.aggregator_token"), "{open}");
+    assert!(
+        open.contains("needs server.aggregator_enrollment"),
+        "{open}"
+    );
     let refused = [
         tiered(PrivacyMode::LdpGaussian, &|_| {}),
         tiered(PrivacyMode::SecAgg, &|c| c.secagg.sim_dropout = 0.2),

@@ -4,7 +4,7 @@
 use crate::edge::groups::Groups;
 use crate::edge::join_gate::JoinGate;
 use crate::edge::registry::Registry;
-use crate::identity::credentials::{Credentials, Digest};
+use crate::identity::credentials::{Credentials, Digest, EnrollmentList};
 use crate::round::events::{Arrival, Event};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     pub groups: Mutex<Groups>,
     /// The digest of the token aggregators present; none admits no aggregator.
     pub aggregator_token: Option<Digest>,
+    /// The aggregators' enrollment (each its own token, for its own name), which takes the
+    /// place of `aggregator_token`.
+    pub aggregator_enrollment: Option<EnrollmentList>,
     /// Whether this server coordinates aggregators: its clients join them, not it.
     pub coordinates: bool,
 }
@@ -54,10 +57,20 @@ impl Shared {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether an aggregator presenting `token` is admitted (compared in constant time);
-    /// without a token set, none is (fail-closed).
-    pub(crate) fn admits_aggregator(&self, token: &str) -> bool {
-        (self.aggregator_token.as_ref()).is_some_and(|d| d.matches(&Digest::of(token.as_bytes())))
+    /// Whether an aggregator named `name` presenting `token` is admitted (digests compared in
+    /// constant time): under an enrollment, by the token enrolled for that name and not revoked;
+    /// else by the shared token; with neither, none is (fail-closed).
+    pub(crate) fn admits_aggregator(&self, name: &str, token: &str) -> bool {
+        let presented = Digest::of(token.as_bytes());
+        match (&self.aggregator_enrollment, &self.aggregator_token) {
+            (Some(list), _) => (list.clients.iter()).any(|a| {
+                a.name == name
+                    && !a.revoked
+                    && a.token.as_ref().is_some_and(|d| d.matches(&presented))
+            }),
+            (None, Some(shared)) => shared.matches(&presented),
+            (None, None) => false,
+        }
     }
 
     /// The admission rule (recovering a poisoned lock: it holds plain data).

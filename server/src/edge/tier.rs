@@ -64,9 +64,11 @@ impl Tier for TierService {
             let rule = format!("an aggregator's name has 1 to {MAX_NAME_BYTES} bytes");
             return Err(Status::invalid_argument(rule));
         }
-        if !self.shared.admits_aggregator(&hello.token) {
+        if !self.shared.admits_aggregator(&hello.name, &hello.token) {
             tracing::warn!(name = %for_log(&hello.name), "aggregator refused: wrong token");
-            return Err(Status::unauthenticated("unknown aggregator token"));
+            return Err(Status::unauthenticated(
+                "unknown aggregator token (or not the one enrolled for this name)",
+            ));
         }
         let (outbox, queue) = mpsc::channel(GROUP_OUTBOX);
         let attached = self.shared.groups().attach(&hello.name, outbox.clone());

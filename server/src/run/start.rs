@@ -8,7 +8,7 @@ use crate::edge::shared::Shared;
 use crate::edge::transport::Listener;
 use crate::edge::{join_gate, session, transport};
 use crate::error::ServerError;
-use crate::identity::credentials::Credentials;
+use crate::identity::credentials::{Credentials, EnrollmentList};
 use crate::operator::endpoint;
 use crate::operator::live_page::{self, LivePage};
 use crate::operator::telemetry::{self, Telemetry};
@@ -236,6 +236,10 @@ pub(crate) fn shared_state(
         None => Registry::default(),
     };
     let s = &config.server;
+    let aggregator_enrollment = (s.aggregator_enrollment.as_deref())
+        .map(EnrollmentList::read)
+        .transpose()
+        .map_err(|e| ServerError::Config(e.into()))?;
     let shared = Arc::new(Shared {
         registry: Mutex::new(registry),
         credentials: Mutex::new(credentials),
@@ -249,6 +253,7 @@ pub(crate) fn shared_state(
         forget_after: Duration::from_secs_f64(s.forget_after_secs),
         groups: Mutex::new(crate::edge::groups::Groups::new(s.aggregators)),
         aggregator_token: s.aggregator_token.as_ref().map(|t| t.digest()),
+        aggregator_enrollment,
         coordinates: s.aggregators > 0,
     });
     Ok((shared, events))
