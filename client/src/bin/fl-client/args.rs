@@ -100,13 +100,16 @@ pub(crate) struct Args {
     #[arg(long, requires = "authority")]
     pub(crate) revocations: Option<PathBuf>,
     /// The federation policy the authority signed (`fl authority policy`), with --authority:
-    /// the client refuses any task outside it (fewest clients, neighbours and threshold of a
-    /// secure round, distributed noise floor, epsilon per release and in total), whatever the
-    /// server asks. Checked before the first connection.
+    /// the client takes part only in the kinds of round it lists and refuses any task outside
+    /// it (fewest clients, neighbours and threshold of a secure round, distributed noise floor,
+    /// epsilon and delta per release, epsilon in total, secure rounds included), whatever the
+    /// server asks. Checked before the first connection; an older serial than one this client
+    /// has held is refused.
     #[arg(long, requires = "authority")]
     pub(crate) policy: Option<PathBuf>,
-    /// The largest composed epsilon of all this client's local releases, over restarts (with
-    /// --policy, the smaller of this and the policy's); a release past it is refused.
+    /// The largest composed epsilon of all this client's releases, over restarts (with
+    /// --policy, the smaller of this and the policy's, and its secure rounds count too); a
+    /// release past it is refused.
     #[arg(long)]
     pub(crate) max_total_epsilon: Option<f64>,
     /// Where each client of this process remembers, across restarts, the local privacy it
