@@ -18,8 +18,8 @@ pub enum Question {
     Sigma(Args),
     /// How many rounds --sigma allows within --eps at --delta.
     Rounds(Args),
-    /// Recompute what a run spent from its ledger.jsonl alone (at --delta, or at fixed --eps),
-    /// or --verify its hash chain.
+    /// Recompute what a run spent from its ledger.jsonl alone (at --delta, at fixed --eps, or
+    /// without either in the run's own terms, its privacy.delta), or --verify its hash chain.
     Ledger(LedgerArgs),
 }
 
@@ -32,7 +32,7 @@ pub struct LedgerArgs {
     /// recorded (lines cut from the end); prints the lines and the head.
     #[arg(long)]
     verify: bool,
-    /// State epsilon at this delta.
+    /// State epsilon at this delta (default: the run's privacy.delta, from its checkpoint).
     #[arg(long, conflicts_with = "eps")]
     delta: Option<f64>,
     /// State delta at this epsilon.
@@ -53,16 +53,11 @@ impl LedgerArgs {
         if self.verify {
             return verify_ledger(&file, self.json);
         }
-        let budget = match (self.delta, self.eps) {
-            (Some(delta), None) => Budget::Epsilon {
-                epsilon: f64::INFINITY,
-                delta,
-            },
-            (None, Some(epsilon)) => Budget::Delta {
-                epsilon,
-                delta: 1.0,
-            },
-            _ => bail!("give --delta (for epsilon) or --eps (for delta)"),
+        let (budget, at) = match (self.delta, self.eps) {
+            (Some(delta), None) => (stated_epsilon(delta), None),
+            (None, Some(epsilon)) => (stated_delta(epsilon), None),
+            (None, None) => run_budget(&file)?,
+            (Some(_), Some(_)) => bail!("give --delta (for epsilon) or --eps (for delta)"),
         };
         let entries = fl_server::ledger::read(&file)
             .with_context(|| format!("reading {}", file.display()))?;
@@ -80,11 +75,51 @@ impl LedgerArgs {
             );
         }
         let ((epsilon, delta), rounds) = fl_server::ledger::replay(&file, &budget, kind)?;
-        let out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
-                         "accountant": kind.to_string(), "ledger": file});
+        let mut out = json!({"epsilon": epsilon, "delta": delta, "rounds": rounds,
+                             "accountant": kind.to_string(), "ledger": file});
+        if let Some(at) = at {
+            out["at"] = json!(at);
+        }
         print(&out, self.json);
         Ok(())
     }
+}
+
+/// Epsilon at `delta`.
+fn stated_epsilon(delta: f64) -> Budget {
+    Budget::Epsilon {
+        epsilon: f64::INFINITY,
+        delta,
+    }
+}
+
+/// Delta at `epsilon`.
+fn stated_delta(epsilon: f64) -> Budget {
+    Budget::Delta {
+        epsilon,
+        delta: 1.0,
+    }
+}
+
+/// The run's own terms, from the checkpoint beside `ledger`: epsilon at its `privacy.delta`,
+/// or for a `privacy.budget = "delta"` run delta at its `privacy.epsilon`; with which it is.
+fn run_budget(ledger: &std::path::Path) -> anyhow::Result<(Budget, Option<&'static str>)> {
+    let dir = ledger.parent().unwrap_or(std::path::Path::new("."));
+    if !fl_server::checkpoint::Checkpoint::exists(dir) {
+        bail!(
+            "no run folder around {} to take the run's delta from: give --delta (for epsilon) \
+             or --eps (for delta)",
+            ledger.display()
+        );
+    }
+    let config = fl_server::checkpoint::Checkpoint::read(dir)
+        .with_context(|| format!("reading the checkpoint in {}", dir.display()))?
+        .progress
+        .config;
+    Ok(match config.privacy.budget() {
+        Budget::Epsilon { delta, .. } => (stated_epsilon(delta), Some("the run's privacy.delta")),
+        Budget::Delta { epsilon, .. } => (stated_delta(epsilon), Some("the run's privacy.epsilon")),
+    })
 }
 
 /// The ledger `given` names: the file, or `ledger.jsonl` in the run folder; an error naming

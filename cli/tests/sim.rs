@@ -271,6 +271,16 @@ fn distributed_noise_on_a_sparse_graph_is_exact_and_accounted() {
     let replayed: serde_json::Value = serde_json::from_slice(&replayed.stdout).unwrap();
     assert_eq!(replayed["epsilon"], summary["epsilon"]);
     assert_eq!(replayed["rounds"], 2);
+    // Without a flag, the run's own delta (the documented `fl privacy ledger RUN_DIR`).
+    let own = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["privacy", "ledger", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let own: serde_json::Value = serde_json::from_slice(&own.stdout).unwrap();
+    assert_eq!(own["epsilon"], summary["epsilon"], "{own}");
+    assert_eq!(own["delta"], summary["delta"], "{own}");
+    assert_eq!(own["at"], "the run's privacy.delta", "{own}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
