@@ -163,6 +163,7 @@ impl RunConfig {
                     message: schema(e),
                 })?;
         }
+        refuse_privacy_without_a_mode(&table, &config)?;
         config.validate()?;
         Ok(config)
     }
@@ -363,6 +364,34 @@ fn resolve_relative_paths(table: &mut toml::Table, base: &Path) {
 }
 
 /// Sets `section.key` (any depth) of `table` to VALUE from a `section.key=VALUE` override.
+/// The sections only a private run reads.
+const PRIVACY_SECTIONS: [&str; 3] = ["privacy", "local", "signds"];
+
+/// Refuses a privacy setting written (in the file or by `--set`) for a run of
+/// `privacy.mode = "none"`: whoever writes an epsilon must get privacy or an error, never a run
+/// without privacy that looks private.
+fn refuse_privacy_without_a_mode(
+    table: &toml::Table,
+    config: &RunConfig,
+) -> Result<(), ConfigError> {
+    if config.privacy.mode != PrivacyMode::None {
+        return Ok(());
+    }
+    for section in PRIVACY_SECTIONS {
+        let Some(toml::Value::Table(keys)) = table.get(section) else {
+            continue;
+        };
+        if let Some(key) = keys.keys().find(|k| (section, k.as_str()) != ("privacy", "mode")) {
+            return Err(ConfigError::Invalid(format!(
+                "{section}.{key} is set, but privacy.mode = \"none\" runs without privacy: \
+                 choose a mode (privacy.mode = \"central\", \"secagg\", \"dp-ftrl\", \
+                 \"ldp-gaussian\", \"ldp-laplace\" or \"signds\") or remove {section}.{key}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
     let bad = || ConfigError::Invalid(format!("override {o:?}: expected section.key=VALUE"));
     let (path, raw) = o.split_once('=').ok_or_else(bad)?;

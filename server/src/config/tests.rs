@@ -42,6 +42,33 @@ fn refuses_unknown_keys_and_inconsistent_values() {
     assert!(c.validate().is_err());
 }
 
+/// A privacy setting under privacy.mode = "none" (the quickstart's) is refused, naming the key
+/// and the fix, whatever its value: an epsilon must give privacy or an error.
+#[test]
+fn a_privacy_setting_without_a_privacy_mode_is_refused() {
+    let dir = std::env::temp_dir().join(format!("fl-no-mode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.toml");
+    std::fs::write(&path, "[server]\nclients = 20\n[privacy]\nmode = \"none\"\n").unwrap();
+    RunConfig::load_with(&path, &[]).unwrap();
+    for set in [
+        "privacy.epsilon=2",
+        "privacy.delta=2",
+        "privacy.clip_bound=-1",
+        "local.epsilon=-5",
+        "signds.top_k=10",
+    ] {
+        let refused = RunConfig::load_with(&path, &[set.to_string()]).unwrap_err();
+        let key = set.split('=').next().unwrap();
+        let said = refused.to_string();
+        assert!(said.contains(&format!("{key} is set, but privacy.mode")), "{said}");
+        assert!(said.contains("choose a mode"), "{said}");
+    }
+    let chosen = ["privacy.mode=central".to_string(), "privacy.epsilon=200".to_string()];
+    RunConfig::load_with(&path, &chosen).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn overrides_set_keys_in_any_section() {
     let dir = std::env::temp_dir().join(format!("fl-override-{}", std::process::id()));
@@ -52,7 +79,13 @@ fn overrides_set_keys_in_any_section() {
         let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
         RunConfig::load_with(&path, &o)
     };
-    let c = set(&["local.epsilon=2.5", "data.partition=iid", "server.rounds=7"]).unwrap();
+    let c = set(&[
+        "privacy.mode=ldp-gaussian",
+        "local.epsilon=2.5",
+        "data.partition=iid",
+        "server.rounds=7",
+    ])
+    .unwrap();
     assert_eq!(c.local.epsilon, 2.5);
     assert_eq!(c.data.partition, PartitionScheme::Iid);
     assert_eq!((c.server.clients, c.server.rounds), (20, 7));
