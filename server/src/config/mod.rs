@@ -381,7 +381,10 @@ fn refuse_privacy_without_a_mode(
         let Some(toml::Value::Table(keys)) = table.get(section) else {
             continue;
         };
-        if let Some(key) = keys.keys().find(|k| (section, k.as_str()) != ("privacy", "mode")) {
+        if let Some(key) = keys
+            .keys()
+            .find(|k| (section, k.as_str()) != ("privacy", "mode"))
+        {
             return Err(ConfigError::Invalid(format!(
                 "{section}.{key} is set, but privacy.mode = \"none\" runs without privacy: \
                  choose a mode (privacy.mode = \"central\", \"secagg\", \"dp-ftrl\", \

@@ -49,7 +49,11 @@ fn a_privacy_setting_without_a_privacy_mode_is_refused() {
     let dir = std::env::temp_dir().join(format!("fl-no-mode-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.toml");
-    std::fs::write(&path, "[server]\nclients = 20\n[privacy]\nmode = \"none\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "[server]\nclients = 20\n[privacy]\nmode = \"none\"\n",
+    )
+    .unwrap();
     RunConfig::load_with(&path, &[]).unwrap();
     for set in [
         "privacy.epsilon=2",
@@ -61,10 +65,16 @@ fn a_privacy_setting_without_a_privacy_mode_is_refused() {
         let refused = RunConfig::load_with(&path, &[set.to_string()]).unwrap_err();
         let key = set.split('=').next().unwrap();
         let said = refused.to_string();
-        assert!(said.contains(&format!("{key} is set, but privacy.mode")), "{said}");
+        assert!(
+            said.contains(&format!("{key} is set, but privacy.mode")),
+            "{said}"
+        );
         assert!(said.contains("choose a mode"), "{said}");
     }
-    let chosen = ["privacy.mode=central".to_string(), "privacy.epsilon=200".to_string()];
+    let chosen = [
+        "privacy.mode=central".to_string(),
+        "privacy.epsilon=200".to_string(),
+    ];
     RunConfig::load_with(&path, &chosen).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }

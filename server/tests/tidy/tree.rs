@@ -186,3 +186,31 @@ fn a_cycle_through_a_reexport_is_found() {
     assert_eq!(graph["p/a.rs"], BTreeSet::from(["p/b.rs".to_string()]));
     assert_eq!(cycles(&graph).len(), 1, "{graph:?}");
 }
+
+/// The secrets the how-to pages make (tokens, keys, test certificates, enrollment lists, a
+/// client's state) are ignored by git, so a checkout never commits one; `git check-ignore`
+/// decides, as git itself would.
+#[test]
+fn the_secrets_the_docs_make_are_ignored_by_git() {
+    let root = root();
+    if !root.join(".git").exists() {
+        return; // Not a checkout (a packaged source tree): nothing can be committed from it.
+    }
+    for secret in [
+        "fl-token",
+        "clients.toml",
+        "aggregators.toml",
+        "deploy/certs/ca.key",
+        "deploy/certs/client-2.pem",
+        "site/identity.key",
+        "authority/authority.key",
+        "fl-client-state/hospitals--site-1.json",
+    ] {
+        let checked = std::process::Command::new("git")
+            .args(["check-ignore", "-q", secret])
+            .current_dir(&root)
+            .status()
+            .unwrap();
+        assert!(checked.success(), "{secret} is not ignored by .gitignore");
+    }
+}
