@@ -29,7 +29,7 @@ pub use plan::PrivacyPlan;
 pub use privacy::{BudgetKind, ClipMode, FtrlNoiseKind, PrivacyMode, PrivacySection};
 pub use robust::{Aggregator, NormAction, RobustSection};
 pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
-pub use server::{ServerSection, is_loopback};
+pub use server::{ServerSection, is_loopback, open_door};
 pub use train::{Algorithm, ServerOptimizerConfig, ServerOptimizerKind, ServerStep, TrainSection};
 
 use serde::{Deserialize, Serialize};

@@ -250,6 +250,20 @@ impl ServerSection {
     }
 }
 
+/// Why a server listening as `s` says admits anyone who reaches it, if it does: an address
+/// beyond loopback with no token, no enrollment and no client CA. What its start-up warns.
+pub fn open_door(s: &ServerSection) -> Option<String> {
+    let guarded = s.token.is_some() || s.enrollment.is_some() || s.tls_client_ca.is_some();
+    (!guarded && !is_loopback(&s.listen)).then(|| {
+        format!(
+            "anyone who reaches {} can join, be sampled and read every model: no token, no \
+             enrollment and no client CA is set; give FL_TOKEN (--token), --enrollment or \
+             --tls-client-ca",
+            s.listen
+        )
+    })
+}
+
 /// Whether `addr` (`HOST:PORT`) names a loopback address: a loopback IP, or `localhost`.
 pub fn is_loopback(addr: &str) -> bool {
     match addr.parse::<std::net::SocketAddr>() {

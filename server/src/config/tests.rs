@@ -154,6 +154,27 @@ fn a_page_beyond_loopback_needs_the_operator_token() {
     c.validate().unwrap();
 }
 
+/// A server beyond loopback with no token, enrollment or client CA is said to be open to anyone
+/// (its start-up logs it at error level); any one of the three, or loopback, closes it.
+#[test]
+fn a_server_open_to_anyone_is_named() {
+    let mut s = RunConfig::default().server;
+    s.listen = "0.0.0.0:50051".into();
+    let open = super::open_door(&s).unwrap();
+    assert!(open.contains("anyone who reaches 0.0.0.0:50051 can join"), "{open}");
+    let mut token = s.clone();
+    token.token = Some(crate::identity::credentials::Token::new("a long enough secret"));
+    let mut enrolled = s.clone();
+    enrolled.enrollment = Some("clients.toml".into());
+    let mut client_ca = s.clone();
+    client_ca.tls_client_ca = Some("ca.pem".into());
+    let mut local = s.clone();
+    local.listen = "127.0.0.1:50051".into();
+    for closed in [token, enrolled, client_ca, local] {
+        assert_eq!(super::open_door(&closed), None, "{closed:?}");
+    }
+}
+
 /// The aggregator tier takes the modes whose aggregate is a sum its groups can form, secure
 /// aggregation's included, and refuses the rest at start-up; and it never starts without the
 /// aggregators' token (fail-closed: anyone could register as an aggregator).

@@ -162,6 +162,9 @@ pub(crate) async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error
 
 /// A transport builder with TLS (and client certificates) when the configuration asks for it.
 fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
+    if let Some(open) = crate::config::open_door(s) {
+        tracing::error!("OPEN TO ANYONE: {open}");
+    }
     let (Some(cert), Some(key)) = (&s.tls_cert, &s.tls_key) else {
         if !is_loopback(&s.listen) {
             tracing::warn!("TLS is off: updates and models travel in clear text");
