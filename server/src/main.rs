@@ -252,6 +252,41 @@ impl OperatorEndpoints {
 }
 
 impl Args {
+    /// The flags given that a resumed run does not honour (it keeps its own configuration),
+    /// by name; the tokens, which may come from the environment, are not among them.
+    fn unhonoured_on_resume(&self) -> Vec<&'static str> {
+        let given = [
+            ("--clients", self.clients.is_some()),
+            ("--clients-per-round", self.clients_per_round.is_some()),
+            ("--min-clients", self.min_clients.is_some()),
+            ("--rounds", self.rounds.is_some()),
+            ("--epochs", self.epochs.is_some()),
+            ("--batch-size", self.batch_size.is_some()),
+            ("--lr", self.lr.is_some()),
+            ("--model", self.model.is_some()),
+            ("--hidden", self.hidden.is_some()),
+            ("--data", self.data.is_some()),
+            ("--out", self.out.is_some()),
+            ("--round-timeout", self.round_timeout.is_some()),
+            ("--tls-cert", self.tls_cert.is_some()),
+            ("--tls-key", self.tls_key.is_some()),
+            ("--tls-client-ca", self.tls_client_ca.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--enrollment", self.enrollment.is_some()),
+            ("--aggregators", self.aggregators.is_some()),
+            (
+                "--aggregator-enrollment",
+                self.aggregator_enrollment.is_some(),
+            ),
+            ("--set", !self.overrides.is_empty()),
+        ];
+        given
+            .into_iter()
+            .filter(|(_, g)| *g)
+            .map(|(f, _)| f)
+            .collect()
+    }
+
     fn operator_endpoints(&self) -> OperatorEndpoints {
         OperatorEndpoints {
             metrics_listen: self.metrics_listen.clone(),
@@ -268,8 +303,22 @@ type Start = (Option<(PathBuf, Checkpoint)>, RunConfig);
 
 /// What `args` ask to serve (--resume, --resume-existing with a checkpoint, or a fresh run).
 fn start(args: Args) -> anyhow::Result<Start> {
+    let unhonoured = args.unhonoured_on_resume();
+    let refuse_unhonoured = |dir: &Path| match unhonoured.as_slice() {
+        [] => Ok(()),
+        flags => Err(anyhow::anyhow!(
+            "resuming {} continues the run with its own configuration: {} would be ignored \
+             (only --listen, --metrics-listen, --page-listen and --operator-token may change); \
+             leave them out, or start a new run",
+            dir.display(),
+            flags.join(", ")
+        )),
+    };
     let (listen, endpoints, dir) = match &args.resume {
-        Some(dir) => (args.listen.clone(), args.operator_endpoints(), dir.clone()),
+        Some(dir) => {
+            refuse_unhonoured(dir)?;
+            (args.listen.clone(), args.operator_endpoints(), dir.clone())
+        }
         None => {
             let (resume_existing, overwrite) = (args.resume_existing, args.overwrite);
             let fresh = args.resolve()?;
@@ -284,6 +333,7 @@ fn start(args: Args) -> anyhow::Result<Start> {
             if !(resume_existing && Checkpoint::exists(&out)) {
                 return Ok((None, fresh));
             }
+            refuse_changed(&fresh, &out)?;
             tracing::info!(run = %out.display(), "the run folder holds a checkpoint: resuming it");
             // The configuration's endpoints and token, or the flags' (already in `fresh`).
             let s = fresh.server;
@@ -295,6 +345,13 @@ fn start(args: Args) -> anyhow::Result<Start> {
             (Some(s.listen), endpoints, out)
         }
     };
+    if let Some(ended) = run_dir::finished(&dir)? {
+        anyhow::bail!(
+            "the run in {} has finished ({ended}): there is nothing to resume; start a new run \
+             in another folder",
+            dir.display()
+        );
+    }
     let mut checkpoint = Checkpoint::read(&dir)
         .with_context(|| format!("reading the checkpoint in {}", dir.display()))?;
     let c = &mut checkpoint.progress.config;
@@ -305,6 +362,68 @@ fn start(args: Args) -> anyhow::Result<Start> {
     c.validate()?;
     let config = c.clone();
     Ok((Some((dir, checkpoint)), config))
+}
+
+/// The settings a resumed run may take from its new start: where it and its operator endpoints
+/// listen, and the tokens (the run's own digests are kept when they match).
+const MAY_CHANGE_ON_RESUME: [&str; 6] = [
+    "server.listen",
+    "server.metrics_listen",
+    "server.page_listen",
+    "server.operator_token",
+    "server.token",
+    "server.aggregator_token",
+];
+
+/// Refuses to resume the run in `dir` under `--resume-existing` when `fresh` (the configuration
+/// and flags given) differs from the run's own in a setting the resumed run would ignore,
+/// naming each: the same command that started a run resumes it, a changed one is not silently
+/// dropped.
+fn refuse_changed(fresh: &RunConfig, dir: &Path) -> anyhow::Result<()> {
+    let own = Checkpoint::read(dir)
+        .with_context(|| format!("reading the checkpoint in {}", dir.display()))?
+        .progress
+        .config;
+    let (a, b) = (serde_json::to_value(fresh)?, serde_json::to_value(&own)?);
+    let mut changed = Vec::new();
+    differing(&a, &b, String::new(), &mut changed);
+    changed.retain(|key| !MAY_CHANGE_ON_RESUME.contains(&key.as_str()));
+    if changed.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{} holds a run whose configuration differs from the one given in {}: a resumed run \
+         keeps its own, so the change would be ignored; start a new run (another server.out), \
+         or give the run's own settings",
+        dir.display(),
+        changed.join(", ")
+    )
+}
+
+/// The dotted keys where `a` and `b` differ, into `out`.
+fn differing(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    use serde_json::Value::Object;
+    match (a, b) {
+        (Object(x), Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = serde_json::Value::Null;
+                let key = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                differing(
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    key,
+                    out,
+                );
+            }
+        }
+        (x, y) if x != y => out.push(at),
+        _ => {}
+    }
 }
 
 /// Clears `dir` for a new run (`--overwrite`), saying where its ledger went.

@@ -305,6 +305,56 @@ fn resume_existing_continues_the_run_in_its_folder() {
         after.starts_with(&before),
         "the restarted server began a new run:\n{before}\n---\n{after}"
     );
+    // The same command with a changed setting is refused, naming it, not resumed without it.
+    let changed = Command::new(bin("fl-server"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--resume-existing",
+            "--rounds",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&changed.stderr);
+    assert_eq!(changed.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("differs from the one given in server.rounds"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--resume DIR` keeps the run's configuration: a flag it would ignore (`--rounds`) is
+/// refused, naming it, before anything starts; and a run that finished (its summary says it
+/// stopped after its rounds) is said to be finished at once, not waited on.
+#[test]
+fn a_resume_refuses_what_it_would_ignore_and_a_finished_run() {
+    let dir = std::env::temp_dir().join(format!("fl-resume-refusals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let resume = |args: &[&str]| {
+        let out = Command::new(bin("fl-server"))
+            .arg("--resume")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, said) = resume(&["--rounds", "3", "--lr", "0.5"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("--rounds, --lr would be ignored"), "{said}");
+    std::fs::write(dir.join("summary.json"), r#"{"stopped_by": "budget"}"#).unwrap();
+    let (code, said) = resume(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("has finished (its privacy budget is spent)"),
+        "{said}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -161,9 +161,14 @@ fn a_server_open_to_anyone_is_named() {
     let mut s = RunConfig::default().server;
     s.listen = "0.0.0.0:50051".into();
     let open = super::open_door(&s).unwrap();
-    assert!(open.contains("anyone who reaches 0.0.0.0:50051 can join"), "{open}");
+    assert!(
+        open.contains("anyone who reaches 0.0.0.0:50051 can join"),
+        "{open}"
+    );
     let mut token = s.clone();
-    token.token = Some(crate::identity::credentials::Token::new("a long enough secret"));
+    token.token = Some(crate::identity::credentials::Token::new(
+        "a long enough secret",
+    ));
     let mut enrolled = s.clone();
     enrolled.enrollment = Some("clients.toml".into());
     let mut client_ca = s.clone();

@@ -40,6 +40,23 @@ pub fn holds_run(dir: &Path) -> bool {
     RECORDS.iter().any(|f| dir.join(f).exists())
 }
 
+/// Why the run in `dir` ended, when it ended for good (its `summary.json` says it stopped after
+/// its rounds or with its budget spent): such a run has nothing to resume. `None` for a run
+/// that was interrupted, failed, or has no summary yet.
+pub fn finished(dir: &Path) -> std::io::Result<Option<String>> {
+    let path = dir.join("summary.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
+        .map_err(|e| Error::new(ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+    Ok(match summary["stopped_by"].as_str() {
+        Some("rounds") => Some("all its rounds ran".into()),
+        Some("budget") => Some("its privacy budget is spent".into()),
+        _ => None,
+    })
+}
+
 /// Refuses to start a new run in `dir` when it holds one, naming the folder and both ways on.
 pub fn check_unused(dir: &Path) -> std::io::Result<()> {
     if !holds_run(dir) {
