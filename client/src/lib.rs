@@ -54,9 +54,11 @@ pub enum ClientError {
         /// The cause.
         source: tonic::transport::Error,
     },
-    /// The server answered with an error status (e.g. refused token, refused update).
+    /// The server answered with an error status (e.g. refused token, refused update): said
+    /// once, its code's words and the server's message (the status is not also a cause, which
+    /// would print them again).
     #[error("server said: {}: {}", .0.code(), .0.message())]
-    Status(#[from] tonic::Status),
+    Status(tonic::Status),
     /// The server broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -81,6 +83,12 @@ pub enum ClientError {
     ServerResuming(String),
 }
 
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(status)
+    }
+}
+
 impl ClientError {
     /// Whether the server went away (crashed, restarted, lost the connection, stopped to be
     /// resumed) rather than refused this client: the client then joins again.
@@ -93,6 +101,26 @@ impl ClientError {
             ),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal is said once: the server's message appears one time on the error line.
+    #[test]
+    fn a_server_refusal_is_said_once() {
+        let refused = ClientError::from(tonic::Status::permission_denied(
+            "client hospital-1 is revoked",
+        ));
+        let line = fl_common::error_chain(&refused);
+        assert_eq!(
+            line.matches("client hospital-1 is revoked").count(),
+            1,
+            "{line}"
+        );
+        assert!(line.starts_with("server said: "), "{line}");
     }
 }
 

@@ -2,7 +2,17 @@
 //! stand for, and the known key nearest to an unknown one suggested.
 
 /// serde's names of the expected types, and how a person says them.
-const TYPES: [(&str, &str); 9] = [
+const TYPES: [(&str, &str); 11] = [
+    (
+        "data did not match any variant of untagged enum Schedule",
+        "expected a number, or a schedule: { steps = [[1, 10], [50, 20]] } or \
+         { linear = [10, 20] }",
+    ),
+    (
+        "expected a sequence",
+        "expected a list in brackets, e.g. [600, 100] (with --set, quote it: \
+         --set 'model.hidden=[600,100]')",
+    ),
     ("expected u64", "expected a whole number of 0 or more"),
     ("expected u32", "expected a whole number of 0 or more"),
     ("expected u16", "expected a whole number of 0 or more"),
@@ -62,6 +72,16 @@ mod tests {
         assert_eq!(
             in_words("invalid type: integer `-3`, expected u64"),
             "invalid type: integer `-3`, expected a whole number of 0 or more"
+        );
+        let schedule = in_words("data did not match any variant of untagged enum Schedule");
+        assert!(
+            schedule.starts_with("expected a number, or a schedule"),
+            "{schedule}"
+        );
+        let list = in_words("invalid type: string \"600,100\", expected a sequence");
+        assert!(
+            list.contains("expected a list in brackets, e.g. [600, 100]"),
+            "{list}"
         );
     }
 }
