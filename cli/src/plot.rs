@@ -62,7 +62,13 @@ fn accuracy_along(run: &Path, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
         let at = match x {
             XAxis::Round => field("round")?,
             XAxis::Megabytes => sent / 1e6,
-            XAxis::Epsilon => field("epsilon")?,
+            XAxis::Epsilon => v["epsilon"].as_f64().with_context(|| {
+                format!(
+                    "{} is not a private run (its metrics have no epsilon): --x epsilon compares \
+                     private runs only; use --x round or --x megabytes",
+                    run.display()
+                )
+            })?,
         };
         points.extend(accuracy(&v).map(|a| (at, a)));
     }

@@ -90,6 +90,17 @@ fn sim_writes_a_complete_run_folder() {
         svg.starts_with("<svg") && svg.contains("<polyline"),
         "no curve in the plot"
     );
+    // Compared by epsilon, a run without privacy is named as such, with the axes that work.
+    let compared = Command::new(env!("CARGO_BIN_EXE_fl"))
+        .args(["compare", "--x", "epsilon", "--out"])
+        .arg(dir.join("c.svg"))
+        .arg(format!("plain={}", out.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&compared.stderr);
+    assert!(!compared.status.success());
+    assert!(said.contains("is not a private run"), "{said}");
+    assert!(said.contains("--x round or --x megabytes"), "{said}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
