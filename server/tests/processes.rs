@@ -550,3 +550,32 @@ fn a_failed_start_up_leaves_no_run_folder() {
     drop(started);
     std::fs::remove_dir_all(&cwd).unwrap();
 }
+
+/// An enrollment file with an unknown key is refused before the server listens, on one line
+/// naming the file and the key.
+#[test]
+fn a_bad_enrollment_file_is_refused_before_listening() {
+    let dir = std::env::temp_dir().join(format!("fl-bad-enrollment-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("clients.toml");
+    std::fs::write(&file, "[[client]]\nname = \"hospital-1\"\ntokn = \"x\"\n").unwrap();
+    let out = Command::new(bin("fl-server"))
+        .args(["--listen", "127.0.0.1:0", "--out"])
+        .arg(dir.join("run"))
+        .arg("--enrollment")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stdout.contains("listening on"), "{stdout}");
+    let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error.len(), 1, "{stderr}");
+    assert!(error[0].contains("unknown field `tokn`"), "{stderr}");
+    assert!(error[0].contains(&file.display().to_string()), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

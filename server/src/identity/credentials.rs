@@ -78,8 +78,9 @@ pub enum EnrollmentError {
         /// What is wrong.
         problem: Box<EnrollmentError>,
     },
-    /// Not the TOML of an enrollment list.
-    #[error(transparent)]
+    /// Not the TOML of an enrollment list: the parser's message on one line (its quoted
+    /// excerpt of the file left out).
+    #[error("{}", .0.message().trim_end())]
     Toml(#[from] toml::de::Error),
     /// A client with an empty name.
     #[error("a client has an empty name")]

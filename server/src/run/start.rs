@@ -88,6 +88,15 @@ pub(crate) async fn run_server(
 pub fn check_start(config: &RunConfig, checkpoint: Option<&Checkpoint>) -> Result<(), ServerError> {
     config.validate()?;
     config.validate_for_server()?;
+    // The enrollment files are read now, so that a bad one is refused before the server
+    // listens (they are read again when the run starts, and the clients' while it runs).
+    let s = &config.server;
+    for file in [&s.enrollment, &s.aggregator_enrollment]
+        .into_iter()
+        .flatten()
+    {
+        EnrollmentList::read(file).map_err(|e| ServerError::Config(e.into()))?;
+    }
     if checkpoint.is_none() && !config.server.out.as_os_str().is_empty() {
         run_dir::check_unused(&config.server.out)?;
     }
