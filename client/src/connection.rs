@@ -272,7 +272,9 @@ where
                     ClientError::Status(s) => fl_proto::retry::retry_after(s),
                     _ => None,
                 };
-                let pause = retry_pause(failures, asked);
+                // Never past the deadline: the last try is at it, then the client gives up.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let pause = retry_pause(failures, asked).min(left);
                 tracing::info!(
                     server = %opts.endpoint,
                     client = %opts.name,
@@ -404,5 +406,23 @@ mod tests {
             let asked = Duration::from_secs(7);
             assert_eq!(retry_pause(failures, Some(asked)), asked);
         }
+    }
+
+    /// With nothing listening, a client gives up at its --connect-timeout, not a back-off
+    /// later: 2 s of retries end within 2.5 s (each refused connect takes microseconds).
+    #[tokio::test]
+    async fn a_client_gives_up_at_its_connect_timeout() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut opts = ClientOptions::new(&format!("http://127.0.0.1:{port}"));
+        opts.connect_timeout = Duration::from_secs(2);
+        let started = std::time::Instant::now();
+        assert!(open_session(&opts, None).await.is_err());
+        let took = started.elapsed();
+        assert!(took >= Duration::from_secs(2), "{took:?}");
+        assert!(took < Duration::from_millis(2500), "{took:?}");
     }
 }
