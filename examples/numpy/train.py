@@ -50,7 +50,12 @@ def main():
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "RUST_LOG": "warn"},
     )
     url = "http://" + server.stdout.readline().split()[-1]
+    print(f"server listening at {url}; {args.clients} clients joining, {args.rounds} rounds",
+          flush=True)
     started = time.monotonic()
+    follower = threading.Thread(target=follow, daemon=True,
+                                args=(REPO / args.out / "metrics.jsonl", args.rounds))
+    follower.start()
     if args.rust:
         subprocess.run([str(target / "fl-client"), "--server", url, "--data",
                         f"mnist:{REPO / 'data/mnist'}", "--simulate", str(args.clients),
@@ -60,6 +65,7 @@ def main():
         run_python_clients(url, args)
     server.wait()
     elapsed = time.monotonic() - started
+    follower.join(timeout=5)
     report(REPO / args.out, elapsed)
 
 
@@ -89,10 +95,23 @@ def run_python_clients(url, args):
         sys.exit(f"{len(errors)} clients failed, the first with: {errors[0]}")
 
 
+def round_line(r):
+    return f"round {r['round']:3d}  test accuracy {r['test_accuracy']:.4f}  {r['seconds']:.3f} s"
+
+
+def follow(metrics: Path, rounds: int):
+    """Prints each round's line as the server records it, until `rounds` were printed."""
+    printed = 0
+    while printed < rounds:
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        for line in lines[printed:]:
+            print(round_line(json.loads(line)), flush=True)
+        printed = max(printed, len(lines))
+        time.sleep(0.2)
+
+
 def report(out: Path, elapsed: float):
     rounds = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    for r in rounds:
-        print(f"round {r['round']:3d}  test accuracy {r['test_accuracy']:.4f}  {r['seconds']:.3f} s")
     seconds = sorted(r["seconds"] for r in rounds)
     print(f"{len(rounds)} rounds in {elapsed:.1f} s; median round {seconds[len(seconds) // 2]:.3f} s;"
           f" final test accuracy {rounds[-1]['test_accuracy']:.4f}")
