@@ -247,8 +247,11 @@ where
     let ep = endpoint(opts)?;
     let mut failures = 0u32;
     if opts.connection.is_none() {
-        tracing::info!(server = %opts.endpoint, client = %opts.name, "connecting");
+        tracing::info!(server = %opts.endpoint, "connecting");
     }
+    let started = tokio::time::Instant::now();
+    // Retries are summarised: the first said, then one every RETRY_SAY_EVERY, then the outcome.
+    let mut said_at: Option<tokio::time::Instant> = None;
     loop {
         let attempt = async {
             let connection = match &opts.connection {
@@ -265,7 +268,13 @@ where
             Err(e) => Err(in_words(e, &opts.endpoint).await),
         };
         match attempt {
-            Ok(done) => return Ok(done),
+            Ok(done) => {
+                if failures > 0 {
+                    let seconds = format!("{:.1}", started.elapsed().as_secs_f64());
+                    tracing::info!(attempts = failures + 1, seconds, "connected");
+                }
+                return Ok(done);
+            }
             Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
                 failures += 1;
                 let asked = match &e {
@@ -275,20 +284,25 @@ where
                 // Never past the deadline: the last try is at it, then the client gives up.
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let pause = retry_pause(failures, asked).min(left);
-                tracing::info!(
-                    server = %opts.endpoint,
-                    client = %opts.name,
-                    attempt = failures,
-                    reason = %fl_common::error_chain(&e),
-                    retry_in = format!("{:.1} s", pause.as_secs_f64()),
-                    "not connected yet: retrying"
-                );
+                let now = tokio::time::Instant::now();
+                if said_at.is_none_or(|at| now - at >= RETRY_SAY_EVERY) {
+                    said_at = Some(now);
+                    tracing::info!(
+                        server = %opts.endpoint,
+                        attempt = failures,
+                        reason = %fl_common::error_chain(&e),
+                        "not connected yet: retrying until it answers (said again every 30 s)"
+                    );
+                }
                 tokio::time::sleep(pause).await;
             }
             Err(e) => return Err(e),
         }
     }
 }
+
+/// How often a client that keeps retrying says so again.
+const RETRY_SAY_EVERY: Duration = Duration::from_secs(30);
 
 /// What a client holds of its identity between sessions: the id and session key of its last
 /// Join, which reopen a Session without joining again.

@@ -16,6 +16,7 @@ use fl_secagg::task::Task;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tonic::Streaming;
+use tracing::Instrument;
 
 /// Runs one client training with the built-in trainer on `local` until the server shuts the
 /// session down.
@@ -33,7 +34,16 @@ pub async fn run_client(
 /// library's whole client (protocol, reconnection, privacy) around the caller's training code.
 /// `examples/rust/src/main.rs` is a complete program built on it.
 pub async fn run(opts: ClientOptions, trainer: impl Trainer) -> Result<ClientReport, ClientError> {
-    let trainer: Arc<dyn Trainer> = Arc::new(trainer);
+    // Every line the client logs names it (one process may run many, `--simulate N`).
+    let span = tracing::info_span!("client", name = %opts.name);
+    run_named(opts, Arc::new(trainer)).instrument(span).await
+}
+
+/// [`run`], inside the client's span.
+async fn run_named(
+    opts: ClientOptions,
+    trainer: Arc<dyn Trainer>,
+) -> Result<ClientReport, ClientError> {
     if let Some(seed) = opts.seed {
         tracing::warn!(seed, "{}", fl_common::rng::SEEDED_WARNING);
     }
@@ -56,6 +66,10 @@ pub async fn run(opts: ClientOptions, trainer: impl Trainer) -> Result<ClientRep
         };
         match session.serve(inbound).await {
             Ok(shutdown_reason) => return Ok(report(&engine, shutdown_reason)),
+            // A server stopped to be resumed said so: waiting for it is the plan, not a fault.
+            Err(ClientError::ServerResuming(reason)) => {
+                tracing::info!(%reason, "the server will be resumed: reconnecting");
+            }
             Err(e) if e.is_lost_server() => {
                 tracing::warn!(error = %e, "lost the server: reconnecting");
             }

@@ -50,3 +50,44 @@ fn refuses_bad_data_and_partition_specs() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// A client that cannot reach its server says so once, not once per retry, and then the
+/// outcome: 3 s of retries (about ten attempts) give one "not connected yet" line, each line
+/// naming the client, and the error line with the reason.
+#[test]
+fn retries_are_said_once_and_name_the_client() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mnist = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist");
+    let server = format!("http://127.0.0.1:{port}");
+    let (ok, said) = run(&[
+        "--server",
+        &server,
+        "--data",
+        &format!("mnist:{mnist}"),
+        "--partition",
+        "shards:4:0",
+        "--connect-timeout",
+        "3",
+    ]);
+    assert!(!ok, "{said}");
+    assert_eq!(said.matches("not connected yet").count(), 1, "{said}");
+    let logged = said.lines().filter(|l| l.contains(" INFO "));
+    assert!(logged.clone().count() >= 2, "{said}");
+    assert!(
+        logged
+            .into_iter()
+            .all(|l| l.contains("client{name=client-0}")),
+        "{said}"
+    );
+    assert!(
+        said.lines()
+            .last()
+            .unwrap()
+            .starts_with("error: client 0: no server answers"),
+        "{said}"
+    );
+}
