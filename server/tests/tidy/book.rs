@@ -161,3 +161,31 @@ fn a_broken_link_or_anchor_is_found() {
     assert!(broken[0].contains("missing.md (no such file)"));
     assert!(broken[1].contains("other.md#nothing (no such heading)"));
 }
+
+/// The words the newcomer's path uses before it explains them are defined on the Terms page,
+/// which the book lists right after "Privacy in five minutes", before the tutorials.
+#[test]
+fn the_newcomers_words_are_defined_before_the_tutorials() {
+    let docs = files::root().join("docs/src");
+    let terms = std::fs::read_to_string(docs.join("terms.md")).unwrap();
+    for word in [
+        "| accountant |",
+        "**PLD**",
+        "**RDP**",
+        "| composition |",
+        "| Poisson sampling |",
+        "privacy.budget = \"delta\"",
+        "| budget |",
+        "| ledger |",
+    ] {
+        assert!(terms.contains(word), "terms.md does not define {word}");
+    }
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).unwrap();
+    let at = |page: &str| {
+        summary
+            .find(page)
+            .unwrap_or_else(|| panic!("{page} not listed"))
+    };
+    assert!(at("(privacy-in-five-minutes.md)") < at("(terms.md)"));
+    assert!(at("(terms.md)") < at("(tutorials/first-run.md)"));
+}
