@@ -189,3 +189,42 @@ fn the_newcomers_words_are_defined_before_the_tutorials() {
     assert!(at("(privacy-in-five-minutes.md)") < at("(terms.md)"));
     assert!(at("(terms.md)") < at("(tutorials/first-run.md)"));
 }
+
+/// A page that includes a file (mdBook's `{{#include FILE}}`, which the repository's web view
+/// shows as it is) links to that file just before, so the page reads whole in either view.
+#[test]
+fn every_include_is_also_a_link() {
+    let docs = files::root().join("docs/src");
+    let mut pages = Vec::new();
+    let mut dirs = vec![docs.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => dirs.push(path),
+                false if path.extension().is_some_and(|e| e == "md") => pages.push(path),
+                false => {}
+            }
+        }
+    }
+    let mut unlinked = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(target) =
+                (line.trim().strip_prefix("{{#include ")).and_then(|rest| rest.strip_suffix("}}"))
+            else {
+                continue;
+            };
+            let before = lines[i.saturating_sub(4)..i].join(" ");
+            if !before.contains(&format!("]({target})")) {
+                unlinked.push(format!("{}: {target}", page.display()));
+            }
+        }
+    }
+    assert!(
+        unlinked.is_empty(),
+        "includes without a link to their file: {unlinked:?}"
+    );
+}
