@@ -228,3 +228,20 @@ fn every_include_is_also_a_link() {
         "includes without a link to their file: {unlinked:?}"
     );
 }
+
+/// The five pages a newcomer most needs a picture on carry one (a text diagram, which renders
+/// alike in mdBook and in the repository's view).
+#[test]
+fn the_newcomers_pages_have_their_diagrams() {
+    let docs = files::root().join("docs/src");
+    for page in [
+        "tutorials/processes.md",
+        "how-to/tls-enrollment.md",
+        "how-to/resume.md",
+        "how-to/choose-mode.md",
+        "tutorials/private-run.md",
+    ] {
+        let text = std::fs::read_to_string(docs.join(page)).unwrap();
+        assert!(text.contains("```text\n"), "{page} has no text diagram");
+    }
+}
