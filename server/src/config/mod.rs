@@ -164,6 +164,9 @@ impl RunConfig {
                 })?;
         }
         refuse_privacy_without_a_mode(&table, &config)?;
+        for ignored in ignored_keys(&table, &config) {
+            tracing::warn!("{ignored}");
+        }
         config.validate()?;
         Ok(config)
     }
@@ -364,6 +367,50 @@ fn resolve_relative_paths(table: &mut toml::Table, base: &Path) {
 }
 
 /// Sets `section.key` (any depth) of `table` to VALUE from a `section.key=VALUE` override.
+/// The privacy modes that read a mode-specific key (`None`: every mode may read it).
+fn readers(section: &str, key: &str) -> Option<&'static [PrivacyMode]> {
+    use PrivacyMode::{DpFtrl, LdpGaussian, LdpLaplace, SecAgg, SignDs};
+    match (section, key) {
+        ("local", "epsilon") => Some(&[LdpGaussian, LdpLaplace, SignDs]),
+        ("local", _) => Some(&[LdpGaussian, LdpLaplace]),
+        ("signds", _) => Some(&[SignDs]),
+        // The authority's files: a policy binds every mode.
+        ("secagg", "authority" | "revocations" | "policy") => None,
+        ("secagg", _) => Some(&[SecAgg]),
+        (
+            "privacy",
+            "tree_rounds" | "noise" | "min_separation" | "bands" | "max_participations",
+        ) => Some(&[DpFtrl]),
+        _ => None,
+    }
+}
+
+/// One line for each key written (in the file or by `--set`) that this run's privacy mode does
+/// not read, naming the key and the modes that would.
+pub fn ignored_keys(table: &toml::Table, config: &RunConfig) -> Vec<String> {
+    let mode = config.privacy.mode;
+    let mut lines = Vec::new();
+    for (section, keys) in table {
+        let toml::Value::Table(keys) = keys else {
+            continue;
+        };
+        for key in keys.keys() {
+            let Some(modes) = readers(section, key).filter(|m| !m.contains(&mode)) else {
+                continue;
+            };
+            // A mode as the configuration writes it, quoted.
+            let quoted = |m: &PrivacyMode| serde_json::to_string(m).unwrap_or_default();
+            let names: Vec<String> = modes.iter().map(quoted).collect();
+            lines.push(format!(
+                "{section}.{key} is ignored: only privacy.mode = {} reads it, this run's is {}",
+                names.join(" or "),
+                quoted(&mode)
+            ));
+        }
+    }
+    lines
+}
+
 /// The sections only a private run reads.
 const PRIVACY_SECTIONS: [&str; 3] = ["privacy", "local", "signds"];
 

@@ -79,6 +79,31 @@ fn a_privacy_setting_without_a_privacy_mode_is_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A key written for another mode than the run's is named in one line with the modes that read
+/// it; keys every mode may read are not.
+#[test]
+fn a_key_another_mode_reads_is_said_to_be_ignored() {
+    let table: toml::Table = toml::from_str(
+        "[privacy]\nmode = \"central\"\nepsilon = 8.0\ntree_rounds = 16\n\
+         [local]\nepsilon = 2.0\n[secagg]\nthreshold = 0.7\npolicy = \"policy.toml\"\n",
+    )
+    .unwrap();
+    let config: RunConfig = table.clone().try_into().unwrap();
+    let mut lines = super::ignored_keys(&table, &config);
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "local.epsilon is ignored: only privacy.mode = \"ldp-gaussian\" or \"ldp-laplace\" \
+             or \"signds\" reads it, this run's is \"central\"",
+            "privacy.tree_rounds is ignored: only privacy.mode = \"dp-ftrl\" reads it, this run's \
+             is \"central\"",
+            "secagg.threshold is ignored: only privacy.mode = \"secagg\" reads it, this run's is \
+             \"central\"",
+        ]
+    );
+}
+
 #[test]
 fn overrides_set_keys_in_any_section() {
     let dir = std::env::temp_dir().join(format!("fl-override-{}", std::process::id()));
