@@ -8,7 +8,7 @@ use crate::ClientPrivacy;
 use crate::admission::{Ours, Protection, admit};
 use crate::refusal::Refusal;
 use crate::round::{Computed, Work, compute};
-use crate::secure::{SecureContext, SecureRound, Step};
+use crate::secure::{SecureContext, SecureInput, SecureRound, Step};
 use crate::state::ClientState;
 use crate::trainer::Trainer;
 use fl_authority::policy::FederationPolicy;
@@ -99,10 +99,11 @@ fn prepare(
             },
         ) => {
             let tag = RoundTag { round, digest };
-            let input = (quantizer, noise_variance, values.as_slice());
-            let context = &SecureContext {
+            let input = SecureInput {
+                quantizer,
+                noise_variance,
                 min_survivors,
-                ..context.clone()
+                update: &values,
             };
             let (state, keys) = SecureRound::start((me, tag), input, context);
             Ok(Ready::Secure(Box::new(state), keys))
@@ -162,7 +163,6 @@ impl Engine {
                 credentials: None,
                 oracle,
                 policy: None,
-                min_survivors: 0,
             },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,

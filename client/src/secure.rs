@@ -32,16 +32,23 @@ pub(crate) enum Step {
 }
 
 impl SecureRound {
-    /// Quantises `update` with `quantizer` (clip to S, scale by gamma, stochastic rounding,
-    /// then discrete Gaussian noise of `variance`, which admission raised to the policy's
-    /// floor) and starts the protocol as client `me` in the round `tag` names, signing with the
-    /// context's credentials if any; returns the round and the public keys to advertise. The
-    /// context's oracle (simulation only) records the plain input, which is never sent.
+    /// Quantises `input`'s update (clip to S, scale by gamma, stochastic rounding, then
+    /// discrete Gaussian noise of its variance, which admission raised to the policy's floor)
+    /// and starts the protocol as client `me` in the round `tag` names, refusing fewer than its
+    /// n_min clients and signing with the context's credentials if any; returns the round and
+    /// the public keys to advertise. The context's oracle (simulation only) records the plain
+    /// input, which is never sent.
     pub(crate) fn start(
         (me, tag): (u64, RoundTag),
-        (quantizer, variance, update): (Quantizer, u64, &[f32]),
+        input: SecureInput,
         context: &SecureContext,
     ) -> (Self, StageMessage) {
+        let SecureInput {
+            quantizer,
+            noise_variance: variance,
+            min_survivors,
+            update,
+        } = input;
         let round = tag.round;
         let mut secret = StdRng::from_os_rng();
         let mut codes = quantizer.encode(update, &mut secret);
@@ -55,7 +62,7 @@ impl SecureRound {
         let credentials = context.credentials.clone();
         let protocol = ClientRound::new((tag, me), quantizer.ring, credentials, &mut secret)
             .under(context.policy.clone())
-            .surviving_at_least(context.min_survivors);
+            .surviving_at_least(min_survivors);
         let keys = StageMessage::Keys(protocol.advertise());
         let state = Self {
             round,
@@ -121,6 +128,16 @@ pub(crate) struct SecureContext {
     pub(crate) oracle: Option<Arc<PlainInputs>>,
     /// The federation's rules: the round's minimums, checked at each stage.
     pub(crate) policy: Option<Arc<FederationPolicy>>,
-    /// n_min of the round (its task's): the fewest clients it may admit and keep.
+}
+
+/// What a client enters a secure round with, as admission permitted it.
+pub(crate) struct SecureInput<'a> {
+    /// The fixed-point code.
+    pub(crate) quantizer: Quantizer,
+    /// sigma_i^2: the noise added to the code, in levels.
+    pub(crate) noise_variance: u64,
+    /// n_min: the fewest clients the round may admit (U1) and keep (U3).
     pub(crate) min_survivors: u64,
+    /// u: the update.
+    pub(crate) update: &'a [f32],
 }

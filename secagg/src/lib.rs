@@ -72,7 +72,7 @@ pub use server::{
 pub use shamir::{SHARE_BYTES, ShamirError, Share};
 
 /// Secure aggregation sums plain FedAvg updates: it takes no local mechanism and no inexact-ADMM
-/// step. The server's configuration and every client's task check apply this one rule.
+/// step. Every client's admission of a task applies this one rule.
 pub fn check_combination(local_mechanism: bool, admm: bool) -> Result<(), &'static str> {
     match local_mechanism || admm {
         true => Err("secure aggregation with local privacy or IADMM is not supported"),

@@ -22,8 +22,8 @@ use crate::trainer::Trainer;
 use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, PolicyMode};
 use fl_model::{LocalConfig, Model};
 use fl_privacy::{ClientLimits, DdgRound, LocalMechanism, Neighbours, Release};
-use fl_secagg::Quantizer;
 use fl_secagg::task::{AdmmStep, SecureTask, Task, TaskDigest};
+use fl_secagg::{Quantizer, check_combination};
 
 /// What a client brings to a task's admission.
 pub(crate) struct Ours<'a> {
@@ -127,9 +127,8 @@ pub(crate) fn admit(task: &Task, received: &[f32], ours: &Ours) -> Result<Protec
         (Some(mechanism), None, _) => local_release(mechanism, admm.as_ref(), model, ours)?,
         (None, Some(secure), None) => secure_input(secure, task, received, ours)?,
         (Some(_), Some(_), _) | (None, Some(_), Some(_)) => {
-            return Err(Refusal::Combination(
-                "secure aggregation with local privacy or IADMM is not supported",
-            ));
+            let refused = check_combination(local.is_some(), admm.is_some()).err();
+            return Err(Refusal::Combination(refused.unwrap_or_default()));
         }
     };
     if admm.is_some() {
