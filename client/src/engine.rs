@@ -350,7 +350,7 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trainer::SgdTrainer;
     use crate::{ClientPrivacy, LocalData};
@@ -358,7 +358,8 @@ mod tests {
     use fl_model::{LocalConfig, Model, ModelSpec};
     use fl_privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
 
-    fn local() -> LocalData {
+    /// Six examples of 3 features and 2 classes, all this client's.
+    pub(crate) fn local() -> LocalData {
         let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
         let data = Dataset::new(features, vec![0, 1, 0, 1, 0, 1], 2).unwrap();
         LocalData {
@@ -367,7 +368,8 @@ mod tests {
         }
     }
 
-    fn task(local: Option<LocalMechanism>) -> Task {
+    /// Round 1 of logistic regression 3 -> 2 under `local`, nothing else asked.
+    pub(crate) fn task(local: Option<LocalMechanism>) -> Task {
         Task {
             round: 1,
             model: ModelSpec::logistic(3, 2).unwrap().into(),

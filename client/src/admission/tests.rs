@@ -1,13 +1,10 @@
 //! Admission's rules, each on a task a server could send.
 
 use super::*;
-use crate::LocalData;
+use crate::engine::tests::{local, task};
 use crate::trainer::SgdTrainer;
 use fl_authority::policy::MinDegree;
-use fl_datasets::Dataset;
-use fl_model::ModelSpec;
 use fl_secagg::Ring;
-use std::sync::Arc;
 
 fn policy(modes: &[PolicyMode]) -> FederationPolicy {
     FederationPolicy {
@@ -26,29 +23,11 @@ fn policy(modes: &[PolicyMode]) -> FederationPolicy {
 }
 
 fn trainer() -> SgdTrainer {
-    let features = ndarray::Array2::from_shape_fn((6, 3), |(i, j)| (i + j) as f32);
-    let data = Dataset::new(features, vec![0, 1, 0, 1, 0, 1], 2).unwrap();
-    SgdTrainer::new(LocalData {
-        data: Arc::new(data),
-        indices: (0..6).collect(),
-    })
+    SgdTrainer::new(local())
 }
 
 fn plain() -> Task {
-    Task {
-        round: 1,
-        model: ModelSpec::logistic(3, 2).unwrap().into(),
-        config: LocalConfig {
-            epochs: 1,
-            batch_size: 2,
-            learning_rate: 0.1,
-            random_shift: 0,
-        },
-        local: None,
-        secure: None,
-        admm: None,
-        evaluate: false,
-    }
+    task(None)
 }
 
 fn secure(federation: &str) -> SecureTask {
