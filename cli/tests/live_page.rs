@@ -23,6 +23,18 @@ impl Drop for Killed {
     }
 }
 
+/// The `[privacy]` table of the run: a round-based run is central DP with a budget far off; an
+/// asynchronous one has no mode (the buffer is what its page draws), and so no privacy keys,
+/// which the server would refuse under mode `none`.
+fn privacy(pacing: &str) -> &'static str {
+    if pacing.is_empty() {
+        "[privacy]\nmode = \"central\"\nnoise_multiplier = 2.0\naccountant = \"rdp\"\n\
+         epsilon = 1000.0\n"
+    } else {
+        "[privacy]\nmode = \"none\"\n"
+    }
+}
+
 /// Starts `fl sim` of a long private run in `dir` with its page on a free loopback port; returns
 /// the process and the page's URL, read from its log.
 fn start_sim(dir: &Path, pacing: &str) -> (Killed, String) {
@@ -34,10 +46,9 @@ fn start_sim(dir: &Path, pacing: &str) -> (Killed, String) {
             "[server]\nclients = 5\nclients_per_round = 3\nrounds = 100000\n\
              page_listen = \"127.0.0.1:0\"\n{pacing}\
              [model]\nkind = \"logistic\"\n[train]\nepochs = 1\nbatch_size = 50\n\
-             [privacy]\nmode = \"{}\"\nnoise_multiplier = 2.0\naccountant = \"rdp\"\n\
-             epsilon = 1000.0\n\
+             {}\
              [data]\nsource = \"mnist:{}\"\npartition = \"iid\"\n",
-            if pacing.is_empty() { "central" } else { "none" },
+            privacy(pacing),
             mnist.display()
         ),
     )
@@ -54,19 +65,25 @@ fn start_sim(dir: &Path, pacing: &str) -> (Killed, String) {
     let stderr = child.stderr.take().unwrap();
     let sim = Killed(child);
     // The line `... operator endpoint what=live run page url=http://127.0.0.1:PORT/`; the rest
-    // of the log is read on, so that the simulation never writes into a closed pipe.
+    // of the log is read on, so that the simulation never writes into a closed pipe. A
+    // simulation that ends before it names its page sends its whole log instead.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut log = String::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some((_, url)) = line.split_once("live run page url=") {
-                let _ = tx.send(url.trim().to_owned());
+                let _ = tx.send(Ok(url.trim().to_owned()));
             }
+            log += &line;
+            log.push('\n');
         }
+        let _ = tx.send(Err(log));
     });
-    let url = rx
-        .recv_timeout(DEADLINE)
-        .expect("fl sim logs the page's URL");
-    (sim, url)
+    match rx.recv_timeout(DEADLINE) {
+        Ok(Ok(url)) => (sim, url),
+        Ok(Err(log)) => panic!("fl sim ended before it named its page:\n{log}"),
+        Err(e) => panic!("fl sim names its page in time: {e}"),
+    }
 }
 
 /// The complete lines of `metrics.jsonl` in `run` (the server may be appending the next one).

@@ -8,6 +8,7 @@ use crate::ClientPrivacy;
 use crate::admission::{Ours, Protection, admit};
 use crate::refusal::Refusal;
 use crate::round::{Computed, Work, compute};
+use crate::round_log::RoundLog;
 use crate::secure::{SecureContext, SecureInput, SecureRound, Step};
 use crate::state::ClientState;
 use crate::trainer::Trainer;
@@ -145,6 +146,9 @@ pub(crate) struct Engine {
     pub(crate) state: ClientState,
     /// The federation's rules, when the authority signed a policy.
     policy: Option<Arc<FederationPolicy>>,
+    /// This client's name and its process's round log, when the process says rounds for all
+    /// its clients.
+    round_log: Option<(String, RoundLog)>,
 }
 
 impl Engine {
@@ -172,7 +176,15 @@ impl Engine {
             last_refusal: None,
             state: ClientState::in_memory(),
             policy: None,
+            round_log: None,
         }
+    }
+
+    /// The engine of client `name`, saying its rounds in its process's `round_log` (if any)
+    /// rather than on a line of its own.
+    pub(crate) fn reporting_to(mut self, name: &str, round_log: Option<RoundLog>) -> Self {
+        self.round_log = round_log.map(|log| (name.to_owned(), log));
+        self
     }
 
     /// The engine of a client of the federation whose `policy` it holds (if any), remembering
@@ -270,10 +282,16 @@ impl Engine {
     pub(crate) fn computed(&mut self, prepared: Prepared) -> Outgoing {
         self.rounds_trained += 1;
         let round = prepared.round;
-        if prepared.ready.is_ok() {
-            let loss = prepared.loss.map(|l| format!("{l:.4}"));
-            let seconds = format!("{:.2}", prepared.seconds);
-            tracing::info!(round, seconds, loss, "trained for the round");
+        match (&prepared.ready, &self.round_log) {
+            (Err(_), _) => {}
+            (Ok(_), Some((name, log))) => {
+                log.trained(round, name, prepared.seconds, prepared.loss.map(f64::from))
+            }
+            (Ok(_), None) => {
+                let loss = prepared.loss.map(|l| format!("{l:.4}"));
+                let seconds = format!("{:.2}", prepared.seconds);
+                tracing::info!(round, seconds, loss, "trained for the round");
+            }
         }
         match prepared.ready {
             Ok(Ready::Secure(state, keys)) => {

@@ -13,6 +13,7 @@ mod engine;
 mod logging;
 mod refusal;
 mod round;
+mod round_log;
 mod secure;
 mod session;
 mod slots;
@@ -25,6 +26,7 @@ pub use connection::{
     CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
 };
 pub use logging::init_logging;
+pub use round_log::RoundLog;
 pub use session::{run, run_client};
 pub use slots::TrainingSlots;
 pub use state::{StateError, state_file};
@@ -170,6 +172,9 @@ pub struct ClientOptions {
     /// Simulation only: how much slower than this machine the client is (it waits after
     /// training before it answers); [`Pace::Natural`] for a real client.
     pub pace: Pace,
+    /// A process of many clients: where each says the rounds it trained, for one line per round
+    /// naming them (`None`: the client says each round itself).
+    pub round_log: Option<RoundLog>,
 }
 
 impl ClientOptions {
@@ -192,6 +197,7 @@ impl ClientOptions {
             tls: None,
             connection: None,
             pace: Pace::Natural,
+            round_log: None,
         }
     }
 }

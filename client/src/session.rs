@@ -51,7 +51,8 @@ async fn run_named(
     let state = ClientState::open(opts.state.clone(), policy, cap).map_err(ClientError::State)?;
     let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed)
         .signing_with(opts.credentials.clone())
-        .remembering(opts.policy.clone(), state);
+        .remembering(opts.policy.clone(), state)
+        .reporting_to(&opts.name, opts.round_log.clone());
     let mut held = None;
     loop {
         let (me, outbox, inbound, identity) = open_session(&opts, held.as_ref()).await?;

@@ -48,6 +48,8 @@ async fn run() -> anyhow::Result<()> {
         tracing::info!(server = %args.server, clients, connections = shared, "connecting");
     }
     let slots = TrainingSlots::new(std::thread::available_parallelism().map_or(1, usize::from));
+    // Many clients in one process: one line per round for them all.
+    let round_log = (args.simulate > 1).then(fl_client::RoundLog::new);
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (index, indices)) in shares.into_iter().enumerate() {
         let certified = credentials.as_ref().map(|c| c.certificate.name.clone());
@@ -64,6 +66,7 @@ async fn run() -> anyhow::Result<()> {
         opts.state = args.state_file(&opts.name, policy.as_deref());
         opts.policy = policy.clone();
         opts.pace = args.speeds.pace(args.partition_seed, index as u64);
+        opts.round_log = round_log.clone();
         opts.connection = connections
             .get(i / fl_client::CLIENTS_PER_CONNECTION)
             .cloned();
@@ -74,6 +77,7 @@ async fn run() -> anyhow::Result<()> {
         tasks.spawn(async move { (index, run_client(opts, local).await) });
     }
     let mut failures = Vec::new();
+    let mut finished = Finished::default();
     while let Some(joined) = tasks.join_next().await {
         match joined? {
             (index, Ok(report)) if report.rounds_trained == 0 && report.tasks_refused > 0 => {
@@ -81,7 +85,7 @@ async fn run() -> anyhow::Result<()> {
                 tracing::error!(index, %reason, "client refused every task");
                 failures.push(format!("client {index} refused every task: {reason}"));
             }
-            (index, Ok(report)) => tracing::info!(
+            (index, Ok(report)) if round_log.is_none() => tracing::info!(
                 index,
                 rounds = report.rounds_trained,
                 local_releases = report.local_releases,
@@ -89,12 +93,17 @@ async fn run() -> anyhow::Result<()> {
                 reason = %report.shutdown_reason,
                 "client finished"
             ),
+            (_, Ok(report)) => finished.add(&report),
             (index, Err(e)) => {
                 let error = fl_common::error_chain(&e);
                 tracing::error!(index, %error, "client failed");
                 failures.push(format!("client {index}: {error}"));
             }
         }
+    }
+    if let Some(log) = round_log {
+        log.finish();
+        finished.say();
     }
     match failures.as_slice() {
         [] => Ok(()),
@@ -183,4 +192,43 @@ fn connections(
         );
     }
     Ok(connections)
+}
+
+/// What the clients of a `--simulate` process that finished did, said on one line at the end.
+#[derive(Default)]
+struct Finished {
+    clients: usize,
+    /// Rounds trained, summed over the clients.
+    rounds: u64,
+    local_releases: u64,
+    /// The largest composed local epsilon of any one client.
+    max_local_epsilon: f64,
+    /// Why they finished, each reason once.
+    reasons: std::collections::BTreeSet<String>,
+}
+
+impl Finished {
+    /// One more client finished with `report`.
+    fn add(&mut self, report: &fl_client::ClientReport) {
+        self.clients += 1;
+        self.rounds += report.rounds_trained;
+        self.local_releases += report.local_releases;
+        self.max_local_epsilon = self.max_local_epsilon.max(report.local_epsilon);
+        self.reasons.insert(report.shutdown_reason.clone());
+    }
+
+    /// The line that says it, if any client finished.
+    fn say(&self) {
+        if self.clients > 0 {
+            let reasons: Vec<&str> = self.reasons.iter().map(String::as_str).collect();
+            tracing::info!(
+                clients = self.clients,
+                rounds_trained = self.rounds,
+                local_releases = self.local_releases,
+                max_local_epsilon = self.max_local_epsilon,
+                reason = %reasons.join("; "),
+                "clients finished"
+            );
+        }
+    }
 }
