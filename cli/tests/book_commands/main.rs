@@ -69,14 +69,20 @@ fn run_page(page: &Path) -> Vec<String> {
     let binaries = Path::new(env!("CARGO_BIN_EXE_fl")).parent().unwrap();
     let mut shell = shell::Shell::new(&repo(), dir.clone(), binaries);
     let mut errors = Vec::new();
+    let (started, mut ran) = (std::time::Instant::now(), 0);
     for step in page::steps(&text) {
         match rule_for(&name, &step).how {
-            How::Run(run) => errors.extend(shell.run(&step, run).err()),
+            How::Run(run) => {
+                ran += 1;
+                errors.extend(shell.run(&step, run).err());
+            }
             How::Elsewhere(why) => eprintln!("{name} line {}: not run here: {why}", step.line),
         }
     }
     errors.extend(shell.wait_all().err());
     drop(shell);
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("{name}: {ran} commands run in {seconds:.1} s");
     if errors.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
     }

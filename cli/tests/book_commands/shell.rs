@@ -32,7 +32,8 @@ pub struct Run {
 /// The page's folder and what its commands so far have set up.
 pub struct Shell {
     dir: PathBuf,
-    exports: Vec<String>,
+    /// The variables the page's `export`s set, as they came out (a random token once).
+    exports: Vec<(String, String)>,
     /// (the page's address, the one its server listens on).
     ports: Vec<(String, String)>,
     running: Vec<Running>,
@@ -44,6 +45,8 @@ struct Running {
     run: Run,
     child: Child,
     printed: Arc<Mutex<Vec<String>>>,
+    /// Set once its output is read to the end.
+    read: Arc<std::sync::atomic::AtomicBool>,
     started: Instant,
 }
 
@@ -105,11 +108,18 @@ impl Shell {
             script = script.replace(page.as_str(), ours);
         }
         if code.starts_with("export ") {
-            self.exports.push(script.clone());
+            return self.export(step, &script);
+        }
+        // A command the page ends with `&` runs in the test's own background (its `bash` would
+        // end at once), so that its exit and output are checked.
+        if step.background {
+            let at = script.rfind('&').unwrap();
+            script.replace_range(at..=at, "");
         }
         let running = self.start(step, run, &script);
         if let Some(page) = listens {
             let ours = self.listening(&running)?;
+            self.ports.retain(|(p, _)| *p != page);
             self.ports.push((page, ours));
         }
         if run.background || step.background {
@@ -134,8 +144,35 @@ impl Shell {
         }
     }
 
-    /// Starts `script` in the page's folder, its output collected line by line.
-    fn start(&self, step: &Step, run: Run, script: &str) -> Running {
+    /// Runs the `export` of `step` once and keeps the values it set for the page's later
+    /// commands.
+    fn export(&mut self, step: &Step, script: &str) -> Result<(), String> {
+        let names: Vec<&str> = (script.split_whitespace())
+            .filter_map(|w| w.split_once('=').map(|(name, _)| name))
+            .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            .collect();
+        let print = names
+            .iter()
+            .map(|n| format!("printf '%s\\0' \"${n}\""))
+            .collect::<Vec<_>>();
+        let ran = self
+            .bash(&format!("{script}\n{}", print.join("\n")))
+            .output()
+            .unwrap();
+        if !ran.status.success() {
+            return Err(format!("line {}: `{script}`: {ran:?}", step.line));
+        }
+        let values = String::from_utf8(ran.stdout).unwrap();
+        for (name, value) in names.iter().zip(values.split('\0')) {
+            self.exports.retain(|(n, _)| n != name);
+            self.exports.push((name.to_string(), value.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// `bash -c script` in the page's folder, with the binaries first on `PATH`, the page's
+    /// exports, and none of the test's own `FL_*` variables or `RUST_LOG`.
+    fn bash(&self, script: &str) -> Command {
         let path = format!(
             "{}:{}",
             self.dir.join("target/release").display(),
@@ -144,30 +181,40 @@ impl Shell {
         let mut command = Command::new("bash");
         command
             .arg("-c")
-            .arg(format!("{}\nexec 2>&1\n{script}", self.exports.join("\n")))
+            .arg(script)
             .current_dir(&self.dir)
             .env("PATH", path)
             .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .stdin(Stdio::null());
         for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("FL_")) {
             command.env_remove(key);
         }
+        command.envs(self.exports.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    /// Starts `script` in the page's folder, its output collected line by line.
+    fn start(&self, step: &Step, run: Run, script: &str) -> Running {
+        let mut command = self.bash(&format!("exec 2>&1\n{script}"));
+        command.stdout(Stdio::piped());
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let mut child = command.spawn().expect("bash runs");
         let stdout = child.stdout.take().unwrap();
         let printed = Arc::new(Mutex::new(Vec::new()));
-        let into = printed.clone();
+        let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (into, ended) = (printed.clone(), read.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 into.lock().unwrap().push(line);
             }
+            ended.store(true, std::sync::atomic::Ordering::Release);
         });
         Running {
             step: step.clone(),
             run,
             child,
             printed,
+            read,
             started: Instant::now(),
         }
     }
@@ -197,8 +244,14 @@ impl Shell {
         let cut = running.run.until;
         let status = loop {
             if let Some(status) = running.child.try_wait().unwrap() {
-                // What it printed last may still be in the pipe.
-                std::thread::sleep(Duration::from_millis(200));
+                // What it printed last may still be in the pipe: read to its end (which a process
+                // it left running may hold open; that one is stopped with the rest).
+                let ended = Instant::now();
+                while !running.read.load(std::sync::atomic::Ordering::Acquire)
+                    && ended.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 break Some(status);
             }
             let printed = running.printed.lock().unwrap().clone();
