@@ -16,6 +16,7 @@ mod enrollment;
 mod external_model;
 mod framing;
 mod in_process;
+mod interrupt;
 mod live_page;
 mod local_privacy;
 mod metrics;

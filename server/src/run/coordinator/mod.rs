@@ -192,7 +192,13 @@ impl Coordinator {
     pub(crate) async fn run(mut self) -> Result<Summary, ServerError> {
         let resumed = self.resume.is_some();
         let (mut global, first_round, mut totals) = self.start()?;
-        self.await_clients(first_round).await?;
+        if let Err(e) = self.await_clients(first_round).await {
+            // The clients that came are told at once (to come back, if the server is to be
+            // resumed), so that their connections close and the server stops without a drain.
+            let resuming = matches!(e, ServerError::Interrupted);
+            self.clients.shutdown_all(first_round - 1, resuming);
+            return Err(e);
+        }
         let started = Instant::now();
         let mut evaluations = Evaluations::default();
         let run = Progressing {
