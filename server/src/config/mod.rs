@@ -180,6 +180,7 @@ impl RunConfig {
         // The ranges of sections this mode does not use too: an out-of-range value is a mistake
         // wherever it is, and would surprise whoever switches the mode later.
         self.secagg.validate()?;
+        self.local.validate(self.privacy.mode)?;
         self.admm.validate()?;
         self.signds.validate()?;
         self.buffer.validate(self)?;

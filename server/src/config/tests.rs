@@ -104,6 +104,22 @@ fn a_key_another_mode_reads_is_said_to_be_ignored() {
     );
 }
 
+/// An out-of-range value is refused in a section the run's mode does not read, too.
+#[test]
+fn a_section_the_mode_does_not_read_is_range_checked() {
+    let central: RunConfig = toml::from_str("[privacy]\nmode = \"central\"\n").unwrap();
+    central.validate().unwrap();
+    for (section, bad) in [
+        ("local", "epsilon = -5.0"),
+        ("local", "steps = 0"),
+        ("signds", "top_k = 10.0"),
+    ] {
+        let text = format!("[privacy]\nmode = \"central\"\n[{section}]\n{bad}\n");
+        let config: RunConfig = toml::from_str(&text).unwrap();
+        assert!(config.validate().is_err(), "{section}: {bad}");
+    }
+}
+
 #[test]
 fn overrides_set_keys_in_any_section() {
     let dir = std::env::temp_dir().join(format!("fl-override-{}", std::process::id()));
