@@ -186,7 +186,16 @@ pub fn compare_runs(
 ) -> anyhow::Result<()> {
     let series = runs
         .iter()
-        .map(|(label, run)| Ok((label.clone(), accuracy_along(run, x)?)))
+        .map(|(label, run)| {
+            let points = accuracy_along(run, x)?;
+            // An empty line on the chart would look like a run that was drawn.
+            anyhow::ensure!(
+                !points.is_empty(),
+                "{}: no round with a test accuracy yet, nothing to draw for {label}",
+                run.display()
+            );
+            Ok((label.clone(), points))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let x_desc = match x {
         XAxis::Round => "round",
@@ -325,6 +334,16 @@ mod tests {
         let metrics = line(1, "null") + &line(2, r#"{"accuracy":0.8}"#);
         std::fs::write(dir.join("metrics.jsonl"), metrics).unwrap();
         assert_eq!(accuracy_along(&dir, XAxis::Round).unwrap(), [(2.0, 0.8)]);
+        // A run with no accuracy yet is refused by name, not drawn as nothing.
+        let empty = dir.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        std::fs::write(empty.join("metrics.jsonl"), line(1, "null")).unwrap();
+        let runs = [("e".to_owned(), empty.clone())];
+        let refused = compare_runs(&runs, XAxis::Round, "t", &dir.join("c.svg")).unwrap_err();
+        assert!(
+            refused.to_string().contains("nothing to draw for e"),
+            "{refused}"
+        );
         plot_run(&dir, "external").unwrap();
         assert!(dir.join("accuracy.svg").is_file());
         std::fs::remove_dir_all(&dir).unwrap();
