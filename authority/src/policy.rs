@@ -109,7 +109,7 @@ pub struct FederationPolicy {
     pub min_clients: u64,
     /// The fewest neighbours k of a client in a secure round.
     pub min_degree: MinDegree,
-    /// The smallest threshold as a fraction of k: t >= ceil(min_threshold k); above 2/3.
+    /// The smallest threshold as a fraction of k: tau >= ceil(min_threshold k); above 2/3.
     pub min_threshold: f64,
     /// Distributed noise: each client's discrete Gaussian standard deviation is at least this
     /// many times the round's clip bound S (in levels: sigma_i^2 >= (z S gamma)^2); 0 for none.
@@ -174,7 +174,7 @@ pub enum OutsidePolicy {
         /// The client's neighbours.
         k: usize,
     },
-    /// A Shamir threshold t below `min_threshold` of the client's k neighbours.
+    /// A Shamir threshold tau below `min_threshold` of the client's k neighbours.
     #[error(
         "federation {federation:?} policy: threshold at least {fraction} of the {k} neighbours \
          (t >= {min_t}), this round's is {t}"
@@ -257,7 +257,7 @@ impl FederationPolicy {
         {
             return Err(PolicyError::MinDegree(k));
         }
-        // t > 2k/3 keeps both secrets of a client hidden from fewer than 2t - k colluders
+        // tau > 2k/3 keeps both secrets of a client hidden from fewer than 2 tau - k colluders
         // (Bonawitz et al. 2017, Sec. 6).
         if !(self.min_threshold > 2.0 / 3.0 && self.min_threshold <= 1.0) {
             return Err(PolicyError::MinThreshold(self.min_threshold));
@@ -321,7 +321,7 @@ impl FederationPolicy {
         self.modes.contains(&mode)
     }
 
-    /// The smallest threshold t a client with `k` neighbours accepts under this policy.
+    /// The smallest threshold tau a client with `k` neighbours accepts under this policy.
     pub fn min_threshold_for(&self, k: usize) -> usize {
         (self.min_threshold * k as f64 - 1e-9).ceil().max(0.0) as usize
     }
@@ -375,8 +375,8 @@ impl FederationPolicy {
     }
 
     /// The most clients the server may control with both secrets of every honest client's
-    /// still hidden, whatever graph the server draws: |C| < 2 t_min - k_min, with k_min the
-    /// policy's fewest neighbours and t_min its threshold at k_min (threat-model.md).
+    /// still hidden, whatever graph the server draws: |C| < 2 tau_min - k_min, with k_min the
+    /// policy's fewest neighbours and tau_min its threshold at k_min (threat-model.md).
     pub fn tolerated_compromised(&self) -> u64 {
         let k = match self.min_degree {
             MinDegree::Complete => self.min_clients - 1,
@@ -506,7 +506,7 @@ mod tests {
     }
 
     /// The round's shape: each rule refuses with its name, and the bound on compromised
-    /// clients is 2 t_min - k_min - 1.
+    /// clients is 2 tau_min - k_min - 1.
     #[test]
     fn a_round_outside_the_policy_names_the_rule() {
         let p = policy();
@@ -549,7 +549,7 @@ mod tests {
         ));
         assert!(graph.to_string().contains("complete"));
         complete.check_round(5, 4, 3).unwrap();
-        // k = 24, t_min = ceil(0.7 * 24) = 17: |C| <= 9.
+        // k = 24, tau_min = ceil(0.7 * 24) = 17: |C| <= 9.
         let wide = FederationPolicy {
             min_degree: MinDegree::AtLeast(24),
             ..p

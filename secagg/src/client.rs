@@ -163,11 +163,11 @@ impl ClientRound {
         let signed = self.credentials.is_some();
         if t < min_threshold(n, signed) || t > n {
             let need = match signed {
-                true => "t > 2n/3",
-                false => "t > n/2",
+                true => "tau > 2n/3",
+                false => "tau > n/2",
             };
             return Err(SecAggError::Refused(format!(
-                "threshold {t} with {n} neighbours (need 2 <= t <= n and {need})"
+                "threshold tau = {t} with {n} neighbours (need 2 <= tau <= n and {need})"
             )));
         }
         Ok(())

@@ -3,7 +3,8 @@
 //! The protocol is Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine
 //! Learning" (CCS 2017), with the sparse neighbour graph of SecAgg+ (Bell et al., CCS 2020); with
 //! [`Credentials`] its malicious-server variant (signed keys and a consistency check, Sec. 6;
-//! `binding.rs`). Every key is bound to the round and H(task) ([`RoundTag`]). Per round:
+//! `binding.rs`). Every key is bound to the round and H(task) ([`RoundTag`]). t is the paper's
+//! Shamir threshold (the book writes tau, as its t is the round). Per round:
 //!
 //! 0. AdvertiseKeys: client u sends (c_pk_u, s_pk_u), signed in a signed round; the server sends
 //!    each u U1, its neighbours' keys and the Shamir threshold t; u checks that its neighbours are

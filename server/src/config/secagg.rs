@@ -134,7 +134,7 @@ pub struct SecAggSection {
     pub noise: SecAggNoise,
     /// b: ring bit width, 32 or 64.
     pub bits: u32,
-    /// Shamir threshold as a fraction of a client's neighbours (t = ceil(fraction * |N|), and
+    /// Shamir threshold as a fraction of a client's neighbours (tau = ceil(fraction * |N|), and
     /// always more than half; more than two thirds in signed rounds).
     pub threshold: f64,
     /// Fewest survivors of each stage, as a fraction of the expected m_t (at least 3); below it
@@ -213,7 +213,7 @@ impl SecAggSection {
             ),
             (
                 self.threshold > 0.5 && self.threshold <= 1.0,
-                "secagg.threshold must be in (0.5, 1]: a minority must never hold t shares",
+                "secagg.threshold must be in (0.5, 1]: a minority must never hold tau shares",
             ),
             (
                 self.min_survivors > 0.0 && self.min_survivors <= 1.0,

@@ -76,6 +76,19 @@ async fn run() -> anyhow::Result<()> {
         };
         tasks.spawn(async move { (index, run_client(opts, local).await) });
     }
+    outcomes(tasks, round_log).await
+}
+
+/// Waits for the clients of this process and says how each ended (for `--simulate N`, with a
+/// `round_log`, in one line for all that finished); an error names those that failed or refused
+/// every task.
+async fn outcomes(
+    mut tasks: tokio::task::JoinSet<(
+        usize,
+        Result<fl_client::ClientReport, fl_client::ClientError>,
+    )>,
+    round_log: Option<fl_client::RoundLog>,
+) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     let mut finished = Finished::default();
     while let Some(joined) = tasks.join_next().await {

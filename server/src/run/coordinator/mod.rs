@@ -27,10 +27,11 @@ use fl_secagg::task::{SecureTask, Task, TaskDigest};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::Instrument;
 
 mod buffered;
+mod join;
 mod report;
 
 /// Called with each round's metrics (e.g. to drive a progress bar).
@@ -192,13 +193,7 @@ impl Coordinator {
     pub(crate) async fn run(mut self) -> Result<Summary, ServerError> {
         let resumed = self.resume.is_some();
         let (mut global, first_round, mut totals) = self.start()?;
-        if let Err(e) = self.await_clients(first_round).await {
-            // The clients that came are told at once (to come back, if the server is to be
-            // resumed), so that their connections close and the server stops without a drain.
-            let resuming = matches!(e, ServerError::Interrupted);
-            self.clients.shutdown_all(first_round - 1, resuming);
-            return Err(e);
-        }
+        self.await_clients(first_round).await?;
         let started = Instant::now();
         let mut evaluations = Evaluations::default();
         let run = Progressing {
@@ -263,22 +258,6 @@ impl Coordinator {
             ..RunTotals::resumed(&checkpoint.progress)
         };
         Ok((checkpoint.model, next, totals))
-    }
-
-    /// Waits for K clients before the first round. A run killed during or after its last round
-    /// has only its summary left, but clients that come back get their Shutdown instead of
-    /// retrying until their timeout.
-    async fn await_clients(&mut self, first_round: u64) -> Result<(), ServerError> {
-        let expected = self.config.server.clients;
-        let join_timeout = Duration::from_secs_f64(self.config.server.join_timeout_secs);
-        if first_round <= self.config.server.rounds {
-            return self.clients.wait_for(expected, join_timeout).await;
-        }
-        let grace = join_timeout.min(Duration::from_secs(10));
-        if let Err(e) = self.clients.wait_for(expected, grace).await {
-            tracing::info!(error = %e, "no more clients came back");
-        }
-        Ok(())
     }
 
     /// Runs the synchronous rounds from `first_round`; says what stopped them.
