@@ -352,7 +352,7 @@ impl FederationPolicy {
                     k,
                 });
             }
-            _ => {}
+            MinDegree::Complete | MinDegree::AtLeast(_) => {}
         }
         let min_t = self.min_threshold_for(k);
         if t < min_t {

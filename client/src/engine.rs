@@ -86,7 +86,7 @@ fn prepare(
     let round = work.task.round;
     let loss = match &computed {
         Ok(Computed::Plain { loss, .. }) => *loss,
-        _ => None,
+        Ok(Computed::Protected(_)) | Err(_) => None,
     };
     let ready = match (computed, &work.protection) {
         (

@@ -196,7 +196,7 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
                 .map_err(trainer_failed)?;
             (weights, Some(loss), sgd.examples())
         }
-        _ => {
+        Some(LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. }) | None => {
             let t = on_a_core(|| trainer.train(&request, global)).map_err(trainer_failed)?;
             (t.weights, t.loss, t.examples)
         }

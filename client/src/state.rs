@@ -193,7 +193,7 @@ impl ClientState {
         let lock = file.as_deref().map(lock).transpose()?;
         let remembered = match &file {
             Some(path) if path.exists() => read(path, federation)?,
-            _ => Remembered {
+            Some(_) | None => Remembered {
                 federation: federation.into(),
                 ..Remembered::default()
             },
@@ -324,7 +324,7 @@ impl ClientState {
                 total,
                 cap,
             }),
-            _ => Ok(()),
+            Some(_) | None => Ok(()),
         }
     }
 

@@ -48,7 +48,7 @@ impl LocalLedger {
                     *mu2 += (release.sensitivity / release.noise).powi(2);
                 }
             }
-            _ => self.pure_epsilon += release.epsilon,
+            ReleaseKind::Laplace | ReleaseKind::SignDs => self.pure_epsilon += release.epsilon,
         }
         for (acc, &alpha) in self.rdp.iter_mut().zip(&self.orders) {
             *acc += release.rdp(alpha);

@@ -194,7 +194,7 @@ impl Verifier {
                 name: certificate.name.clone(),
                 serial: list.serial,
             }),
-            _ => Ok(()),
+            Some(_) | None => Ok(()),
         }
     }
 

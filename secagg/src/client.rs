@@ -190,7 +190,7 @@ impl ClientRound {
         let own_keys = self.advert.digest();
         match members.iter().find(|m| m.id == self.me) {
             Some(m) if m.name.as_ref() == own_name && m.keys == own_keys => {}
-            _ => {
+            Some(_) | None => {
                 return refuse(
                     "the admitted clients leave out this client, misname it or misstate its keys"
                         .into(),

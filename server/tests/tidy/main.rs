@@ -3,11 +3,12 @@
 //! mode and algorithm are read in `run/build.rs` (and parsed in `config`) only; the round logic
 //! imports nothing of the wire format or the transport; the modules of `server/src` import each
 //! other without a cycle; no function is longer than a screen; no file cites a session or an issue
-//! by number. Imports are read from the code's
+//! by number; no wildcard arm where a privacy or robustness decision is made. Imports are read from the code's
 //! `crate::` paths and the crates it names, not from the words of its comments.
 
 mod book;
 mod citations;
+mod decisions;
 mod files;
 mod imports;
 mod layers;

@@ -158,11 +158,16 @@ impl RunConfig {
         let charges = max_rounds(ledger.accountant, &charge.into(), &ledger.budget, rounds)?;
         let steps = match p.max_participations {
             Some(k) if charges >= k => rounds,
-            _ => rounds.min(charges.saturating_mul(b)),
+            Some(_) | None => rounds.min(charges.saturating_mul(b)),
         };
         let momentum = match self.train.server_optimizer {
             ServerOptimizerKind::FedAvgM => self.train.server_momentum,
-            _ => 0.0,
+            // The factorization is optimised for plain or momentum SGD steps; an adaptive
+            // server step is not a linear operator on the noise, so it is optimised as plain.
+            ServerOptimizerKind::FedAvg
+            | ServerOptimizerKind::FedAdagrad
+            | ServerOptimizerKind::FedAdam
+            | ServerOptimizerKind::FedYogi => 0.0,
         };
         Ok(NoiseStream::Banded {
             factorization: BandedFactorization::optimised(bands as usize, steps, momentum),

@@ -244,7 +244,10 @@ impl PrivacyPlan {
         match self {
             PrivacyPlan::Local(l) => Some(&l.accounting),
             PrivacyPlan::Iadmm(i) => i.laplace.as_ref(),
-            _ => None,
+            PrivacyPlan::None(_)
+            | PrivacyPlan::Central(_)
+            | PrivacyPlan::Secure(_)
+            | PrivacyPlan::Ftrl(_) => None,
         }
     }
 }

@@ -11,8 +11,8 @@ use crate::config::{
     ServerOptimizerKind,
 };
 use fl_privacy::{
-    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, Sampling, UnsampledGaussian,
-    max_rounds,
+    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, ReleaseKind, Sampling,
+    UnsampledGaussian, max_rounds,
 };
 
 impl RunConfig {
@@ -55,7 +55,7 @@ impl RunConfig {
             self.admm.validate()?;
             let laplace = match mode {
                 PrivacyMode::None => None,
-                PrivacyMode::LdpLaplace => Some(self.local_accounting()?),
+                PrivacyMode::LdpLaplace => Some(self.local_accounting(ReleaseKind::Laplace)?),
                 other => {
                     return bad(format!(
                         "train.algorithm = \"iadmm\" works with privacy.mode \"none\" or \
@@ -71,14 +71,12 @@ impl RunConfig {
             PrivacyMode::Central => {
                 PrivacyPlan::Central(self.central_noise(CentralAccounting::Sampled)?)
             }
-            PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace => PrivacyPlan::Local(LocalPlan {
-                accounting: self.local_accounting()?,
-                rule: LocalRule::FedAvg(self.aggregation()),
-            }),
+            PrivacyMode::LdpGaussian => self.fedavg_of(ReleaseKind::Gaussian)?,
+            PrivacyMode::LdpLaplace => self.fedavg_of(ReleaseKind::Laplace)?,
             PrivacyMode::SignDs => {
                 self.signds.validate()?;
                 PrivacyPlan::Local(LocalPlan {
-                    accounting: self.local_accounting()?,
+                    accounting: self.local_accounting(ReleaseKind::SignDs)?,
                     rule: LocalRule::SignDs {
                         learning_rate: self.signds.global_learning_rate,
                     },
@@ -104,22 +102,31 @@ impl RunConfig {
         }
     }
 
-    /// `[local]`'s mechanism for the run's client-side mode.
-    fn local_accounting(&self) -> Result<LocalAccounting, ConfigError> {
-        let (mode, l) = (self.privacy.mode, &self.local);
-        l.validate(mode)?;
-        let mechanism = match mode {
-            PrivacyMode::LdpGaussian => MechanismSpec::Gaussian {
+    /// FedAvg of the updates clients protect with `kind`.
+    fn fedavg_of(&self, kind: ReleaseKind) -> Result<PrivacyPlan, ConfigError> {
+        Ok(PrivacyPlan::Local(LocalPlan {
+            accounting: self.local_accounting(kind)?,
+            rule: LocalRule::FedAvg(self.aggregation()),
+        }))
+    }
+
+    /// `[local]`'s settings for the client-side mechanism `kind`: every kind named, so that a
+    /// new one cannot be run as another.
+    fn local_accounting(&self, kind: ReleaseKind) -> Result<LocalAccounting, ConfigError> {
+        let l = &self.local;
+        l.validate(self.privacy.mode)?;
+        let mechanism = match kind {
+            ReleaseKind::Gaussian => MechanismSpec::Gaussian {
                 epsilon: l.epsilon,
                 delta: l.delta,
                 clip: l.clip_bound,
             },
-            PrivacyMode::LdpLaplace => MechanismSpec::Laplace {
+            ReleaseKind::Laplace => MechanismSpec::Laplace {
                 epsilon: l.epsilon,
                 clip: l.clip_bound,
                 steps: l.steps,
             },
-            _ => MechanismSpec::SignDs {
+            ReleaseKind::SignDs => MechanismSpec::SignDs {
                 epsilon: l.epsilon,
                 sizes: self.signds,
             },

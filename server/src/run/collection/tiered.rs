@@ -157,11 +157,13 @@ impl TieredCollection {
                     );
                     tally.groups.push(unanswered(part, GroupOutcome::Lost));
                 }
-                // No client of this process's own is sampled under a tier.
-                Event::Update { client, .. } | Event::Sign { client, .. } => {
+                // No client of this process's own is sampled under a tier: its uploads refused.
+                Event::Update { client, .. }
+                | Event::Sign { client, .. }
+                | Event::SecAgg { client, .. } => {
                     clients.reject(client, Rejection::NotExpected { client, round });
                 }
-                _ => {}
+                Event::Connected(_) | Event::Disconnected(_) | Event::Failed { .. } => {}
             }
         }
         let timed_out = waiting.into_values();
