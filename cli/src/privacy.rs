@@ -2,8 +2,8 @@
 
 use anyhow::{Context, bail};
 use fl_privacy::{
-    Accountant, AccountantKind, Budget, GaussianRound, Neighbours, PrivacyEvent, Sampling,
-    UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_depth, tree_nodes,
+    Accountant, AccountantKind, BandedRound, Budget, GaussianRound, Neighbours, PrivacyEvent,
+    Sampling, UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_depth, tree_nodes,
 };
 use serde_json::json;
 
@@ -267,7 +267,8 @@ impl Args {
     /// sensitivity factor.
     fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64, f64)> {
         if let Some(b) = self.min_separation {
-            return Ok((1.0, Sampling::Poisson, self.banded_charges(rounds, b), 1.0));
+            let charges = self.banded_stream(b).charges_in(rounds);
+            return Ok((1.0, Sampling::Poisson, charges, 1.0));
         }
         Ok(match (self.tree_rounds, self.unsampled) {
             (Some(n), _) => (1.0, Sampling::Poisson, tree_nodes(rounds, n), 1.0),
@@ -308,19 +309,16 @@ impl Args {
         trees * n + ((1u64 << rest) - 1)
     }
 
-    /// The charges of `rounds` banded steps at separation `b` (`fl_privacy::BandedRound`): one
-    /// at each step t = 1 (mod b), at most --max-participations.
-    fn banded_charges(&self, rounds: u64, b: u64) -> u64 {
-        let charges = rounds.div_ceil(b.max(1));
-        self.max_participations.map_or(charges, |k| charges.min(k))
-    }
-
-    /// The most banded steps at separation `b` that `charges` charges cover (unbounded, here
-    /// `cap`, once they reach --max-participations).
-    fn banded_rounds_for(&self, charges: u64, b: u64, cap: u64) -> u64 {
-        match self.max_participations {
-            Some(k) if charges >= k => cap,
-            _ => charges.saturating_mul(b.max(1)).min(cap),
+    /// A banded stream at separation `b` and --max-participations, whose charges it counts
+    /// (its noise is the question's).
+    fn banded_stream(&self, b: u64) -> BandedRound {
+        BandedRound {
+            noise_multiplier: self.sigma.unwrap_or(1.0),
+            step: 1,
+            bands: b,
+            min_separation: b,
+            max_participations: self.max_participations,
+            neighbours: Neighbours::ZeroOut,
         }
     }
 
@@ -404,7 +402,7 @@ impl Args {
         let count = max_rounds(self.accountant()?, &event, &budget, cap)?;
         let rounds = match (self.tree_rounds, self.min_separation) {
             (Some(n), _) => Args::tree_rounds_for(count, n),
-            (None, Some(b)) => self.banded_rounds_for(count, b, cap),
+            (None, Some(b)) => self.banded_stream(b).steps_covered(count, cap),
             (None, None) => count,
         };
         let delta = Args::need(self.delta, "--delta")?;
@@ -467,40 +465,5 @@ mod tests {
                 assert!(tree_nodes(t + 1, n) > nodes, "n = {n}, {nodes} nodes: {t}");
             }
         }
-    }
-
-    /// Banded steps: a charge at steps 1, b + 1, ..., at most k; the rounds a number of charges
-    /// allows are the most whose charges fit.
-    #[test]
-    fn banded_charges_and_the_rounds_they_allow() {
-        let mut args = Args {
-            q: None,
-            m: None,
-            k: None,
-            sigma: None,
-            rounds: None,
-            delta: None,
-            eps: None,
-            sampling: Sampling::Poisson,
-            accountant: None,
-            tree_rounds: None,
-            min_separation: Some(4),
-            max_participations: None,
-            unsampled: None,
-            json: false,
-        };
-        let charges: Vec<u64> = [1, 4, 5, 50].map(|r| args.banded_charges(r, 4)).to_vec();
-        assert_eq!(charges, [1, 1, 2, 13]);
-        for n in 0..20 {
-            let rounds = args.banded_rounds_for(n, 4, 1000);
-            assert!(args.banded_charges(rounds, 4) <= n);
-            assert!(
-                args.banded_charges(rounds + 1, 4) > n,
-                "{n} charges: {rounds}"
-            );
-        }
-        args.max_participations = Some(3);
-        assert_eq!(args.banded_charges(50, 4), 3);
-        assert_eq!(args.banded_rounds_for(3, 4, 1000), 1000);
     }
 }

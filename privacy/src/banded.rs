@@ -163,6 +163,22 @@ impl BandedRound {
         })
     }
 
+    /// The charges among steps 1..=`steps` of one stream, as [`charge`](Self::charge) makes
+    /// them: one at each t = 1 (mod b), at most k.
+    pub fn charges_in(&self, steps: u64) -> u64 {
+        let charges = steps.div_ceil(self.min_separation.max(1));
+        self.max_participations.map_or(charges, |k| charges.min(k))
+    }
+
+    /// The most steps of one stream, at most `cap`, whose [`charges_in`](Self::charges_in) are
+    /// at most `charges` (all `cap` once `charges` reaches k).
+    pub fn steps_covered(&self, charges: u64, cap: u64) -> u64 {
+        match self.max_participations {
+            Some(k) if charges >= k => cap,
+            Some(_) | None => charges.saturating_mul(self.min_separation.max(1)).min(cap),
+        }
+    }
+
     /// Whether the bands fit the separation (p <= b), which the bound of [`charge`](Self::charge)
     /// needs: overlapping bands are no mechanism this accounting covers.
     pub fn separated(&self) -> bool {

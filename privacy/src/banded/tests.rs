@@ -13,6 +13,38 @@ fn round(step: u64, bands: u64, b: u64, k: Option<u64>) -> BandedRound {
     }
 }
 
+/// The charges of a stream and the steps a number of charges covers are what
+/// [`BandedRound::charge`] gives step by step.
+#[test]
+fn charges_and_the_steps_they_cover_follow_the_charge_rule() {
+    for b in 1..6 {
+        for k in [None, Some(1), Some(3)] {
+            let counted = |steps: u64| {
+                (1..=steps)
+                    .filter(|&t| round(t, b, b, k).charge().is_some())
+                    .count() as u64
+            };
+            let stream = round(1, b, b, k);
+            for steps in 0..40 {
+                assert_eq!(
+                    stream.charges_in(steps),
+                    counted(steps),
+                    "b = {b}, k = {k:?}, {steps} steps"
+                );
+            }
+            let cap = 60;
+            for charges in 0..20 {
+                let most = (0..=cap).filter(|&s| counted(s) <= charges).max().unwrap();
+                assert_eq!(
+                    stream.steps_covered(charges, cap),
+                    most,
+                    "b = {b}, k = {k:?}, {charges} charges"
+                );
+            }
+        }
+    }
+}
+
 /// The Toeplitz C of `c`, `n` x `n`, row-major.
 fn toeplitz(c: &[f64], n: usize) -> Vec<Vec<f64>> {
     (0..n)

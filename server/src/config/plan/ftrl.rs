@@ -156,10 +156,11 @@ impl RunConfig {
         };
         let rounds = self.server.rounds;
         let charges = max_rounds(ledger.accountant, &charge.into(), &ledger.budget, rounds)?;
-        let steps = match p.max_participations {
-            Some(k) if charges >= k => rounds,
-            Some(_) | None => rounds.min(charges.saturating_mul(b)),
+        let stream = BandedRound {
+            max_participations: p.max_participations,
+            ..charge
         };
+        let steps = stream.steps_covered(charges, rounds);
         let momentum = match self.train.server_optimizer {
             ServerOptimizerKind::FedAvgM => self.train.server_momentum,
             // The factorization is optimised for plain or momentum SGD steps; an adaptive
