@@ -338,7 +338,7 @@ pub const RULES: &[Rule] = &[
         "watch.md",
         "fl-server --config run.toml",
         How::Run(Run {
-            edits: &[("run.toml", "configs/quickstart.toml")],
+            edits: &[("run.toml", "configs/quickstart.toml --listen 127.0.0.1:0")],
             background: false,
             until: Some("live run page url="),
         }),
