@@ -7,6 +7,10 @@
 //! Each command is matched by exactly one rule of [`rules::RULES`], which says how it runs or
 //! where else it is run (a Docker engine, a Kubernetes cluster, a release build): a new command
 //! on a page fails here until a rule says what becomes of it.
+//!
+//! The binaries are this build's (`fl-server`, `fl-client` and `own-trainer` beside `fl`), as
+//! `cargo test --workspace` leaves them; alone: `cargo build --workspace && cargo test -p fl-cli
+//! --test book_commands`.
 
 mod output;
 mod page;

@@ -75,7 +75,13 @@ impl Shell {
             dir.join("deploy/make-certs.sh"),
         );
         for binary in ["fl", "fl-server", "fl-client", "own-trainer"] {
-            link(binaries.join(binary), release.join(binary));
+            let built = binaries.join(binary);
+            assert!(
+                built.is_file(),
+                "no {} (cargo build --workspace)",
+                built.display()
+            );
+            link(built, release.join(binary));
         }
         Self {
             dir,
