@@ -3,7 +3,8 @@
 use anyhow::{Context, bail};
 use fl_privacy::{
     Accountant, AccountantKind, BandedRound, Budget, GaussianRound, Neighbours, PrivacyEvent,
-    Sampling, UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_depth, tree_nodes,
+    Sampling, UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_nodes,
+    tree_rounds_within,
 };
 use serde_json::json;
 
@@ -300,15 +301,6 @@ impl Args {
         Ok(after_rounds(self.accountant()?, &event, count))
     }
 
-    /// The most rounds a budget that allows `nodes` tree nodes lets DP-FTRL run with trees of
-    /// `n` rounds: whole trees of depth(n) nodes, then 2^r - 1 steps of a tree for the r nodes
-    /// left (depth(2^r - 1) = r).
-    fn tree_rounds_for(nodes: u64, n: u64) -> u64 {
-        let n = n.max(1);
-        let (trees, rest) = (nodes / tree_depth(n), nodes % tree_depth(n));
-        trees * n + ((1u64 << rest) - 1)
-    }
-
     /// A banded stream at separation `b` and --max-participations, whose charges it counts
     /// (its noise is the question's).
     fn banded_stream(&self, b: u64) -> BandedRound {
@@ -401,7 +393,7 @@ impl Args {
         let cap = 10_000_000;
         let count = max_rounds(self.accountant()?, &event, &budget, cap)?;
         let rounds = match (self.tree_rounds, self.min_separation) {
-            (Some(n), _) => Args::tree_rounds_for(count, n),
+            (Some(n), _) => tree_rounds_within(count, n),
             (None, Some(b)) => self.banded_stream(b).steps_covered(count, cap),
             (None, None) => count,
         };
@@ -447,23 +439,5 @@ impl Args {
             out["rounds"] = json!(r);
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The rounds a node budget allows are the most rounds whose trees hold at most that many
-    /// nodes.
-    #[test]
-    fn tree_rounds_for_a_node_budget_is_the_largest_that_fits() {
-        for n in [1, 2, 3, 4, 7, 10, 64] {
-            for nodes in 0..40 {
-                let t = Args::tree_rounds_for(nodes, n);
-                assert!(tree_nodes(t, n) <= nodes, "n = {n}, {nodes} nodes: {t}");
-                assert!(tree_nodes(t + 1, n) > nodes, "n = {n}, {nodes} nodes: {t}");
-            }
-        }
     }
 }

@@ -56,5 +56,5 @@ pub use rdp::{
 };
 pub use release::{ClientLimits, LocalMechanism, LocalPrivacyError, Release, ReleaseKind};
 pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
-pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes};
+pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes, tree_rounds_within};
 pub use unsampled_gaussian::UnsampledGaussian;

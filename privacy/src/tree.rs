@@ -75,6 +75,15 @@ pub fn tree_nodes(rounds: u64, tree_rounds: u64) -> u64 {
     (rounds / tree_rounds) * tree_depth(tree_rounds) + tree_depth(rounds % tree_rounds)
 }
 
+/// The most rounds whose trees of `tree_rounds` rounds hold at most `nodes` Gaussian nodes (the
+/// inverse of [`tree_nodes`]): whole trees of depth(n) nodes, then 2^r - 1 steps of a tree for
+/// the r nodes left (depth(2^r - 1) = r).
+pub fn tree_rounds_within(nodes: u64, tree_rounds: u64) -> u64 {
+    let n = tree_rounds.max(1);
+    let (trees, rest) = (nodes / tree_depth(n), nodes % tree_depth(n));
+    trees * n + ((1u64 << rest) - 1)
+}
+
 /// The noise of one tree, online: after step t it holds one N(0, std^2) vector per node of the
 /// dyadic decomposition of [1, t] (the set bits of t) and their sum, the noise in S_t.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +140,19 @@ impl TreeNoise {
 mod tests {
     use super::*;
     use crate::{Accountant, AccountantKind, PrivacyEvent, RdpAccountant};
+
+    /// The rounds a node budget allows are the most rounds whose trees hold at most that many
+    /// nodes.
+    #[test]
+    fn the_rounds_within_a_node_budget_are_the_most_that_fit() {
+        for n in [1, 2, 3, 4, 7, 10, 64] {
+            for nodes in 0..40 {
+                let t = tree_rounds_within(nodes, n);
+                assert!(tree_nodes(t, n) <= nodes, "n = {n}, {nodes} nodes: {t}");
+                assert!(tree_nodes(t + 1, n) > nodes, "n = {n}, {nodes} nodes: {t}");
+            }
+        }
+    }
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
