@@ -160,10 +160,15 @@ impl ClientLimits {
 impl LocalMechanism {
     /// The mode's name in configurations.
     pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The kind of the releases it makes.
+    pub fn kind(&self) -> ReleaseKind {
         match self {
-            Self::Gaussian { .. } => ReleaseKind::Gaussian.name(),
-            Self::Laplace { .. } => ReleaseKind::Laplace.name(),
-            Self::SignDs { .. } => ReleaseKind::SignDs.name(),
+            Self::Gaussian { .. } => ReleaseKind::Gaussian,
+            Self::Laplace { .. } => ReleaseKind::Laplace,
+            Self::SignDs { .. } => ReleaseKind::SignDs,
         }
     }
 
@@ -257,13 +262,7 @@ impl LocalMechanism {
     /// a client that adds less only exposes itself.
     pub fn admits(&self, release: &Release) -> Result<(), LocalPrivacyError> {
         let expected = self.name();
-        let kind_matches = matches!(
-            (self, release.kind),
-            (Self::Gaussian { .. }, ReleaseKind::Gaussian)
-                | (Self::Laplace { .. }, ReleaseKind::Laplace)
-                | (Self::SignDs { .. }, ReleaseKind::SignDs)
-        );
-        if !kind_matches {
+        if self.kind() != release.kind {
             return Err(LocalPrivacyError::Mismatch {
                 expected,
                 got: release.kind.name(),

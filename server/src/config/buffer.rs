@@ -1,7 +1,7 @@
 //! `[buffer]`: asynchronous buffered aggregation (FedBuff: Nguyen et al., "Federated Learning
 //! with Buffered Asynchronous Aggregation", AISTATS 2022), with `server.aggregation = "async"`.
 
-use super::{Aggregator, Algorithm, ConfigError, PrivacyMode, RunConfig};
+use super::{Algorithm, ConfigError, PrivacyMode, RunConfig};
 use serde::{Deserialize, Serialize};
 
 /// When the server steps: after a round of sampled clients, or whenever M updates are buffered.
@@ -63,7 +63,7 @@ impl BufferSection {
             ));
         }
         if config.train.algorithm != Algorithm::FedAvg
-            || config.robust.aggregator != Aggregator::Mean
+            || config.robust.aggregator.holds_each_update()
         {
             return bad(
                 "server.aggregation = \"async\" needs train.algorithm = \"fedavg\" and \

@@ -105,6 +105,19 @@ pub struct PrivacySection {
     pub max_participations: Option<u64>,
 }
 
+impl PrivacyMode {
+    /// Whether a robust aggregation rule may combine this mode's updates: the server sees each
+    /// (released) update and any post-processing of them keeps the mode's guarantee, as in
+    /// plain FedAvg and under the local mechanisms. Central DP and DP-FTRL calibrate their noise
+    /// to a sum, secure aggregation shows only the sum, and SignDS releases dimensions.
+    pub fn robust_rules_apply(self) -> bool {
+        match self {
+            Self::None | Self::LdpGaussian | Self::LdpLaplace => true,
+            Self::Central | Self::SecAgg | Self::DpFtrl | Self::SignDs => false,
+        }
+    }
+}
+
 impl Default for PrivacySection {
     fn default() -> Self {
         Self {

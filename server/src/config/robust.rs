@@ -14,6 +14,16 @@ pub enum Aggregator {
     TrimmedMean,
 }
 
+impl Aggregator {
+    /// Whether the rule needs each of the round's updates at the server (not a running sum).
+    pub fn holds_each_update(self) -> bool {
+        match self {
+            Self::Mean => false,
+            Self::TrimmedMean => true,
+        }
+    }
+}
+
 /// `[robust]`: defences against hostile clients.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -70,11 +80,7 @@ impl RobustSection {
                  private modes bound updates by their own clipping",
             );
         }
-        let sees_updates = matches!(
-            mode,
-            PrivacyMode::None | PrivacyMode::LdpGaussian | PrivacyMode::LdpLaplace
-        );
-        if self.aggregator != Aggregator::Mean && !(fedavg && sees_updates) {
+        if self.aggregator.holds_each_update() && !(fedavg && mode.robust_rules_apply()) {
             // The rule as the configuration spells it, whichever it is.
             let name =
                 toml::Value::try_from(self.aggregator).map_or(String::new(), |v| v.to_string());

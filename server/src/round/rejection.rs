@@ -69,12 +69,24 @@ impl Rejection {
             | Rejection::NotSecure
             | Rejection::SecureOnly
             | Rejection::Excluded(_) => true,
-            Rejection::SecAgg(e) => matches!(
-                e,
+            Rejection::SecAgg(e) => match e {
                 SecAggError::WrongStage { .. }
-                    | SecAggError::NotParticipant(_)
-                    | SecAggError::Duplicate(_)
-            ),
+                | SecAggError::NotParticipant(_)
+                | SecAggError::Duplicate(_) => true,
+                SecAggError::OutOfOrder { .. }
+                | SecAggError::WrongRecipients { .. }
+                | SecAggError::BadShare { .. }
+                | SecAggError::ForgedShare { .. }
+                | SecAggError::WrongReveal { .. }
+                | SecAggError::BadMaskedInput { .. }
+                | SecAggError::BadCheck { .. }
+                | SecAggError::Unauthenticated { .. }
+                | SecAggError::Refused(_)
+                | SecAggError::OutsidePolicy(_)
+                | SecAggError::Aborted { .. }
+                | SecAggError::Key(_)
+                | SecAggError::Shamir(_) => false,
+            },
             Rejection::WrongRound { .. }
             | Rejection::NotSent { .. }
             | Rejection::NoExamples

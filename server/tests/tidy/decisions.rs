@@ -27,17 +27,23 @@ const DECISIONS: &[&str] = &[
     // The server: the plan a configuration makes, the round's participation rules, and what it
     // accepts from clients and aggregators.
     "server/src/config/plan",
+    "server/src/config/privacy.rs",
+    "server/src/config/robust.rs",
     "server/src/round/policy",
     "server/src/round/rejection.rs",
     "server/src/run/collection",
 ];
 
-/// `file:line` of each wildcard arm in `code`.
+/// `file:line` of each wildcard arm in `code`, and of each `matches!`, whose other variants are
+/// a wildcard's `false`.
 fn wildcard_arms(name: &str, code: &str) -> Vec<String> {
     (code.lines().enumerate())
         .filter(|(_, line)| {
             let line = line.trim_start();
-            line.starts_with("_ =>") || line.starts_with("_ if ") || line.contains("| _ =>")
+            line.starts_with("_ =>")
+                || line.starts_with("_ if ")
+                || line.contains("| _ =>")
+                || line.contains("matches!(")
         })
         .map(|(n, _)| format!("{name}:{}", n + 1))
         .collect()
@@ -74,7 +80,7 @@ fn no_wildcard_arm_where_a_privacy_or_robustness_decision_is_made() {
 
 #[test]
 fn a_wildcard_arm_is_found() {
-    let code =
-        "match kind {\n    Kind::A => 1,\n    _ => 2,\n}\nmatch x { Some(_) => 1, None => 0 }";
-    assert_eq!(wildcard_arms("f.rs", code), ["f.rs:3"]);
+    let code = "match kind {\n    Kind::A => 1,\n    _ => 2,\n}\nmatch x { Some(_) => 1, None => 0 }\n\
+                let a = matches!(kind, Kind::A);";
+    assert_eq!(wildcard_arms("f.rs", code), ["f.rs:3", "f.rs:6"]);
 }

@@ -214,7 +214,10 @@ impl RunConfig {
             ClipMode::Median => ClipRule::Median,
             ClipMode::Quantile => ClipRule::Quantile(self.quantile_clip()?),
         };
-        let unsampled = matches!(accounting, CentralAccounting::Unsampled(_));
+        let unsampled = match accounting {
+            CentralAccounting::Sampled => false,
+            CentralAccounting::Unsampled(_) => true,
+        };
         let ledger = self.ledger_terms(p.sampling == Sampling::Poisson || unsampled)?;
         let noise_multiplier = p.noise_multiplier.at(1, self.server.rounds);
         let first = match accounting {
