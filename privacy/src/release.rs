@@ -312,26 +312,45 @@ impl LocalMechanism {
     }
 }
 
-/// The kind of a local release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseKind {
-    /// Gaussian local DP.
-    Gaussian,
-    /// Laplace output perturbation.
-    Laplace,
-    /// SignDS.
-    SignDs,
+/// Defines [`ReleaseKind`] and its one list, [`ReleaseKind::ALL`], from one list of variants with
+/// their configuration names and descriptions: the names, the parser and the command line's
+/// choices all come from it.
+macro_rules! release_kinds {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal, $description:literal;)*) => {
+        /// The kind of a local release.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ReleaseKind {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ReleaseKind {
+            /// Every kind, once.
+            pub const ALL: &'static [ReleaseKind] = &[$(Self::$variant),*];
+
+            /// The mode's name in configurations.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+
+            /// What it is, in a few words.
+            pub fn description(&self) -> &'static str {
+                match self {
+                    $(Self::$variant => $description,)*
+                }
+            }
+        }
+    };
 }
 
-impl ReleaseKind {
-    /// The mode's name in configurations.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Gaussian => "ldp-gaussian",
-            Self::Laplace => "ldp-laplace",
-            Self::SignDs => "signds",
-        }
-    }
+release_kinds! {
+    /// Gaussian local DP.
+    Gaussian => "ldp-gaussian", "Gaussian local DP";
+    /// Laplace output perturbation.
+    Laplace => "ldp-laplace", "Laplace output perturbation";
+    /// SignDS.
+    SignDs => "signds", "SignDS";
 }
 
 impl std::str::FromStr for ReleaseKind {
@@ -339,12 +358,11 @@ impl std::str::FromStr for ReleaseKind {
 
     /// The kind [`ReleaseKind::name`] names.
     fn from_str(s: &str) -> Result<Self, String> {
-        [Self::Gaussian, Self::Laplace, Self::SignDs]
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                format!("unknown local mechanism `{s}` (ldp-gaussian, ldp-laplace or signds)")
-            })
+        let found = Self::ALL.iter().find(|k| k.name() == s);
+        found.copied().ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown local mechanism `{s}` ({})", names.join(", "))
+        })
     }
 }
 

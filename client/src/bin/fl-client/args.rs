@@ -59,8 +59,8 @@ pub(crate) struct Args {
     pub(crate) connect_timeout: f64,
     /// The local protection this client insists on: it refuses rounds that ask for another.
     /// `follow` applies whatever the round asks.
-    #[arg(long, value_enum, default_value_t = Protection::Follow)]
-    pub(crate) privacy: Protection,
+    #[arg(long, default_value = "follow", value_parser = requirement())]
+    pub(crate) privacy: Requirement,
     /// Largest per-round epsilon this client accepts (it applies the smaller of this and the
     /// round's).
     #[arg(long)]
@@ -119,17 +119,17 @@ pub(crate) struct Args {
     pub(crate) state_dir: PathBuf,
 }
 
-/// `--privacy` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Protection {
-    /// Whatever the round asks.
-    Follow,
-    /// Gaussian local DP only.
-    LdpGaussian,
-    /// Laplace output perturbation only.
-    LdpLaplace,
-    /// SignDS only.
-    Signds,
+/// `--privacy`: the one local mechanism this client insists on, or none (`follow`).
+pub(crate) type Requirement = Option<ReleaseKind>;
+
+/// `--privacy`'s parser: `follow`, or a mechanism's name, from [`ReleaseKind::ALL`].
+fn requirement() -> impl clap::builder::TypedValueParser<Value = Requirement> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let follow = PossibleValue::new("follow").help("Whatever the round asks");
+    let kinds = (ReleaseKind::ALL.iter())
+        .map(|k| PossibleValue::new(k.name()).help(format!("{} only", k.description())));
+    PossibleValuesParser::new(std::iter::once(follow).chain(kinds))
+        .map(|name: String| name.parse().ok())
 }
 
 impl Args {
@@ -168,14 +168,8 @@ impl Args {
             delta: self.delta,
             clip: self.clip_bound,
         };
-        let require = match self.privacy {
-            Protection::Follow => None,
-            Protection::LdpGaussian => Some(ReleaseKind::Gaussian),
-            Protection::LdpLaplace => Some(ReleaseKind::Laplace),
-            Protection::Signds => Some(ReleaseKind::SignDs),
-        };
         let privacy = ClientPrivacy {
-            require,
+            require: self.privacy,
             limits,
             max_total_epsilon: self.max_total_epsilon,
         };
