@@ -4,7 +4,7 @@ use super::{ConfigError, PrivacyMode};
 use serde::{Deserialize, Serialize};
 
 /// `[local]`: the per-round parameters of the client-side mechanisms.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LocalSection {
     /// epsilon of each upload (a client's loss composes over the rounds it takes part in).

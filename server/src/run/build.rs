@@ -336,8 +336,8 @@ impl Builder<'_> {
 
     /// The mechanism of a client-side mode, for this model.
     fn mechanism(&self, local: &LocalAccounting) -> Result<LocalAccounts, ServerError> {
-        let mechanism = local.mechanism.resolve(self.dim)?;
-        Ok(LocalAccounts::new(mechanism, local.delta))
+        let mechanism = local.resolve(self.dim)?;
+        Ok(LocalAccounts::new(mechanism, local.delta()))
     }
 
     /// A client-side mode: every upload is a release the stack checks and accounts.

@@ -93,7 +93,6 @@ fn only_build_and_config_read_the_privacy_mode_and_algorithm() {
         "PrivacyPlan",
         "SecureNoise",
         "LocalRule",
-        "MechanismSpec",
     ];
     let sources = sources();
     let mut offenders = Vec::new();

@@ -4,10 +4,12 @@
 //! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
 //! the mode.
 
-use super::{AdmmSection, ClipMode, ConfigError, NormAction, SecAggSection, SignDsSection};
+use super::{
+    AdmmSection, ClipMode, ConfigError, LocalSection, NormAction, SecAggSection, SignDsSection,
+};
 use fl_common::schedule::Schedule;
 use fl_privacy::signds::SignDs;
-use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, Sampling};
+use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, ReleaseKind, Sampling};
 
 mod ftrl;
 mod parse;
@@ -81,66 +83,46 @@ pub enum CentralAccounting {
     Unsampled(Neighbours),
 }
 
-/// A client-side mechanism as configured; its sizes (SignDS's k and h) depend on the model.
+/// A client-side mechanism as configured, and the delta its per-client accounts are stated at;
+/// its sizes (SignDS's k and h) depend on the model, so it is resolved for one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum MechanismSpec {
-    /// Gaussian local DP on the clipped update.
-    Gaussian {
-        /// epsilon per upload.
-        epsilon: f64,
-        /// delta per upload.
-        delta: f64,
-        /// C, in L2.
-        clip: f64,
-    },
-    /// Laplace noise on the output of L1-clipped local SGD (or of an IADMM step).
-    Laplace {
-        /// epsilon per upload.
-        epsilon: f64,
-        /// C, in L1 per example.
-        clip: f64,
-        /// S: local SGD steps.
-        steps: u64,
-    },
-    /// SignDS: a sign and h dimensions.
-    SignDs {
-        /// epsilon per upload.
-        epsilon: f64,
-        /// k as a fraction of d, h or the ratio that picks it.
-        sizes: SignDsSection,
-    },
+pub struct LocalAccounting {
+    /// The mechanism.
+    pub kind: ReleaseKind,
+    /// `[local]`: epsilon (and delta) per upload, C, S.
+    pub local: LocalSection,
+    /// `[signds]`: k as a fraction of d, h or the ratio that picks it (SignDS only).
+    pub signds: SignDsSection,
 }
 
-impl MechanismSpec {
+impl LocalAccounting {
+    /// delta of the clients' composed losses.
+    pub fn delta(&self) -> f64 {
+        self.local.delta
+    }
+
     /// The mechanism for a model of `dim` parameters.
     pub fn resolve(&self, dim: usize) -> Result<LocalMechanism, ConfigError> {
-        let mechanism = match *self {
-            MechanismSpec::Gaussian {
-                epsilon,
-                delta,
-                clip,
-            } => LocalMechanism::Gaussian {
-                epsilon,
-                delta,
-                clip,
+        let (l, sizes) = (&self.local, &self.signds);
+        let mechanism = match self.kind {
+            ReleaseKind::Gaussian => LocalMechanism::Gaussian {
+                epsilon: l.epsilon,
+                delta: l.delta,
+                clip: l.clip_bound,
             },
-            MechanismSpec::Laplace {
-                epsilon,
-                clip,
-                steps,
-            } => LocalMechanism::Laplace {
-                epsilon,
-                clip,
-                steps,
+            ReleaseKind::Laplace => LocalMechanism::Laplace {
+                epsilon: l.epsilon,
+                clip: l.clip_bound,
+                steps: l.steps,
             },
-            MechanismSpec::SignDs { epsilon, sizes } => {
+            ReleaseKind::SignDs => {
                 let k = ((sizes.top_k * dim as f64).round() as usize).max(1);
                 let signds = match sizes.output_dimensions {
-                    0 => SignDs::with_ratio(dim, k, epsilon, sizes.ratio),
-                    h => SignDs::new(dim, k, h, epsilon),
+                    0 => SignDs::with_ratio(dim, k, l.epsilon, sizes.ratio),
+                    h => SignDs::new(dim, k, h, l.epsilon),
                 }?;
                 LocalMechanism::SignDs {
-                    epsilon,
+                    epsilon: l.epsilon,
                     k: signds.k,
                     h: signds.h,
                 }
@@ -149,15 +131,6 @@ impl MechanismSpec {
         mechanism.check(dim)?;
         Ok(mechanism)
     }
-}
-
-/// A client-side mechanism and the delta its per-client accounts are stated at.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LocalAccounting {
-    /// The mechanism.
-    pub mechanism: MechanismSpec,
-    /// delta of the clients' composed losses.
-    pub delta: f64,
 }
 
 /// How the server aggregates the releases of a client-side mechanism.

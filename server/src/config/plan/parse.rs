@@ -3,8 +3,8 @@
 
 use super::{
     Aggregation, AggregationRule, CentralAccounting, CentralNoise, ClipRule, IadmmPlan,
-    LedgerTerms, LocalAccounting, LocalPlan, LocalRule, MechanismSpec, PrivacyPlan, QuantileClip,
-    SecureNoise, SecurePlan,
+    LedgerTerms, LocalAccounting, LocalPlan, LocalRule, PrivacyPlan, QuantileClip, SecureNoise,
+    SecurePlan,
 };
 use crate::config::{
     Aggregator, Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
@@ -110,30 +110,13 @@ impl RunConfig {
         }))
     }
 
-    /// `[local]`'s settings for the client-side mechanism `kind`: every kind named, so that a
-    /// new one cannot be run as another.
+    /// `[local]`'s settings for the client-side mechanism `kind`, checked.
     fn local_accounting(&self, kind: ReleaseKind) -> Result<LocalAccounting, ConfigError> {
-        let l = &self.local;
-        l.validate(self.privacy.mode)?;
-        let mechanism = match kind {
-            ReleaseKind::Gaussian => MechanismSpec::Gaussian {
-                epsilon: l.epsilon,
-                delta: l.delta,
-                clip: l.clip_bound,
-            },
-            ReleaseKind::Laplace => MechanismSpec::Laplace {
-                epsilon: l.epsilon,
-                clip: l.clip_bound,
-                steps: l.steps,
-            },
-            ReleaseKind::SignDs => MechanismSpec::SignDs {
-                epsilon: l.epsilon,
-                sizes: self.signds,
-            },
-        };
+        self.local.validate(self.privacy.mode)?;
         Ok(LocalAccounting {
-            mechanism,
-            delta: l.delta,
+            kind,
+            local: self.local,
+            signds: self.signds,
         })
     }
 

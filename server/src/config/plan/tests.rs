@@ -20,11 +20,7 @@ fn accountant(c: &RunConfig) -> AccountantKind {
 
 /// The client-side mechanism of `c` for a model of `dim` parameters.
 fn mechanism(c: &RunConfig, dim: usize) -> Result<LocalMechanism, ConfigError> {
-    c.plan()?
-        .local()
-        .expect("a local mode")
-        .mechanism
-        .resolve(dim)
+    c.plan()?.local().expect("a local mode").resolve(dim)
 }
 
 /// The noise of a secure plan.
