@@ -103,8 +103,8 @@ pub const RULES: &[Rule] = &[
         "README.md",
         "pip install ./python",
         How::Elsewhere(
-            ".ci/run installs ./python with pip into its environment, and python/tests trains \
-         numpy clients against fl-server",
+            ".ci/run installs ./python with pip into its environment and runs \
+             examples/numpy/train.py, short (10 clients, 2 rounds)",
         ),
     ),
     // privacy-in-five-minutes.md
