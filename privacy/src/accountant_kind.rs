@@ -1,7 +1,8 @@
 //! Which accountant reads a run's events: RDP (the subsampled Gaussian's Rényi curves) or PLD
 //! (privacy loss distributions), chosen by name in configurations and on the command line.
 
-use super::accountant::{Accountant, PrivacyEvent, RdpAccountant};
+use super::accountant::{Accountant, RdpAccountant};
+use super::event::PrivacyEvent;
 use super::pld::PldAccountant;
 use serde::{Deserialize, Serialize};
 

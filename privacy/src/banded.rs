@@ -35,6 +35,7 @@
 
 use super::ddg::Neighbours;
 use super::gaussian::add_gaussian_noise;
+use super::ledger_event::{LedgerEvent, gaussian_curve};
 use super::sampled_gaussian::{GaussianRound, Sampling};
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
@@ -242,6 +243,26 @@ impl BandedNoise {
         }
         self.current = z;
         &self.current
+    }
+}
+
+impl LedgerEvent for BandedRound {
+    /// Its charge's curve, or infinite when the bands overlap (no bound covers that).
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        match self.separated() {
+            true => gaussian_curve(self.charge(), orders),
+            false => vec![f64::INFINITY; orders.len()],
+        }
+    }
+
+    /// Its charge, when the bands are separated.
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        self.separated().then(|| self.charge())
+    }
+
+    /// Correlated noise in memory only: a restarted server starts a new stream.
+    fn reruns_after_crash(&self) -> bool {
+        false
     }
 }
 

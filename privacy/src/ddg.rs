@@ -9,6 +9,8 @@
 //! independent noise (post-processing). No amplification by sampling is claimed: each round is
 //! accounted as if every client took part (q = 1), which errs towards a larger epsilon.
 
+use super::ledger_event::LedgerEvent;
+use super::sampled_gaussian::GaussianRound;
 use serde::{Deserialize, Serialize};
 
 /// The neighbouring relation a round is accounted under.
@@ -105,6 +107,38 @@ impl DdgSettlement {
         };
         let charged = self.charged.rdp(alpha);
         charged.min(actual.rdp(alpha)) - charged
+    }
+}
+
+impl LedgerEvent for DdgRound {
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        orders.iter().map(|&a| self.rdp(a)).collect()
+    }
+
+    /// A discrete Gaussian sum, which the PLD accountant does not cover.
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        None
+    }
+
+    /// The clients' noise, which the server (this mode's adversary) may have seen summed.
+    fn reruns_after_crash(&self) -> bool {
+        false
+    }
+}
+
+impl LedgerEvent for DdgSettlement {
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        orders.iter().map(|&a| self.rdp(a)).collect()
+    }
+
+    /// A correction of a discrete Gaussian round: none.
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        None
+    }
+
+    /// Settles a round of the clients' noise (see [`DdgRound`]).
+    fn reruns_after_crash(&self) -> bool {
+        false
     }
 }
 

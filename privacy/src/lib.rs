@@ -17,7 +17,9 @@ mod banded;
 mod clip;
 mod ddg;
 mod discrete_gaussian;
+mod event;
 mod gaussian;
+mod ledger_event;
 mod local;
 mod local_ledger;
 mod planning;
@@ -31,8 +33,7 @@ mod tree;
 mod unsampled_gaussian;
 
 pub use accountant::{
-    Accountant, PrivacyEvent, RdpAccountant, check_delta, check_epsilon, delta_from_rdp,
-    epsilon_from_rdp, read_event,
+    Accountant, RdpAccountant, check_delta, check_epsilon, delta_from_rdp, epsilon_from_rdp,
 };
 pub use accountant_kind::AccountantKind;
 pub use analytic_gaussian::{
@@ -44,8 +45,10 @@ pub use ddg::{DdgRound, DdgSettlement, Neighbours};
 pub use discrete_gaussian::{
     MAX_VARIANCE, add_discrete_gaussian_noise, discrete_variance, sample_discrete_gaussian,
 };
+pub use event::{PrivacyEvent, read_event};
 pub use fl_model::norms::{clip_l1, clip_l2, l1_norm, l2_norm};
 pub use gaussian::add_gaussian_noise;
+pub use ledger_event::LedgerEvent;
 pub use local::{add_laplace_noise, sgd_l1_sensitivity};
 pub use local_ledger::LocalLedger;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};

@@ -2,8 +2,9 @@
 //! meets a budget, the most rounds a budget allows. All answers err on the safe side: a returned
 //! sigma meets the target, a returned round count stays within it.
 
-use super::accountant::{Accountant, PrivacyEvent, check_delta, check_epsilon};
+use super::accountant::{Accountant, check_delta, check_epsilon};
 use super::accountant_kind::AccountantKind;
+use super::event::PrivacyEvent;
 use super::sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 
 /// A budget: epsilon at a target delta, or delta below a threshold at fixed epsilon (the Geyer

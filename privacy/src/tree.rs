@@ -24,6 +24,7 @@
 
 use super::ddg::Neighbours;
 use super::gaussian::add_gaussian_noise;
+use super::ledger_event::{LedgerEvent, gaussian_curve};
 use super::sampled_gaussian::{GaussianRound, Sampling};
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
@@ -133,6 +134,22 @@ impl TreeNoise {
             }
         }
         &self.total
+    }
+}
+
+impl LedgerEvent for TreeRound {
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        gaussian_curve(self.node(), orders)
+    }
+
+    /// Its new node, if the step adds one to a client's worst case.
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        Some(self.node())
+    }
+
+    /// Correlated noise in memory only: a restarted server starts a new tree.
+    fn reruns_after_crash(&self) -> bool {
+        false
     }
 }
 

@@ -9,6 +9,7 @@
 //! whose RDP at order a is a / (2 (z S / Delta)^2) (Mironov 2017, Prop. 7).
 
 use super::ddg::Neighbours;
+use super::ledger_event::LedgerEvent;
 use super::sampled_gaussian::{GaussianRound, Sampling};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,21 @@ impl UnsampledGaussian {
     /// RDP of this round at each of `orders`.
     pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
         self.as_round().rdp_curve(orders)
+    }
+}
+
+impl LedgerEvent for UnsampledGaussian {
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+        self.as_round().rdp_curve(orders)
+    }
+
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+        Some(Some(self.as_round()))
+    }
+
+    /// The curator's own noise, drawn after collecting: a round re-runs under its entry.
+    fn reruns_after_crash(&self) -> bool {
+        true
     }
 }
 

@@ -17,7 +17,8 @@
 //!
 //! Neighbours are add/remove one client: both directions are composed and the larger delta taken.
 
-use super::accountant::{Accountant, PrivacyEvent};
+use super::accountant::Accountant;
+use super::event::PrivacyEvent;
 use super::sampled_gaussian::GaussianRound;
 
 /// Grid step of the privacy loss (dp_accounting's default value_discretization_interval).
