@@ -110,37 +110,28 @@ impl DdgSettlement {
     }
 }
 
-impl LedgerEvent for DdgRound {
-    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
-        orders.iter().map(|&a| self.rdp(a)).collect()
-    }
+/// The answers of the discrete Gaussian events, a round and its settlement alike: RDP from their
+/// own `rdp`; no Gaussian mechanism, so no PLD; and no re-run after a crash, as the noise is the
+/// clients', which the server (this mode's adversary) may have seen summed.
+macro_rules! discrete_gaussian_events {
+    ($($kind:ty),*) => {
+        $(impl LedgerEvent for $kind {
+            fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+                orders.iter().map(|&a| self.rdp(a)).collect()
+            }
 
-    /// A discrete Gaussian sum, which the PLD accountant does not cover.
-    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
-        None
-    }
+            fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+                None
+            }
 
-    /// The clients' noise, which the server (this mode's adversary) may have seen summed.
-    fn reruns_after_crash(&self) -> bool {
-        false
-    }
+            fn reruns_after_crash(&self) -> bool {
+                false
+            }
+        })*
+    };
 }
 
-impl LedgerEvent for DdgSettlement {
-    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
-        orders.iter().map(|&a| self.rdp(a)).collect()
-    }
-
-    /// A correction of a discrete Gaussian round: none.
-    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
-        None
-    }
-
-    /// Settles a round of the clients' noise (see [`DdgRound`]).
-    fn reruns_after_crash(&self) -> bool {
-        false
-    }
-}
+discrete_gaussian_events!(DdgRound, DdgSettlement);
 
 #[cfg(test)]
 mod tests {

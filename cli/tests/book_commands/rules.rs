@@ -21,19 +21,41 @@ pub struct Rule {
     pub how: How,
 }
 
+/// The textual edits of a command before it runs: (from, to), each done once.
+type Edits = &'static [(&'static str, &'static str)];
+
+/// Run with `edits`.
+const fn edited(edits: Edits) -> How {
+    How::Run(Run {
+        edits,
+        background: false,
+        until: None,
+    })
+}
+
+/// Run with `edits`, side by side with the commands after it (another terminal).
+const fn beside(edits: Edits) -> How {
+    How::Run(Run {
+        edits,
+        background: true,
+        until: None,
+    })
+}
+
+/// Run with `edits`, stopped once a line contains `line`.
+const fn stopped_at(edits: Edits, line: &'static str) -> How {
+    How::Run(Run {
+        edits,
+        background: false,
+        until: Some(line),
+    })
+}
+
 /// Run as written.
-const AS_IS: How = How::Run(Run {
-    edits: &[],
-    background: false,
-    until: None,
-});
+const AS_IS: How = edited(&[]);
 
 /// Run as written, side by side with the commands after it (another terminal).
-const BESIDE: How = How::Run(Run {
-    edits: &[],
-    background: true,
-    until: None,
-});
+const BESIDE: How = beside(&[]);
 
 /// `cargo run --release -p fl-cli --` is the `fl` this test was built with.
 const CARGO_RUN: (&str, &str) = ("cargo run --release -p fl-cli --", "fl");
@@ -80,14 +102,10 @@ pub const RULES: &[Rule] = &[
     rule(
         "README.md",
         "sim --config configs/quickstart.toml",
-        How::Run(Run {
-            edits: &[
-                CARGO_RUN,
-                ("quickstart.toml", "quickstart.toml --set server.rounds=3"),
-            ],
-            background: false,
-            until: None,
-        }),
+        edited(&[
+            CARGO_RUN,
+            ("quickstart.toml", "quickstart.toml --set server.rounds=3"),
+        ]),
     ),
     rule(
         "README.md",
@@ -111,11 +129,7 @@ pub const RULES: &[Rule] = &[
     rule(
         "privacy-in-five-minutes.md",
         "fl privacy ledger runs/latest --verify",
-        How::Run(Run {
-            edits: &[("fl privacy ledger", A_RUN)],
-            background: false,
-            until: None,
-        }),
+        edited(&[("fl privacy ledger", A_RUN)]),
     ),
     rule(
         "privacy-in-five-minutes.md",
@@ -126,40 +140,24 @@ pub const RULES: &[Rule] = &[
     rule(
         "first-run.md",
         "clients_per_round=20",
-        How::Run(Run {
-            edits: &[CARGO_RUN, ("epochs=1", "epochs=1 --set server.rounds=3")],
-            background: false,
-            until: None,
-        }),
+        edited(&[CARGO_RUN, ("epochs=1", "epochs=1 --set server.rounds=3")]),
     ),
     rule(
         "first-run.md",
         "sim --config configs/quickstart.toml",
-        How::Run(Run {
-            edits: &[CARGO_RUN],
-            background: false,
-            until: Some("round 3/100"),
-        }),
+        stopped_at(&[CARGO_RUN], "round 3/100"),
     ),
     // tutorials/own-model.md
     rule("own-model.md", "cargo build --release", BUILT),
     rule(
         "own-model.md",
         "target/release/fl-server",
-        How::Run(Run {
-            edits: &[("server.toml", "server.toml --listen 127.0.0.1:50051")],
-            background: true,
-            until: None,
-        }),
+        beside(&[("server.toml", "server.toml --listen 127.0.0.1:50051")]),
     ),
     rule(
         "own-model.md",
         "own-trainer --site",
-        How::Run(Run {
-            edits: &[("--sites 3", "--sites 3 --server http://127.0.0.1:50051")],
-            background: false,
-            until: None,
-        }),
+        edited(&[("--sites 3", "--sites 3 --server http://127.0.0.1:50051")]),
     ),
     // tutorials/private-run.md
     rule("private-run.md", "cargo build --release", BUILT),
@@ -186,26 +184,18 @@ pub const RULES: &[Rule] = &[
     rule(
         "accuracy-per-epsilon.md",
         "geyer-k1000.toml",
-        How::Run(Run {
-            edits: &[(
-                "epochs=3",
-                "epochs=3 --set server.rounds=1 --set server.clients_per_round=10",
-            )],
-            background: false,
-            until: None,
-        }),
+        edited(&[(
+            "epochs=3",
+            "epochs=3 --set server.rounds=1 --set server.clients_per_round=10",
+        )]),
     ),
     rule(
         "accuracy-per-epsilon.md",
         "geyer-cnn-k1000.toml",
-        How::Run(Run {
-            edits: &[(
-                "random_shift=1",
-                "random_shift=1 --set server.rounds=1 --set server.clients_per_round=5",
-            )],
-            background: false,
-            until: None,
-        }),
+        edited(&[(
+            "random_shift=1",
+            "random_shift=1 --set server.rounds=1 --set server.clients_per_round=5",
+        )]),
     ),
     // how-to/aggregators.md
     rule("aggregators.md", "export", AS_IS),
@@ -216,14 +206,10 @@ pub const RULES: &[Rule] = &[
     rule(
         "async.md",
         "quickstart-async.toml",
-        How::Run(Run {
-            edits: &[
-                CARGO_RUN,
-                ("async.toml", "async.toml --set server.rounds=5"),
-            ],
-            background: false,
-            until: None,
-        }),
+        edited(&[
+            CARGO_RUN,
+            ("async.toml", "async.toml --set server.rounds=5"),
+        ]),
     ),
     // how-to/compose.md
     rule("compose.md", "deploy/", COMPOSE),
@@ -247,20 +233,15 @@ pub const RULES: &[Rule] = &[
     rule(
         "resume.md",
         "--listen 0.0.0.0:50052",
-        How::Run(Run {
-            edits: &[("0.0.0.0:50052", "127.0.0.1:0")],
-            background: false,
-            until: Some("waiting for clients"),
-        }),
+        stopped_at(&[("0.0.0.0:50052", "127.0.0.1:0")], "waiting for clients"),
     ),
     rule(
         "resume.md",
         "fl-server --resume runs/NAME",
-        How::Run(Run {
-            edits: &[("fl-server --resume", INTERRUPTED)],
-            background: false,
-            until: Some("waiting for clients"),
-        }),
+        stopped_at(
+            &[("fl-server --resume", INTERRUPTED)],
+            "waiting for clients",
+        ),
     ),
     rule("resume.md", "fl privacy ledger runs/NAME --verify", AS_IS),
     // how-to/tls-enrollment.md
@@ -268,23 +249,15 @@ pub const RULES: &[Rule] = &[
     rule(
         "tls-enrollment.md",
         "fl-server --config configs/quickstart.toml",
-        How::Run(Run {
-            edits: &[("quickstart.toml", ONE_ROUND_QUICKSTART)],
-            background: true,
-            until: None,
-        }),
+        beside(&[("quickstart.toml", ONE_ROUND_QUICKSTART)]),
     ),
     rule(
         "tls-enrollment.md",
         "--data csv:site.csv",
-        How::Run(Run {
-            edits: &[
-                ("SERVER", "127.0.0.1"),
-                ("csv:site.csv", "mnist:data/mnist --partition shards:100:0"),
-            ],
-            background: false,
-            until: None,
-        }),
+        edited(&[
+            ("SERVER", "127.0.0.1"),
+            ("csv:site.csv", "mnist:data/mnist --partition shards:100:0"),
+        ]),
     ),
     rule("tls-enrollment.md", "deploy/make-certs.sh", AS_IS),
     rule("tls-enrollment.md", "fl enroll", AS_IS),
@@ -300,48 +273,35 @@ pub const RULES: &[Rule] = &[
     rule(
         "tls-enrollment.md",
         "fl-server --tls-cert",
-        How::Run(Run {
-            edits: &[("ca.pem ...", TLS_SERVER)],
-            background: true,
-            until: None,
-        }),
+        beside(&[("ca.pem ...", TLS_SERVER)]),
     ),
     rule(
         "tls-enrollment.md",
         "fl-client --server https://HOST:50051",
-        How::Run(Run {
-            edits: &[
-                ("HOST", "127.0.0.1"),
-                (
-                    "client-0.key ...",
-                    "client-0.key --data mnist:data/mnist --partition shards:100:0",
-                ),
-            ],
-            background: false,
-            until: None,
-        }),
+        edited(&[
+            ("HOST", "127.0.0.1"),
+            (
+                "client-0.key ...",
+                "client-0.key --data mnist:data/mnist --partition shards:100:0",
+            ),
+        ]),
     ),
     // how-to/watch.md
     rule(
         "watch.md",
         "fl sim --config configs/geyer-k100.toml --page-listen",
-        How::Run(Run {
-            edits: &[(
-                "--page-listen",
-                "--page-listen 127.0.0.1:0 --set server.rounds=1",
-            )],
-            background: false,
-            until: None,
-        }),
+        edited(&[(
+            "--page-listen",
+            "--page-listen 127.0.0.1:0 --set server.rounds=1",
+        )]),
     ),
     rule(
         "watch.md",
         "fl-server --config run.toml",
-        How::Run(Run {
-            edits: &[("run.toml", "configs/quickstart.toml --listen 127.0.0.1:0")],
-            background: false,
-            until: Some("live run page url="),
-        }),
+        stopped_at(
+            &[("run.toml", "configs/quickstart.toml --listen 127.0.0.1:0")],
+            "live run page url=",
+        ),
     ),
 ];
 
