@@ -36,8 +36,8 @@ table=$dir/results.tsv
 [ -f "$table" ] || printf 'label\tepsilon\tdelta\tsigma\trounds\ttest_accuracy\n' > "$table"
 field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 case "$q" in
-  tree:*) plan=(--tree-rounds "${q#tree:}") ;;
-  banded:*) plan=(--min-separation "${q#banded:}") ;;
+  tree:*) plan=(--noise "tree:rounds=${q#tree:}") ;;
+  banded:*) plan=(--noise "banded:min_separation=${q#banded:}") ;;
   *) plan=(--q "$q") ;;
 esac
 for eps in $epsilons; do

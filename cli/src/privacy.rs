@@ -2,9 +2,9 @@
 
 use anyhow::{Context, bail};
 use fl_privacy::{
-    Accountant, AccountantKind, BandedRound, Budget, GaussianRound, Neighbours, PrivacyEvent,
-    Sampling, UnsampledGaussian, after_rounds, max_rounds, min_sigma, tree_nodes,
-    tree_rounds_within,
+    Accountant, AccountantKind, AnyStream, Budget, Charges, GaussianRound, Neighbours, NoiseStream,
+    PrivacyEvent, Sampling, StreamRun, StreamSettings, UnsampledGaussian, after_rounds, max_rounds,
+    min_sigma,
 };
 use serde_json::json;
 
@@ -190,16 +190,21 @@ pub struct Args {
     /// pld (tighter; Poisson sampling and DP-FTRL) or rdp (default: pld where it applies).
     #[arg(long)]
     accountant: Option<AccountantKind>,
-    /// DP-FTRL: the rounds are tree-aggregation steps, the tree restarted every N rounds (no
-    /// sampling: --q, --m, --k and --sampling are not used).
-    #[arg(long, value_name = "N", conflicts_with = "min_separation")]
+    /// DP-FTRL: the rounds are steps of a noise stream, its name and the keys of its table
+    /// (`[privacy.noise.NAME]`), e.g. `tree:rounds=4` or
+    /// `banded:min_separation=4,max_participations=13`; a period left unset is K / m (--k, --m).
+    /// No sampling: --q and --sampling are not used.
+    #[arg(long, value_name = "NAME[:KEY=VALUE,...]", value_parser = parse_stream,
+          conflicts_with = "unsampled")]
+    noise: Option<StreamSettings>,
+    /// Moved: `--noise tree:rounds=N`.
+    #[arg(long, hide = true, conflicts_with_all = ["noise", "unsampled"])]
     tree_rounds: Option<u64>,
-    /// Banded DP-FTRL: the rounds are steps of a banded matrix factorization, each client at
-    /// most once every B rounds (no sampling: --q, --m, --k and --sampling are not used).
-    #[arg(long, value_name = "B")]
+    /// Moved: `--noise banded:min_separation=B`.
+    #[arg(long, hide = true, conflicts_with_all = ["noise", "tree_rounds", "unsampled"])]
     min_separation: Option<u64>,
-    /// Banded DP-FTRL: each client at most this many times (default: B alone limits).
-    #[arg(long, value_name = "K", requires = "min_separation")]
+    /// Moved: `--noise banded:max_participations=K`.
+    #[arg(long, hide = true, requires = "min_separation")]
     max_participations: Option<u64>,
     /// Rounds whose participants are public (secure aggregation with central noise and
     /// `secagg.neighbours`): the Gaussian mechanism without amplification, under zero-out or
@@ -219,6 +224,14 @@ fn parse_sampling(s: &str) -> Result<Sampling, String> {
     }
 }
 
+/// A stream's settings from `NAME[:KEY=VALUE,...]`, each VALUE in TOML, read as its table is.
+fn parse_stream(s: &str) -> Result<StreamSettings, String> {
+    let (name, keys) = s.split_once(':').unwrap_or((s, ""));
+    let keys: Vec<&str> = keys.split(',').filter(|k| !k.trim().is_empty()).collect();
+    let table = format!("[{name}]\n{}\n", keys.join("\n"));
+    toml::from_str(&table).map_err(|e| e.message().to_string())
+}
+
 fn parse_neighbours(s: &str) -> Result<Neighbours, String> {
     match s {
         "zero-out" => Ok(Neighbours::ZeroOut),
@@ -230,9 +243,44 @@ fn parse_neighbours(s: &str) -> Result<Neighbours, String> {
 }
 
 impl Args {
+    /// Reads the moved flags as --noise, saying so in one line.
+    fn read_moved_flags(mut self) -> anyhow::Result<Self> {
+        let (flag, now) = match (self.tree_rounds.take(), self.min_separation.take()) {
+            (Some(n), _) => ("--tree-rounds", format!("tree:rounds={n}")),
+            (None, Some(b)) => {
+                let k = (self.max_participations.take())
+                    .map_or(String::new(), |k| format!(",max_participations={k}"));
+                ("--min-separation", format!("banded:min_separation={b}{k}"))
+            }
+            (None, None) => return Ok(self),
+        };
+        eprintln!("warning: {flag} has moved: read as --noise {now}");
+        self.noise = Some(parse_stream(&now).map_err(anyhow::Error::msg)?);
+        Ok(self)
+    }
+
+    /// The DP-FTRL stream at multiplier `sigma`, planned as a run of --k clients, --m per step
+    /// and --rounds steps would plan it.
+    fn stream(&self, sigma: f64) -> anyhow::Result<Option<AnyStream>> {
+        let Some(settings) = &self.noise else {
+            return Ok(None);
+        };
+        let run = StreamRun {
+            noise_multiplier: sigma,
+            one_pass: (self.k.zip(self.m)).map(|(k, m)| (k / m.max(1.0)).max(1.0) as u64),
+            buffer: None,
+            rounds: self.rounds.unwrap_or(1),
+            momentum: 0.0,
+            ledger: None,
+        };
+        let stream = AnyStream::plan(settings, &run)
+            .with_context(|| format!("--noise {}", settings.name()))?;
+        Ok(Some(stream))
+    }
+
     /// Whether the rounds are accounted without sampling (DP-FTRL or public participants).
     fn unsampled_rounds(&self) -> bool {
-        self.tree_rounds.is_some() || self.min_separation.is_some() || self.unsampled.is_some()
+        self.noise.is_some() || self.unsampled.is_some()
     }
 
     fn q(&self) -> anyhow::Result<f64> {
@@ -262,35 +310,35 @@ impl Args {
         }
     }
 
-    /// The Gaussian rounds that `rounds` rounds hold, as (q, sampling, count, factor), each a
-    /// round at multiplier sigma / factor: under DP-FTRL the trees' nodes or the banded
-    /// stream's charges, each without sampling; unsampled rounds as such, at their relation's
-    /// sensitivity factor.
-    fn gaussian_rounds(&self, rounds: u64) -> anyhow::Result<(f64, Sampling, u64, f64)> {
-        if let Some(b) = self.min_separation {
-            let charges = self.banded_stream(b).charges_in(rounds);
-            return Ok((1.0, Sampling::Poisson, charges, 1.0));
+    /// The Gaussian mechanisms that `rounds` rounds at `sigma` compose as: under DP-FTRL what
+    /// the stream says, unsampled rounds at their relation's sensitivity, sampled rounds as
+    /// such.
+    fn charges(&self, sigma: f64, rounds: u64) -> anyhow::Result<Charges> {
+        if let Some(stream) = self.stream(sigma)? {
+            return Ok(stream.charges(rounds));
         }
-        Ok(match (self.tree_rounds, self.unsampled) {
-            (Some(n), _) => (1.0, Sampling::Poisson, tree_nodes(rounds, n), 1.0),
-            (None, Some(neighbours)) => {
-                (1.0, Sampling::Poisson, rounds, neighbours.sensitivity(1.0))
+        let charge = match self.unsampled {
+            Some(neighbours) => {
+                GaussianRound::new(1.0, sigma / neighbours.sensitivity(1.0), Sampling::Poisson)?
             }
-            (None, None) => (self.q()?, self.sampling, rounds, 1.0),
+            None => GaussianRound::new(self.q()?, sigma, self.sampling)?,
+        };
+        Ok(Charges {
+            charge,
+            count: rounds,
         })
     }
 
-    /// The Gaussian round at `sigma` and how many of them `rounds` rounds hold.
+    /// The event that `rounds` rounds at `sigma` compose, and how many of it.
     fn event(&self, sigma: f64, rounds: u64) -> anyhow::Result<(PrivacyEvent, u64)> {
-        let (q, sampling, count, factor) = self.gaussian_rounds(rounds)?;
-        let round = GaussianRound::new(q, sigma / factor, sampling)?;
+        let Charges { charge, count } = self.charges(sigma, rounds)?;
         let event = match self.unsampled {
             Some(neighbours) => UnsampledGaussian {
                 noise_multiplier: sigma,
                 neighbours,
             }
             .into(),
-            None => round.into(),
+            None => charge.into(),
         };
         Ok((event, count))
     }
@@ -299,19 +347,6 @@ impl Args {
     fn after(&self, sigma: f64, rounds: u64) -> anyhow::Result<Box<dyn Accountant>> {
         let (event, count) = self.event(sigma, rounds)?;
         Ok(after_rounds(self.accountant()?, &event, count))
-    }
-
-    /// A banded stream at separation `b` and --max-participations, whose charges it counts
-    /// (its noise is the question's).
-    fn banded_stream(&self, b: u64) -> BandedRound {
-        BandedRound {
-            noise_multiplier: self.sigma.unwrap_or(1.0),
-            step: 1,
-            bands: b,
-            min_separation: b,
-            max_participations: self.max_participations,
-            neighbours: Neighbours::ZeroOut,
-        }
     }
 
     fn need<T: Copy>(value: Option<T>, flag: &str) -> anyhow::Result<T> {
@@ -332,25 +367,15 @@ fn print(out: &serde_json::Value, as_json: bool) {
 
 /// Answers the question; prints text or JSON.
 pub fn run(question: Question) -> anyhow::Result<()> {
-    let (args, answer) = match question {
+    let (args, answer): (Args, fn(&Args) -> anyhow::Result<serde_json::Value>) = match question {
         Question::Ledger(ledger) => return ledger.answer(),
-        Question::Epsilon(a) => {
-            let answer = a.epsilon_answer()?;
-            (a, answer)
-        }
-        Question::Delta(a) => {
-            let answer = a.delta_answer()?;
-            (a, answer)
-        }
-        Question::Sigma(a) => {
-            let answer = a.sigma_answer()?;
-            (a, answer)
-        }
-        Question::Rounds(a) => {
-            let answer = a.rounds_answer()?;
-            (a, answer)
-        }
+        Question::Epsilon(a) => (a, Args::epsilon_answer),
+        Question::Delta(a) => (a, Args::delta_answer),
+        Question::Sigma(a) => (a, Args::sigma_answer),
+        Question::Rounds(a) => (a, Args::rounds_answer),
     };
+    let args = args.read_moved_flags()?;
+    let answer = answer(&args)?;
     print(&args.described(answer)?, args.json);
     Ok(())
 }
@@ -378,8 +403,12 @@ impl Args {
     fn sigma_answer(&self) -> anyhow::Result<serde_json::Value> {
         let budget = self.budget()?;
         let rounds = Args::need(self.rounds, "--rounds")?;
-        let (q, sampling, count, factor) = self.gaussian_rounds(rounds)?;
-        let sigma = factor * min_sigma(self.accountant()?, q, count, &budget, sampling)?;
+        // Every charge's multiplier is sigma over a factor of the relation: at sigma = 1 it is
+        // 1 / factor.
+        let Charges { charge, count } = self.charges(1.0, rounds)?;
+        let (q, sampling) = (charge.q, charge.sampling);
+        let least = min_sigma(self.accountant()?, q, count, &budget, sampling)?;
+        let sigma = least / charge.noise_multiplier;
         let delta = Args::need(self.delta, "--delta")?;
         let epsilon = self.after(sigma, rounds)?.epsilon(delta);
         Ok(json!({"sigma": sigma, "epsilon": epsilon, "delta": delta}))
@@ -392,10 +421,9 @@ impl Args {
         let (event, _) = self.event(sigma, 1)?;
         let cap = 10_000_000;
         let count = max_rounds(self.accountant()?, &event, &budget, cap)?;
-        let rounds = match (self.tree_rounds, self.min_separation) {
-            (Some(n), _) => tree_rounds_within(count, n),
-            (None, Some(b)) => self.banded_stream(b).steps_covered(count, cap),
-            (None, None) => count,
+        let rounds = match self.stream(sigma)? {
+            Some(stream) => stream.steps_within(count, cap),
+            None => count,
         };
         let delta = Args::need(self.delta, "--delta")?;
         let epsilon = self.after(sigma, rounds)?.epsilon(delta);
@@ -414,14 +442,10 @@ impl Args {
     /// trees, and the given figures the answer does not already hold.
     fn described(&self, mut out: serde_json::Value) -> anyhow::Result<serde_json::Value> {
         out["accountant"] = json!(self.accountant()?.to_string());
-        match (self.tree_rounds, self.min_separation, self.unsampled) {
-            (Some(n), _, _) => out["tree_rounds"] = json!(n),
-            (None, Some(b), _) => {
-                out["min_separation"] = json!(b);
-                out["max_participations"] = json!(self.max_participations);
-            }
-            (None, None, Some(neighbours)) => out["unsampled"] = json!(neighbours),
-            (None, None, None) => {
+        match (&self.noise, self.unsampled) {
+            (Some(settings), _) => out["noise"] = json!(settings),
+            (None, Some(neighbours)) => out["unsampled"] = json!(neighbours),
+            (None, None) => {
                 out["sampling"] = json!(self.sampling.to_string());
                 out["q"] = json!(self.q()?);
             }

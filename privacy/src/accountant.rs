@@ -8,6 +8,7 @@
 use super::event::PrivacyEvent;
 use super::rdp::default_orders;
 use super::sampled_gaussian::AccountingError;
+use crate::ledger_event::LedgerEvent;
 
 /// Checks delta in (0, 1).
 pub fn check_delta(delta: f64) -> Result<(), AccountingError> {

@@ -3,11 +3,10 @@
 //! the ledger stores, is written by one `privacy_events!` invocation that lists the kinds, so
 //! no dispatch `match` is edited by hand when a kind is added.
 
-use super::banded::BandedRound;
 use super::ddg::{DdgRound, DdgSettlement};
 use super::ledger_event::LedgerEvent;
 use super::sampled_gaussian::GaussianRound;
-use super::tree::TreeRound;
+use super::stream::{BandedRound, TreeRound};
 use super::unsampled_gaussian::UnsampledGaussian;
 use serde::{Deserialize, Serialize};
 
@@ -59,19 +58,17 @@ privacy_events! {
     BandedMatrix(BandedRound),
 }
 
-impl PrivacyEvent {
-    /// RDP of this round at each of `orders` ([`LedgerEvent::rdp_curve`]).
-    pub fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
+/// Each kind's own answers.
+impl LedgerEvent for PrivacyEvent {
+    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
         self.kind().rdp_curve(orders)
     }
 
-    /// The Gaussian mechanism this event composes as ([`LedgerEvent::as_gaussian`]).
-    pub fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
+    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
         self.kind().as_gaussian()
     }
 
-    /// Whether its round may run again after a crash ([`LedgerEvent::reruns_after_crash`]).
-    pub fn reruns_after_crash(&self) -> bool {
+    fn reruns_after_crash(&self) -> bool {
         self.kind().reruns_after_crash()
     }
 }

@@ -13,7 +13,6 @@ mod accountant;
 mod accountant_kind;
 pub mod admm;
 mod analytic_gaussian;
-mod banded;
 mod clip;
 mod ddg;
 mod discrete_gaussian;
@@ -29,7 +28,7 @@ mod rdp;
 mod release;
 mod sampled_gaussian;
 pub mod signds;
-mod tree;
+mod stream;
 mod unsampled_gaussian;
 
 pub use accountant::{
@@ -39,7 +38,6 @@ pub use accountant_kind::AccountantKind;
 pub use analytic_gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta, gaussian_epsilon,
 };
-pub use banded::{BandedFactorization, BandedNoise, BandedRound};
 pub use clip::{UpdateMoments, median};
 pub use ddg::{DdgRound, DdgSettlement, Neighbours};
 pub use discrete_gaussian::{
@@ -59,5 +57,9 @@ pub use rdp::{
 };
 pub use release::{ClientLimits, LocalMechanism, LocalPrivacyError, Release, ReleaseKind};
 pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
-pub use tree::{TreeNoise, TreeRound, tree_depth, tree_nodes, tree_rounds_within};
+pub use stream::{
+    AnyStream, BandedFactorization, BandedNoise, BandedRound, BandedSettings, BandedStream,
+    Charges, CorrelatedNoise, NoiseStream, StepMismatch, StreamError, StreamRun, StreamSettings,
+    TreeNoise, TreeRound, TreeSettings, TreeStream, tree_depth, tree_nodes, tree_rounds_within,
+};
 pub use unsampled_gaussian::UnsampledGaussian;

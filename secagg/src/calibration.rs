@@ -131,6 +131,7 @@ impl Calibration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fl_privacy::LedgerEvent;
 
     fn shape(noise: Option<f64>) -> RoundShape {
         RoundShape {

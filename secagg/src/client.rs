@@ -9,12 +9,12 @@ use super::SecAggError;
 use super::binding::{self, Credentials};
 use super::graph::{self, GraphKind};
 use super::keys::{self, KeyPair, RoundTag, SecretKind, share_commitment};
+use super::messages::Stage;
 use super::messages::{
     AdvertisedKeys, Member, Neighbourhood, Proceed, RevealedShare, SealedShares,
 };
 use super::prg::{Sign, apply_mask};
 use super::ring::Ring;
-use super::server::Stage;
 use super::shamir::{self, SHARE_BYTES, Share};
 use fl_authority::IdentityKey;
 use fl_authority::policy::FederationPolicy;

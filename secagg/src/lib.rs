@@ -60,7 +60,7 @@ pub use keys::{
 };
 pub use messages::{
     AdvertisedKeys, Endorsements, Member, Neighbourhood, Proceed, RevealedShare, SealedShares,
-    ServerStage, Signed, StageMessage,
+    ServerStage, Signed, Stage, StageMessage,
 };
 pub use oracle::PlainInputs;
 pub use prg::{Sign, apply_mask, expand};
@@ -68,7 +68,7 @@ pub use quantize::{QuantizeError, Quantizer};
 pub use ring::Ring;
 pub use server::{
     AdvertiseKeys, CheckShares, Checked, Consistency, MaskedInput, Phase, RoundResult, RoundSetup,
-    ShareKeys, Stage, Unmasking,
+    ShareKeys, Unmasking,
 };
 pub use shamir::{SHARE_BYTES, ShamirError, Share};
 

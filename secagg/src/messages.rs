@@ -108,8 +108,7 @@ pub enum StageMessage {
 
 impl StageMessage {
     /// The stage the message belongs to.
-    pub fn stage(&self) -> super::Stage {
-        use super::Stage;
+    pub fn stage(&self) -> Stage {
         match self {
             StageMessage::Keys(_) => Stage::AdvertiseKeys,
             StageMessage::Shares(_) => Stage::ShareKeys,
@@ -148,4 +147,37 @@ pub struct Signed {
     pub certificate: IdentityCertificate,
     /// The identity key's signature over the keys payload.
     pub signature: [u8; 64],
+}
+
+/// The stages of a round, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Collecting public keys (U1).
+    AdvertiseKeys,
+    /// Collecting sealed shares (U2).
+    ShareKeys,
+    /// Collecting which neighbours' shares each client could not open.
+    CheckShares,
+    /// Collecting masked inputs (U3).
+    MaskedInput,
+    /// Signed rounds: collecting the survivors' signatures over U1 and U3.
+    Consistency,
+    /// Collecting revealed shares.
+    Unmasking,
+    /// The sum is known (or the round aborted).
+    Done,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stage::AdvertiseKeys => "advertise-keys",
+            Stage::ShareKeys => "share-keys",
+            Stage::CheckShares => "check-shares",
+            Stage::MaskedInput => "masked-input",
+            Stage::Consistency => "consistency",
+            Stage::Unmasking => "unmasking",
+            Stage::Done => "done",
+        })
+    }
 }

@@ -126,7 +126,8 @@ async fn stopped_mid_buffer_and_resumed_nothing_is_counted_twice() {
     config.privacy.mode = PrivacyMode::DpFtrl;
     config.privacy.noise_multiplier = 2.0.into();
     config.privacy.epsilon = 100.0;
-    config.privacy.tree_rounds = Some(2);
+    config.privacy.noise =
+        fl_privacy::StreamSettings::Tree(fl_privacy::TreeSettings { rounds: Some(2) });
     let enrollment = out.with_extension("clients.toml");
     let tokens = support::enroll_clients(&enrollment, 6);
     config.server.enrollment = Some(enrollment.clone());

@@ -306,7 +306,7 @@ async fn banded_dp_ftrl_charges_once_per_separation_and_stops_at_the_budget() {
     use fl_privacy::BandedRound;
     let out = temp("banded");
     let (mut config, tokens) = ftrl_config(&out, 1000);
-    config.privacy.noise = fl_server::config::FtrlNoiseKind::Banded;
+    config.privacy.noise = fl_privacy::StreamSettings::Banded(Default::default());
     let budget = config.privacy.budget();
     let Budget::Epsilon { delta, .. } = budget else {
         unreachable!()

@@ -20,6 +20,7 @@
 use super::accountant::Accountant;
 use super::event::PrivacyEvent;
 use super::sampled_gaussian::GaussianRound;
+use crate::ledger_event::LedgerEvent;
 
 /// Grid step of the privacy loss (dp_accounting's default value_discretization_interval).
 pub const GRID: f64 = 1e-4;

@@ -25,7 +25,7 @@ use super::SecAggError;
 use super::binding::Verifier;
 use super::graph::GraphKind;
 use super::keys::{RoundTag, SecretKind};
-use super::messages::{AdvertisedKeys, StageMessage};
+use super::messages::{AdvertisedKeys, Stage, StageMessage};
 use super::ring::Ring;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -47,39 +47,6 @@ pub struct RoundSetup {
     pub min_survivors: usize,
     /// A signed round: the checks of the clients' certificates and signatures.
     pub verifier: Option<Arc<Verifier>>,
-}
-
-/// The stages of a round, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stage {
-    /// Collecting public keys (U1).
-    AdvertiseKeys,
-    /// Collecting sealed shares (U2).
-    ShareKeys,
-    /// Collecting which neighbours' shares each client could not open.
-    CheckShares,
-    /// Collecting masked inputs (U3).
-    MaskedInput,
-    /// Signed rounds: collecting the survivors' signatures over U1 and U3.
-    Consistency,
-    /// Collecting revealed shares.
-    Unmasking,
-    /// The sum is known (or the round aborted).
-    Done,
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Stage::AdvertiseKeys => "advertise-keys",
-            Stage::ShareKeys => "share-keys",
-            Stage::CheckShares => "check-shares",
-            Stage::MaskedInput => "masked-input",
-            Stage::Consistency => "consistency",
-            Stage::Unmasking => "unmasking",
-            Stage::Done => "done",
-        })
-    }
 }
 
 /// What a completed round yields.

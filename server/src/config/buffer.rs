@@ -99,7 +99,7 @@ fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
 mod tests {
     use super::*;
     use crate::config::PrivacyPlan;
-    use crate::config::plan::NoiseStream;
+    use fl_privacy::{AnyStream, BandedSettings, StreamSettings, TreeSettings, TreeStream};
 
     /// An asynchronous run of 100 clients, P = 20, M = 10, in `mode`.
     fn in_mode(mode: PrivacyMode) -> RunConfig {
@@ -155,13 +155,16 @@ mod tests {
         };
         let mut c = in_mode(PrivacyMode::DpFtrl);
         c.privacy.noise_multiplier = 5.0.into();
-        let one_pass = NoiseStream::Tree { tree_rounds: 10 };
+        let one_pass = AnyStream::Tree(TreeStream::new(5.0, 10));
         assert_eq!(tree(&c), one_pass, "100 clients / M = 10");
         let mut banded = c.clone();
-        c.privacy.tree_rounds = Some(11);
-        assert!(refused(&c).contains("privacy.tree_rounds (11) times buffer.size"));
-        banded.privacy.noise = crate::config::FtrlNoiseKind::Banded;
-        banded.privacy.min_separation = Some(11);
-        assert!(refused(&banded).contains("privacy.min_separation (11) times buffer.size"));
+        c.privacy.noise = StreamSettings::Tree(TreeSettings { rounds: Some(11) });
+        assert!(refused(&c).contains("[privacy.noise.tree] rounds (11) times the buffer's size"));
+        banded.privacy.noise = StreamSettings::Banded(BandedSettings {
+            min_separation: Some(11),
+            ..Default::default()
+        });
+        let why = refused(&banded);
+        assert!(why.contains("[privacy.noise.banded] min_separation (11) times the buffer's"));
     }
 }

@@ -11,6 +11,7 @@ mod data;
 mod eval;
 mod local;
 mod model;
+pub(crate) mod moved_keys;
 pub mod plan;
 mod privacy;
 mod robust;
@@ -26,7 +27,7 @@ pub use eval::EvalSection;
 pub use local::{LocalSection, SignDsSection};
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
-pub use privacy::{BudgetKind, ClipMode, FtrlNoiseKind, PrivacyMode, PrivacySection};
+pub use privacy::{BudgetKind, ClipMode, PrivacyMode, PrivacySection};
 pub use robust::{Aggregator, NormAction, RobustSection};
 pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
 pub use server::{ServerSection, is_loopback, open_door};
@@ -147,6 +148,7 @@ impl RunConfig {
         let mut table: toml::Table = toml::from_str(&text).map_err(parse)?;
         let base = path.parent().unwrap_or(Path::new(""));
         resolve_relative_paths(&mut table, base);
+        let mut moved = moved_keys::move_old_keys(&mut table)?;
         let schema = |e: toml::de::Error| wording::in_words(e.message());
         let mut config: RunConfig = table.clone().try_into().map_err(|e| ConfigError::Schema {
             path: path.to_owned(),
@@ -155,6 +157,7 @@ impl RunConfig {
         // Each override is tried on its own, so that an error names the flag that caused it.
         for o in overrides {
             apply_override(&mut table, o)?;
+            moved.extend(moved_keys::move_old_keys(&mut table)?);
             config = table
                 .clone()
                 .try_into()
@@ -162,6 +165,9 @@ impl RunConfig {
                     flag: o.clone(),
                     message: schema(e),
                 })?;
+        }
+        for line in moved {
+            tracing::warn!("{line}");
         }
         refuse_privacy_without_a_mode(&table, &config)?;
         for ignored in ignored_keys(&table, &config) {
@@ -378,10 +384,7 @@ fn readers(section: &str, key: &str) -> Option<&'static [PrivacyMode]> {
         // The authority's files: a policy binds every mode.
         ("secagg", "authority" | "revocations" | "policy") => None,
         ("secagg", _) => Some(&[SecAgg]),
-        (
-            "privacy",
-            "tree_rounds" | "noise" | "min_separation" | "bands" | "max_participations",
-        ) => Some(&[DpFtrl]),
+        ("privacy", "noise") => Some(&[DpFtrl]),
         _ => None,
     }
 }
@@ -457,11 +460,14 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), ConfigError> {
         .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
     let mut here = table;
     for key in sections {
-        here = here
-            .entry(key.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            .as_table_mut()
-            .ok_or_else(bad)?;
+        let next =
+            (here.entry(key.to_string())).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        // A name where a table is set (a noise stream's) is its table with nothing set.
+        if let toml::Value::String(name) = next {
+            let table = toml::Table::from_iter([(name.clone(), toml::Table::new().into())]);
+            *next = toml::Value::Table(table);
+        }
+        here = next.as_table_mut().ok_or_else(bad)?;
     }
     here.insert(last.to_string(), value);
     Ok(())

@@ -1,7 +1,7 @@
 //! `[privacy]`: client-level differential privacy.
 
 use fl_common::schedule::Schedule;
-use fl_privacy::{AccountantKind, Budget, Sampling};
+use fl_privacy::{AccountantKind, Budget, Sampling, StreamSettings};
 use serde::{Deserialize, Serialize};
 
 /// Whether and how the server protects clients.
@@ -27,21 +27,11 @@ pub enum PrivacyMode {
     SignDs,
     /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds correlated noise
     /// (`noise`: a tree or a banded matrix factorization); no sampling, each client within the
-    /// noise's participation rule.
+    /// noise's participation rule. Each client's contributions are counted by its identity,
+    /// which needs stable identities: `fl-server` refuses DP-FTRL without `server.enrollment`,
+    /// and `fl sim` enrolls its own clients in `RUN/sim-enrollment.toml`.
     #[serde(rename = "dp-ftrl")]
     DpFtrl,
-}
-
-/// DP-FTRL's correlated noise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum FtrlNoiseKind {
-    /// Tree aggregation (Kairouz et al. 2021): each client at most once per tree of
-    /// `tree_rounds` steps.
-    Tree,
-    /// Banded matrix factorization (Choquette-Choo et al. 2023): each client at most once every
-    /// `min_separation` steps and at most `max_participations` times; `bands` <= `min_separation`.
-    Banded,
 }
 
 /// Which quantity the budget caps.
@@ -88,21 +78,9 @@ pub struct PrivacySection {
     /// DP-FTRL's tree nodes) or `rdp`; unset: PLD for Poisson sampling and DP-FTRL, RDP
     /// otherwise.
     pub accountant: Option<AccountantKind>,
-    /// DP-FTRL: rounds per tree (the restart period); unset: K / m_1, one pass over the clients.
-    /// Each client contributes at most once per tree, which needs stable identities:
-    /// `fl-server` refuses `dp-ftrl` without `server.enrollment`, and `fl sim` enrolls its own
-    /// clients in `RUN/sim-enrollment.toml`.
-    pub tree_rounds: Option<u64>,
-    /// DP-FTRL's noise: `tree` or `banded`.
-    pub noise: FtrlNoiseKind,
-    /// Banded DP-FTRL: b, the fewest steps between two contributions of one client; unset: K / m_1
-    /// (K / M asynchronously), the most that keeps every step full.
-    pub min_separation: Option<u64>,
-    /// Banded DP-FTRL: p, the factorization's bands, at most b; unset: b.
-    pub bands: Option<u64>,
-    /// Banded DP-FTRL: k, the most contributions of one client in a stream; unset: b alone
-    /// limits them (and the budget ends training).
-    pub max_participations: Option<u64>,
+    /// DP-FTRL's noise stream: its name (`"tree"`, `"banded"`), every setting at its default,
+    /// or its table (`[privacy.noise.banded]`, keys below).
+    pub noise: StreamSettings,
 }
 
 impl PrivacyMode {
@@ -133,11 +111,7 @@ impl Default for PrivacySection {
             epsilon: 8.0,
             delta: 1e-5,
             accountant: None,
-            tree_rounds: None,
-            noise: FtrlNoiseKind::Tree,
-            min_separation: None,
-            bands: None,
-            max_participations: None,
+            noise: StreamSettings::default(),
         }
     }
 }

@@ -29,20 +29,67 @@ fn page(schema: &Value) -> String {
             "\n## `[{section}]`\n\n{}\n\n",
             prose(&property["description"])
         ));
-        out.push_str("| Key | Type | Default | Meaning |\n|---|---|---|---|\n");
-        let mut values = String::new();
-        for (key, field) in object(&def["properties"]) {
-            let (kind, variants) = kind_of(field, defs);
-            let default = default_of(&field["default"]);
-            let meaning = prose(&field["description"]).replace('|', "\\|");
-            out.push_str(&format!("| `{key}` | {kind} | {default} | {meaning} |\n"));
-            if !variants.is_empty() {
-                values.push_str(&format!("\n`{section}.{key}`:\n\n{variants}"));
-            }
-        }
-        out.push_str(&values);
+        out.push_str(&keys(section, def, defs));
     }
     out
+}
+
+/// The table of a section's (or a sub-table's) keys, then each key's values.
+fn keys(section: &str, def: &Value, defs: &Value) -> String {
+    let mut out = String::from("| Key | Type | Default | Meaning |\n|---|---|---|---|\n");
+    let mut values = String::new();
+    for (key, field) in object(&def["properties"]) {
+        let (kind, variants) = match named_tables(field, defs) {
+            Some(tables) => named_tables_text(&format!("{section}.{key}"), &tables, defs),
+            None => kind_of(field, defs),
+        };
+        let default = default_of(&field["default"]);
+        let meaning = prose(&field["description"]).replace('|', "\\|");
+        out.push_str(&format!("| `{key}` | {kind} | {default} | {meaning} |\n"));
+        if !variants.is_empty() {
+            values.push_str(&format!("\n`{section}.{key}`:\n\n{variants}"));
+        }
+    }
+    out + &values
+}
+
+/// A key that holds a name or one of several named tables (a noise stream): each name with
+/// its description and its table's definition.
+fn named_tables<'a>(field: &Value, defs: &'a Value) -> Option<Vec<(String, String, &'a Value)>> {
+    let def = &defs[name_of(field.get("$ref")?)];
+    let options = def["anyOf"].as_array()?;
+    let tables = options.iter().find_map(|o| o["oneOf"].as_array())?;
+    let named = tables.iter().map(|table| {
+        let (name, settings) = object(&table["properties"]).into_iter().next()?;
+        let words: Vec<String> = (prose(&table["description"]).split_whitespace())
+            .map(String::from)
+            .collect();
+        let description = words.join(" ");
+        Some((name.clone(), description, &defs[name_of(&settings["$ref"])]))
+    });
+    named.collect()
+}
+
+/// A named-tables key's type (its names, or a table) and its values: each name, then each
+/// table's keys as a table of their own.
+fn named_tables_text(
+    path: &str,
+    tables: &[(String, String, &Value)],
+    defs: &Value,
+) -> (String, String) {
+    let names: Vec<String> = tables.iter().map(|(n, ..)| format!("`\"{n}\"`")).collect();
+    let mut values = String::from(
+        "A name (its table's keys at their defaults) or one table, `[PATH.NAME]`:\n\n",
+    )
+    .replace("PATH", path);
+    for (name, description, _) in tables {
+        values.push_str(&format!("- `\"{name}\"`: {description}\n"));
+    }
+    for (name, _, def) in tables {
+        values.push_str(&format!("\n`[{path}.{name}]`:\n\n"));
+        values.push_str(&keys(&format!("{path}.{name}"), def, defs));
+    }
+    (format!("{} \\| a table", names.join(" \\| ")), values)
 }
 
 /// The entries of a JSON object, or none.

@@ -84,7 +84,7 @@ fn a_privacy_setting_without_a_privacy_mode_is_refused() {
 #[test]
 fn a_key_another_mode_reads_is_said_to_be_ignored() {
     let table: toml::Table = toml::from_str(
-        "[privacy]\nmode = \"central\"\nepsilon = 8.0\ntree_rounds = 16\n\
+        "[privacy]\nmode = \"central\"\nepsilon = 8.0\nnoise = \"banded\"\n\
          [local]\nepsilon = 2.0\n[secagg]\nthreshold = 0.7\npolicy = \"policy.toml\"\n",
     )
     .unwrap();
@@ -96,8 +96,8 @@ fn a_key_another_mode_reads_is_said_to_be_ignored() {
         [
             "local.epsilon is ignored: only privacy.mode = \"ldp-gaussian\" or \"ldp-laplace\" \
              or \"signds\" reads it, this run's is \"central\"",
-            "privacy.tree_rounds is ignored: only privacy.mode = \"dp-ftrl\" reads it, this run's \
-             is \"central\"",
+            "privacy.noise is ignored: only privacy.mode = \"dp-ftrl\" reads it, this run's is \
+             \"central\"",
             "secagg.threshold is ignored: only privacy.mode = \"secagg\" reads it, this run's is \
              \"central\"",
         ]
@@ -259,4 +259,38 @@ fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
         let message = r.unwrap_err();
         assert!(message.contains("aggregator"), "{message}");
     }
+}
+
+/// A noise stream's table is set by file or by `--set` (into a stream given by its name too),
+/// and an old flat key still reads, into the same table.
+#[test]
+fn a_stream_table_is_set_by_file_by_override_and_by_its_old_key() {
+    let dir = std::env::temp_dir().join(format!("fl-stream-table-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.toml");
+    let base = "[server]\nclients = 100\nclients_per_round = 10\n[privacy]\nmode = \"dp-ftrl\"\n\
+                noise_multiplier = 5.0\n";
+    std::fs::write(&path, format!("{base}[privacy.noise.banded]\nbands = 2\n")).unwrap();
+    let banded = |min_separation, bands| {
+        fl_privacy::StreamSettings::Banded(fl_privacy::BandedSettings {
+            min_separation,
+            bands,
+            max_participations: None,
+        })
+    };
+    let read = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        RunConfig::load_with(&path, &sets).unwrap().privacy.noise
+    };
+    assert_eq!(read(&[]), banded(None, Some(2)));
+    let set = read(&["privacy.noise.banded.min_separation=5"]);
+    assert_eq!(set, banded(Some(5), Some(2)));
+    std::fs::write(&path, format!("{base}noise = \"banded\"\n")).unwrap();
+    let into_a_name = read(&["privacy.noise.banded.min_separation=5"]);
+    assert_eq!(into_a_name, banded(Some(5), None));
+    assert_eq!(read(&["privacy.min_separation=5"]), banded(Some(5), None));
+    let tree = fl_privacy::TreeSettings { rounds: Some(3) };
+    std::fs::write(&path, format!("{base}tree_rounds = 3\n")).unwrap();
+    assert_eq!(read(&[]), fl_privacy::StreamSettings::Tree(tree));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

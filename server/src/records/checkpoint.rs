@@ -13,6 +13,7 @@
 //! otherwise both entries count), and its lines in `metrics.jsonl` are replaced.
 
 use crate::config::RunConfig;
+use crate::config::moved_keys;
 use crate::identity::ids::ClientId;
 use crate::identity::ids::Identities;
 use crate::records::file_digest;
@@ -158,7 +159,13 @@ impl Checkpoint {
             .as_ref()
             .and_then(|m| m.get(META))
             .ok_or_else(|| invalid("no checkpoint metadata".into()))?;
-        let progress: Progress = serde_json::from_str(meta).map_err(|e| invalid(e.to_string()))?;
+        let mut progress: serde_json::Value =
+            serde_json::from_str(meta).map_err(|e| invalid(e.to_string()))?;
+        // A checkpoint written before DP-FTRL's keys moved reads as one written after.
+        moved_keys::move_checkpoint_keys(&mut progress["config"])
+            .map_err(|e| invalid(e.to_string()))?;
+        let progress: Progress =
+            serde_json::from_value(progress).map_err(|e| invalid(e.to_string()))?;
         let st =
             safetensors::SafeTensors::deserialize(&file).map_err(|e| invalid(e.to_string()))?;
         match file_digest::check(&st, header.metadata().as_ref()) {

@@ -11,7 +11,7 @@
 
 use crate::config::ClipMode;
 use crate::config::plan::LedgerTerms;
-use fl_privacy::{Accountant, AccountantKind, Budget, PrivacyEvent};
+use fl_privacy::{Accountant, AccountantKind, Budget, LedgerEvent, PrivacyEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::Write;

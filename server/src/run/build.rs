@@ -4,16 +4,15 @@
 //! collections never branch on the mode.
 
 use crate::config::plan::{
-    Aggregation, AggregationRule, CentralNoise, ClipRule, FtrlPlan, IadmmPlan, LedgerTerms,
-    LocalAccounting, LocalPlan, LocalRule, NoiseStream, SecureNoise, SecurePlan,
+    Aggregation, AggregationRule, CentralNoise, ClipRule, IadmmPlan, LedgerTerms, LocalAccounting,
+    LocalPlan, LocalRule, SecureNoise, SecurePlan,
 };
 use crate::config::{Cadence, PrivacyPlan, RunConfig, SecureSettings};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
 use crate::round::policy::{
-    BandedSchedule, BufferPolicy, Cohort, Correlated, DistributedNoise, NoiseSchedule, Plain,
-    RoundPolicy, SampledGaussian, TreeSchedule,
+    BufferPolicy, Cohort, Correlated, DistributedNoise, Plain, RoundPolicy, SampledGaussian,
 };
 use crate::round::strategy::{
     CentralDp, Divisor, FedAvg, GroupRule, Iadmm, IterateAverage, Layer, LocalDp, NormBound,
@@ -21,7 +20,7 @@ use crate::round::strategy::{
     TrimmedMean,
 };
 use crate::run::collection::{Collection, PlainCollection, SecureCollection, TieredCollection};
-use fl_privacy::LocalMechanism;
+use fl_privacy::{AnyStream, LocalMechanism, NoiseStream};
 use fl_secagg::{PlainInputs, RoundShape};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -123,10 +122,10 @@ pub(crate) fn pipeline(
         }
         PrivacyPlan::Ftrl(ftrl) => {
             let layer = (builder.central_dp_layer(ClipRule::Fixed(ftrl.clip_bound)))
-                .with_stream(schedule(&ftrl).noise(dim));
+                .with_stream(ftrl.stream.noise(dim));
             let strategy: Box<dyn Strategy> = Box::new(layer.around(FedAvg::new(dim)));
             let policy: Box<dyn RoundPolicy> =
-                Box::new(Correlated::new(builder.cohort(), schedule(&ftrl)));
+                Box::new(Correlated::new(builder.cohort(), ftrl.stream));
             (policy, strategy, updates, ReleaseRule::Always)
         }
         PrivacyPlan::Local(local) => {
@@ -159,7 +158,7 @@ pub(crate) fn pipeline(
     };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
-        Cadence::Async => Steps::Buffered(builder.buffer(ftrl.as_ref().map(schedule))),
+        Cadence::Async => Steps::Buffered(builder.buffer(ftrl.map(|f| f.stream))),
     };
     Ok(Pipeline {
         steps,
@@ -229,24 +228,6 @@ fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
     }
 }
 
-/// DP-FTRL's schedule: the plan's stream with its participation rule, from its first step.
-fn schedule(ftrl: &FtrlPlan) -> Box<dyn NoiseSchedule> {
-    let z = ftrl.noise_multiplier;
-    match &ftrl.stream {
-        NoiseStream::Tree { tree_rounds } => Box::new(TreeSchedule::new(z, *tree_rounds)),
-        NoiseStream::Banded {
-            factorization,
-            min_separation,
-            max_participations,
-        } => Box::new(BandedSchedule::new(
-            z,
-            factorization.clone(),
-            *min_separation,
-            *max_participations,
-        )),
-    }
-}
-
 /// The run's settings beside its plan.
 struct Builder<'a> {
     config: &'a RunConfig,
@@ -282,7 +263,7 @@ impl Builder<'_> {
     }
 
     /// Asynchronous steps of `[buffer]`, each a step of DP-FTRL's `schedule` if given.
-    fn buffer(&self, schedule: Option<Box<dyn NoiseSchedule>>) -> BufferPolicy {
+    fn buffer(&self, schedule: Option<AnyStream>) -> BufferPolicy {
         let b = &self.config.buffer;
         let policy = BufferPolicy::new(b.size, b.concurrency, b.max_staleness);
         match schedule {

@@ -109,11 +109,17 @@ impl Crate {
             return Some(module);
         };
         let code = &self.modules[&module].1;
+        // Each statement, on one line or several.
         let reexport = code
-            .lines()
-            .filter(|l| l.trim_start().starts_with("pub use ") || l.contains("pub(crate) use "))
-            .flat_map(|l| {
-                let tree = l.split(" use ").nth(1).unwrap_or_default();
+            .split(';')
+            .filter_map(|s| {
+                s.find("pub use ")
+                    .or_else(|| s.find("pub(crate) use "))
+                    .map(|i| &s[i..])
+            })
+            .flat_map(|s| {
+                let tree = s.split(" use ").nth(1).unwrap_or_default();
+                let tree = tree.split_whitespace().collect::<Vec<_>>().join(" ");
                 let rooted = ["crate::", "super::", "self::"]
                     .iter()
                     .any(|r| tree.starts_with(r));
@@ -173,7 +179,7 @@ fn a_cycle_through_a_reexport_is_found() {
         (&[][..], "mod p;"),
         (
             &["p"][..],
-            "mod a;\nmod b;\npub use a::Alpha;\npub use b::{Beta, Gamma};",
+            "mod a;\nmod b;\npub use a::Alpha;\npub use b::{\n    Beta,\n    Gamma,\n};",
         ),
         (&["p", "a"][..], "use super::Beta;\npub struct Alpha;"),
         (&["p", "b"][..], "use crate::p::a::Alpha;\npub struct Beta;"),

@@ -14,7 +14,7 @@ use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, ReleaseKind
 mod ftrl;
 mod parse;
 
-pub use ftrl::{FtrlPlan, NoiseStream};
+pub use ftrl::FtrlPlan;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,12 @@
 //! The plan's refusals: every invalid combination of keys is refused at start-up, naming them.
 
 use super::*;
-use crate::config::{
-    Aggregator, Algorithm, ClipMode, FtrlNoiseKind, PrivacyMode, RunConfig, SecAggNoise,
-};
+use crate::config::{Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise};
 use fl_common::schedule::Schedule;
-use fl_privacy::{GaussianRound, PrivacyEvent, UnsampledGaussian, max_rounds};
+use fl_privacy::{
+    AnyStream, BandedSettings, BandedStream, GaussianRound, NoiseStream, PrivacyEvent,
+    StreamSettings, TreeSettings, TreeStream, UnsampledGaussian, max_rounds,
+};
 
 fn private() -> RunConfig {
     let mut c = RunConfig::default();
@@ -207,7 +208,7 @@ fn dp_ftrl_settings_are_checked() {
     let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
         panic!("a DP-FTRL plan")
     };
-    let trees = NoiseStream::Tree { tree_rounds: 3 };
+    let trees = AnyStream::Tree(TreeStream::new(3.0, 3));
     assert_eq!((&plan.stream, plan.noise_multiplier), (&trees, 3.0));
     assert_eq!(plan.ledger.accountant, AccountantKind::Pld);
     // A server needs stable identities; a simulation enrolls its own clients.
@@ -223,8 +224,8 @@ fn dp_ftrl_settings_are_checked() {
     bad.privacy.clip = ClipMode::Quantile;
     assert!(refused(&bad).contains("clip = \"fixed\""));
     let mut bad = c.clone();
-    bad.privacy.tree_rounds = Some(0);
-    assert!(refused(&bad).contains("tree_rounds"));
+    bad.privacy.noise = StreamSettings::Tree(TreeSettings { rounds: Some(0) });
+    assert!(refused(&bad).contains("[privacy.noise.tree] rounds must be at least 1"));
     let mut bad = c.clone();
     bad.privacy.noise_multiplier = 0.2.into();
     assert!(refused(&bad).contains("already spent by round 1"));
@@ -232,44 +233,72 @@ fn dp_ftrl_settings_are_checked() {
     assert!(refused(&c).contains("federated"));
 }
 
-/// Banded DP-FTRL: b = K/m and p = b unless set, p <= b, k >= 1, no tree keys; the
-/// factorization is optimised for the steps the budget allows (fewer than the rounds).
+/// Banded DP-FTRL: b = K/m and p = b unless set, p <= b, k >= 1; the factorization is
+/// optimised for the steps the budget allows (fewer than the rounds).
 #[test]
 fn banded_settings_are_checked() {
+    let banded = |settings| StreamSettings::Banded(settings);
     let mut c = RunConfig::default();
-    (c.privacy.mode, c.privacy.noise) = (PrivacyMode::DpFtrl, FtrlNoiseKind::Banded);
+    c.privacy.mode = PrivacyMode::DpFtrl;
+    c.privacy.noise = banded(BandedSettings::default());
     (c.server.clients, c.server.clients_per_round) = (100, 25.0.into());
     (c.server.rounds, c.privacy.noise_multiplier) = (100_000, 3.0.into());
     let PrivacyPlan::Ftrl(plan) = c.plan().unwrap() else {
         panic!("a DP-FTRL plan")
     };
-    let NoiseStream::Banded {
-        factorization,
-        min_separation,
-        max_participations,
-    } = plan.stream
-    else {
+    let AnyStream::Banded(mut stream) = plan.stream else {
         panic!("a banded stream")
     };
-    assert_eq!((factorization.bands(), min_separation), (4, 4));
-    assert_eq!(max_participations, None);
+    stream.advance();
+    let first = stream.event();
+    assert_eq!((first.bands, first.min_separation), (4, 4));
+    assert_eq!(first.max_participations, None);
+    let budget_ends = BandedStream::new(first, 100_000, 0.0).factorization();
+    assert_eq!(stream.factorization().bands(), 4);
+    assert_ne!(
+        stream.factorization(),
+        budget_ends,
+        "optimised for fewer steps"
+    );
     let refusals = [
-        (|c: &mut RunConfig| c.privacy.bands = Some(5)) as fn(&mut RunConfig),
-        |c| c.privacy.bands = Some(0),
-        |c| c.privacy.min_separation = Some(0),
-        |c| c.privacy.max_participations = Some(0),
-        |c| c.privacy.tree_rounds = Some(4),
+        (
+            BandedSettings {
+                bands: Some(5),
+                ..Default::default()
+            },
+            "bands (5) must be",
+        ),
+        (
+            BandedSettings {
+                bands: Some(0),
+                ..Default::default()
+            },
+            "bands (0) must be",
+        ),
+        (
+            BandedSettings {
+                min_separation: Some(0),
+                ..Default::default()
+            },
+            "min_separation must",
+        ),
+        (
+            BandedSettings {
+                max_participations: Some(0),
+                ..Default::default()
+            },
+            "max_participations",
+        ),
     ];
-    for (i, edit) in refusals.into_iter().enumerate() {
+    for (settings, why) in refusals {
         let mut bad = c.clone();
-        edit(&mut bad);
-        let why = refused(&bad);
-        assert!(why.contains("privacy."), "edit {i}: {why}");
+        bad.privacy.noise = banded(settings);
+        let refusal = refused(&bad);
+        assert!(
+            refusal.contains("configuration: [privacy.noise.banded] ") && refusal.contains(why),
+            "{refusal}"
+        );
     }
-    let mut tree = c.clone();
-    tree.privacy.noise = FtrlNoiseKind::Tree;
-    tree.privacy.bands = Some(2);
-    assert!(refused(&tree).contains("are for privacy.noise = \"banded\""));
 }
 
 #[test]

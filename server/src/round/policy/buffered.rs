@@ -1,13 +1,12 @@
 //! The policy of asynchronous buffered aggregation: each server step's context and privacy
 //! event. No client is sampled: clients arrive when they can, so no amplification by sampling
-//! is claimed. Under DP-FTRL each server step is a step of the run's [`NoiseSchedule`] (a
-//! tree's, with restarts, or a banded stream's), whose participation rule decides which
+//! is claimed. Under DP-FTRL each server step is a step of the run's noise stream
+//! ([`AnyStream`]: a tree's, with restarts, or a banded stream's), whose participation rule decides which
 //! identities' updates may enter the buffer; the buffered sum is divided by the public M.
 
-use super::noise_schedule::NoiseSchedule;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
-use fl_privacy::PrivacyEvent;
+use fl_privacy::{AnyStream, NoiseStream, PrivacyEvent};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -19,7 +18,7 @@ pub(crate) struct BufferPolicy {
     /// The most steps an update may lag.
     pub max_staleness: u64,
     /// DP-FTRL's schedule, at the current step.
-    schedule: Option<Box<dyn NoiseSchedule>>,
+    schedule: Option<AnyStream>,
 }
 
 impl BufferPolicy {
@@ -34,7 +33,7 @@ impl BufferPolicy {
     }
 
     /// The same, each server step a step of `schedule`, from its first.
-    pub(crate) fn with_schedule(mut self, mut schedule: Box<dyn NoiseSchedule>) -> Self {
+    pub(crate) fn with_schedule(mut self, mut schedule: AnyStream) -> Self {
         schedule.advance();
         self.schedule = Some(schedule);
         self
@@ -77,7 +76,7 @@ impl BufferPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::policy::TreeSchedule;
+    use fl_privacy::TreeStream;
     use std::collections::BTreeSet;
 
     /// Trees of 3 steps: every step divides by M and carries its tree step, and an identity
@@ -85,7 +84,7 @@ mod tests {
     #[test]
     fn steps_follow_the_schedule() {
         let mut policy =
-            BufferPolicy::new(2, 4, 5).with_schedule(Box::new(TreeSchedule::new(1.5, 3)));
+            BufferPolicy::new(2, 4, 5).with_schedule(AnyStream::Tree(TreeStream::new(1.5, 3)));
         let arrivals: [&[ClientId]; 4] = [&[1, 2], &[1, 3], &[4, 2], &[1, 2]];
         let mut in_tree = BTreeSet::new();
         for (i, clients) in arrivals.iter().enumerate() {

@@ -1,26 +1,25 @@
-//! Synchronous DP-FTRL rounds over a [`NoiseSchedule`]: each round is the schedule's next step,
-//! and takes its m_t from the connected clients the schedule still allows (fewer when fewer are
-//! allowed); no sampling amplification is claimed. The round's event is the schedule's, its
-//! noise the schedule's stream, and the aggregate is divided by the public m_t.
+//! Synchronous DP-FTRL rounds over the run's noise stream ([`AnyStream`]): each round is the
+//! stream's next step, and takes its m_t from the connected clients the stream still allows
+//! (fewer when fewer are allowed); no sampling amplification is claimed. The round's event is
+//! the stream's, its noise the stream's, and the aggregate is divided by the public m_t.
 
-use super::noise_schedule::NoiseSchedule;
 use super::{Cohort, RoundPlan, RoundPolicy, fixed_size};
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
 use crate::round::strategy::RoundContext;
-use fl_privacy::Sampling;
+use fl_privacy::{AnyStream, NoiseStream, Sampling};
 use rand::rngs::StdRng;
 
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Correlated {
     cohort: Cohort,
-    schedule: Box<dyn NoiseSchedule>,
+    schedule: AnyStream,
 }
 
 impl Correlated {
-    /// Rounds of `cohort` over `schedule`.
-    pub(crate) fn new(cohort: Cohort, schedule: Box<dyn NoiseSchedule>) -> Self {
+    /// Rounds of `cohort` over `schedule`, from its first step.
+    pub(crate) fn new(cohort: Cohort, schedule: AnyStream) -> Self {
         Self { cohort, schedule }
     }
 }
@@ -63,8 +62,7 @@ impl RoundPolicy for Correlated {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::policy::TreeSchedule;
-    use fl_privacy::PrivacyEvent;
+    use fl_privacy::{PrivacyEvent, TreeStream};
     use rand::SeedableRng;
     use std::collections::BTreeSet;
 
@@ -77,7 +75,7 @@ mod tests {
             per_round: 3.0.into(),
             rounds: 9,
         };
-        let mut policy = Correlated::new(cohort, Box::new(TreeSchedule::new(2.0, 3)));
+        let mut policy = Correlated::new(cohort, AnyStream::Tree(TreeStream::new(2.0, 3)));
         let connected: Vec<ClientId> = (0..10).collect();
         let mut rng = StdRng::seed_from_u64(5);
         let mut tree = BTreeSet::new();
@@ -109,7 +107,7 @@ mod tests {
             per_round: 3.0.into(),
             rounds: 2,
         };
-        let mut policy = Correlated::new(cohort, Box::new(TreeSchedule::new(1.0, 5)));
+        let mut policy = Correlated::new(cohort, AnyStream::Tree(TreeStream::new(1.0, 5)));
         let connected: Vec<ClientId> = (0..4).collect();
         let mut rng = StdRng::seed_from_u64(1);
         assert_eq!(

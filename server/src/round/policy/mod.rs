@@ -4,27 +4,21 @@
 //! coordinator spends in the ledger. `crate::run::build` picks one per run from the privacy plan; one
 //! file per kind: [`Plain`] (no central accounting), [`SampledGaussian`] (central noise on a
 //! sampled round), [`DistributedNoise`] (the clients' discrete Gaussian under secure
-//! aggregation), [`Correlated`] (DP-FTRL: no sampling, a [`NoiseSchedule`]'s participation rule
-//! and correlated noise: [`TreeSchedule`], [`BandedSchedule`]). An asynchronous run has no rounds
+//! aggregation), [`Correlated`] (DP-FTRL: no sampling, the participation rule and correlated
+//! noise of the run's `fl_privacy::AnyStream`). An asynchronous run has no rounds
 //! to plan: [`BufferPolicy`] gives its server steps' contexts and events.
 
-mod banded;
 mod buffered;
 mod correlated;
 mod distributed_noise;
-mod noise_schedule;
 mod plain;
 mod sampled_gaussian;
-mod tree_aggregation;
 
-pub(crate) use banded::BandedSchedule;
 pub(crate) use buffered::BufferPolicy;
 pub(crate) use correlated::Correlated;
 pub(crate) use distributed_noise::DistributedNoise;
-pub(crate) use noise_schedule::NoiseSchedule;
 pub(crate) use plain::Plain;
 pub(crate) use sampled_gaussian::SampledGaussian;
-pub(crate) use tree_aggregation::TreeSchedule;
 
 use crate::error::ServerError;
 use crate::identity::ids::{self, ClientId};

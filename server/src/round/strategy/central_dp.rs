@@ -17,10 +17,9 @@
 //! multiplier.
 //!
 //! A round whose context carries a DP-FTRL stream step gets the stream's correlated noise
-//! instead of an independent draw ([`CorrelatedNoise`], built by the round policy that accounts
+//! instead of an independent draw ([`CorrelatedNoise`], built by the stream that accounts
 //! it, so the noise and the ledger cannot disagree).
 
-use super::correlated_noise::{CorrelatedNoise, StepMismatch};
 use super::{
     Layer, RestoreError, RoundContext, RoundOutcome, StrategyError, StrategyState, SumStrategy,
     Upload, moved,
@@ -28,7 +27,7 @@ use super::{
 use crate::config::plan::ClipRule;
 use crate::identity::ids::ClientId;
 use fl_model::CheckedUpdate;
-use fl_privacy::{add_gaussian_noise, median};
+use fl_privacy::{CorrelatedNoise, StepMismatch, add_gaussian_noise, median};
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 
@@ -298,6 +297,7 @@ mod tests {
     use crate::round::strategy::layer::Decorated;
     use crate::round::strategy::testing::ctx;
     use crate::round::strategy::{Divisor, FedAvg, SecureSum, Strategy, SumInput};
+    use fl_privacy::NoiseStream;
     use rand::SeedableRng;
 
     /// One client's update, claiming 7 examples (central DP must ignore the claim).
@@ -361,7 +361,7 @@ mod tests {
     /// (the release rule would otherwise blame too few results).
     #[test]
     fn a_tree_step_out_of_order_withholds_the_aggregate_and_says_why() {
-        let tree = Box::new(crate::round::strategy::FtrlNoise::new(1));
+        let tree = fl_privacy::TreeStream::new(1.0, 4).noise(1);
         let mut s = CentralDp::new(1, ClipRule::Fixed(1.0), StdRng::seed_from_u64(1))
             .with_stream(tree)
             .around(FedAvg::new(1));

@@ -13,9 +13,7 @@
 //! model evaluated and written is a moving average of the released iterates).
 //! `crate::run::build` is the one place that stacks them for a run.
 
-mod banded_noise;
 mod central_dp;
-mod correlated_noise;
 mod fedavg;
 mod group_sum;
 mod iadmm;
@@ -26,13 +24,10 @@ mod norm_bound;
 mod secure_sum;
 mod server_optimizer;
 mod signds_avg;
-mod tree_noise;
 mod trimmed_mean;
 mod views;
 
-pub(crate) use banded_noise::BandedStream;
 pub(crate) use central_dp::CentralDp;
-pub(crate) use correlated_noise::CorrelatedNoise;
 pub(crate) use fedavg::FedAvg;
 pub(crate) use group_sum::{GroupRule, GroupSummer, SecureRule};
 pub(crate) use iadmm::{Iadmm, ResidualBalancing};
@@ -43,7 +38,6 @@ pub(crate) use norm_bound::NormBound;
 pub(crate) use secure_sum::{Divisor, SecureSum};
 pub(crate) use server_optimizer::ServerOptimizer;
 pub(crate) use signds_avg::SignDsAvg;
-pub(crate) use tree_noise::FtrlNoise;
 pub(crate) use trimmed_mean::TrimmedMean;
 pub(crate) use views::{ClientTensors, Views};
 

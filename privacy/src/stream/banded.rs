@@ -32,14 +32,25 @@
 //! coefficients for the run's steps T and server momentum beta (A = prefix sums of heavy-ball
 //! momentum). No maintained crate offers banded factorizations; the search is a few lines over
 //! Toeplitz recurrences.
+//!
+//! **Participation.** [`BandedStream`] keeps each enrolled identity's last step and count, and
+//! lets it contribute only as the accounting assumes. The stream and the records start again
+//! with the server process (its noise is never written down), and the new stream is accounted
+//! from its own first step.
 
-use super::ddg::Neighbours;
-use super::gaussian::add_gaussian_noise;
-use super::ledger_event::{LedgerEvent, gaussian_curve};
-use super::sampled_gaussian::{GaussianRound, Sampling};
+mod round;
+
+pub use round::BandedRound;
+
+use super::{Charges, CorrelatedNoise, NoiseStream, StepMismatch, StreamError, StreamRun};
+use crate::ddg::Neighbours;
+use crate::gaussian::add_gaussian_noise;
+use crate::planning::max_rounds;
+use crate::sampled_gaussian::{GaussianRound, Sampling};
+use rand::rngs::StdRng;
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// The most steps the factorization's error is evaluated over: beyond them a longer run changes
 /// the optimised coefficients by less than the search's resolution.
@@ -132,61 +143,6 @@ fn error(c: &[f64], steps: usize, momentum: f64) -> f64 {
     total * c.iter().map(|v| v * v).sum::<f64>()
 }
 
-/// One step of banded DP-FTRL, as the accountant sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct BandedRound {
-    /// z: the noise standard deviation of Z over the clip bound S (unit column norm).
-    pub noise_multiplier: f64,
-    /// t: the step in its stream, from 1 (1 starts a new stream and a new factorization).
-    pub step: u64,
-    /// p: the factorization's bands.
-    pub bands: u64,
-    /// b: the fewest steps between two contributions of one client.
-    pub min_separation: u64,
-    /// k: the most contributions of one client in a stream (`None`: only b limits them).
-    pub max_participations: Option<u64>,
-    /// The neighbouring relation (zero-out; replace-one doubles the sensitivity).
-    pub neighbours: Neighbours,
-}
-
-impl BandedRound {
-    /// The Gaussian mechanism this step adds to a client's worst case: multiplier z over the
-    /// relation's sensitivity factor, without sampling, when t = 1 (mod b) and fewer than k
-    /// charges came before it; nothing otherwise (module documentation).
-    pub fn charge(&self) -> Option<GaussianRound> {
-        let (b, before) = (self.min_separation.max(1), self.step.max(1) - 1);
-        let charged = before % b == 0 && self.max_participations.is_none_or(|k| before / b < k);
-        charged.then_some(GaussianRound {
-            q: 1.0,
-            noise_multiplier: self.noise_multiplier / self.neighbours.sensitivity(1.0),
-            sampling: Sampling::Poisson,
-        })
-    }
-
-    /// The charges among steps 1..=`steps` of one stream, as [`charge`](Self::charge) makes
-    /// them: one at each t = 1 (mod b), at most k.
-    pub fn charges_in(&self, steps: u64) -> u64 {
-        let charges = steps.div_ceil(self.min_separation.max(1));
-        self.max_participations.map_or(charges, |k| charges.min(k))
-    }
-
-    /// The most steps of one stream, at most `cap`, whose [`charges_in`](Self::charges_in) are
-    /// at most `charges` (all `cap` once `charges` reaches k).
-    pub fn steps_covered(&self, charges: u64, cap: u64) -> u64 {
-        match self.max_participations {
-            Some(k) if charges >= k => cap,
-            Some(_) | None => charges.saturating_mul(self.min_separation.max(1)).min(cap),
-        }
-    }
-
-    /// Whether the bands fit the separation (p <= b), which the bound of [`charge`](Self::charge)
-    /// needs: overlapping bands are no mechanism this accounting covers.
-    pub fn separated(&self) -> bool {
-        self.bands >= 1 && self.bands <= self.min_separation
-    }
-}
-
 /// The noise of one banded stream, online: w_t = (C^{-1} Z)_t from the last p - 1 of them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BandedNoise {
@@ -246,24 +202,185 @@ impl BandedNoise {
     }
 }
 
-impl LedgerEvent for BandedRound {
-    /// Its charge's curve, or infinite when the bands overlap (no bound covers that).
-    fn rdp_curve(&self, orders: &[f64]) -> Vec<f64> {
-        match self.separated() {
-            true => gaussian_curve(self.charge(), orders),
-            false => vec![f64::INFINITY; orders.len()],
+/// `[privacy.noise.banded]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BandedSettings {
+    /// b, the fewest steps between two contributions of one client; unset: K / m_1 (K / M
+    /// asynchronously), the most that keeps every step full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_separation: Option<u64>,
+    /// p, the factorization's bands, at most b; unset: b.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bands: Option<u64>,
+    /// k, the most contributions of one client in a stream; unset: b alone limits them (and the
+    /// budget ends training).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_participations: Option<u64>,
+}
+
+/// Banded DP-FTRL as a run's stream: its rule (b, k), its bands, the factorization's horizon,
+/// and each identity's last step and contributions (module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BandedStream {
+    /// The event of the current step (its z, t, p, b and k).
+    round: BandedRound,
+    /// T: the steps the factorization is optimised for (the run's, or fewer when the budget
+    /// ends it first).
+    horizon: u64,
+    /// beta: the server momentum the factorization is optimised for.
+    momentum: f64,
+    /// Each identity's last step and contributions in this stream.
+    seen: HashMap<u64, (u64, u64)>,
+}
+
+impl BandedStream {
+    /// A stream of `round`'s rule (its step is ignored: the stream starts before its first),
+    /// its factorization optimised for `horizon` steps at server momentum `momentum`.
+    pub fn new(round: BandedRound, horizon: u64, momentum: f64) -> Self {
+        Self {
+            round: BandedRound { step: 0, ..round },
+            horizon,
+            momentum,
+            seen: HashMap::new(),
         }
     }
 
-    /// Its charge, when the bands are separated.
-    fn as_gaussian(&self) -> Option<Option<GaussianRound>> {
-        self.separated().then(|| self.charge())
+    /// C, optimised for the run's steps and server momentum.
+    pub fn factorization(&self) -> BandedFactorization {
+        BandedFactorization::optimised(self.round.bands as usize, self.horizon, self.momentum)
+    }
+}
+
+impl NoiseStream for BandedStream {
+    type Settings = BandedSettings;
+    type Event = BandedRound;
+
+    /// p <= b bands, b one pass by default, the factorization optimised for the steps the run
+    /// can take (its rounds, or fewer when the budget ends it first).
+    fn plan(settings: &BandedSettings, run: &StreamRun) -> Result<Self, StreamError> {
+        let b = run.period("min_separation", settings.min_separation)?;
+        let bands = settings.bands.unwrap_or(b);
+        if bands == 0 || bands > b {
+            return Err(StreamError(format!(
+                "bands ({bands}) must be between 1 and min_separation ({b}): the accounting \
+                 needs a client's contributions in distinct bands"
+            )));
+        }
+        if settings.max_participations == Some(0) {
+            return Err(StreamError("max_participations must be at least 1".into()));
+        }
+        run.check_fills("min_separation", b)?;
+        let charge = BandedRound {
+            noise_multiplier: run.noise_multiplier,
+            step: 1,
+            bands,
+            min_separation: b,
+            max_participations: None,
+            neighbours: Neighbours::ZeroOut,
+        };
+        let stream = BandedRound {
+            max_participations: settings.max_participations,
+            ..charge
+        };
+        let horizon = match &run.ledger {
+            Some((accountant, budget)) => {
+                let charges = max_rounds(*accountant, &charge.into(), budget, run.rounds)
+                    .map_err(|e| StreamError(e.to_string()))?;
+                stream.steps_covered(charges, run.rounds)
+            }
+            None => run.rounds,
+        };
+        Ok(Self::new(stream, horizon, run.momentum))
     }
 
-    /// Correlated noise in memory only: a restarted server starts a new stream.
-    fn reruns_after_crash(&self) -> bool {
-        false
+    fn noise_multiplier(&self) -> f64 {
+        self.round.noise_multiplier
     }
+
+    fn step(&self) -> u64 {
+        self.round.step
+    }
+
+    fn advance(&mut self) {
+        self.round.step += 1;
+    }
+
+    fn event(&self) -> BandedRound {
+        self.round
+    }
+
+    fn may_contribute(&self, identity: u64) -> bool {
+        let (step, b) = (self.round.step, self.round.min_separation);
+        self.seen.get(&identity).is_none_or(|&(last, count)| {
+            step >= last + b && self.round.max_participations.is_none_or(|k| count < k)
+        })
+    }
+
+    fn contributes(&mut self, identity: u64) -> bool {
+        let may = self.may_contribute(identity);
+        if may {
+            let entry = self.seen.entry(identity).or_insert((0, 0));
+            *entry = (self.round.step, entry.1 + 1);
+        }
+        may
+    }
+
+    fn noise(&self, dim: usize) -> Box<dyn CorrelatedNoise> {
+        Box::new(AlignedNoise(BandedNoise::new(&self.factorization(), dim)))
+    }
+
+    /// One Gaussian of multiplier z at each t = 1 (mod b), at most k.
+    fn charges(&self, steps: u64) -> Charges {
+        Charges {
+            charge: GaussianRound {
+                q: 1.0,
+                noise_multiplier: self.round.noise_multiplier,
+                sampling: Sampling::Poisson,
+            },
+            count: self.round.charges_in(steps),
+        }
+    }
+
+    fn steps_within(&self, count: u64, cap: u64) -> u64 {
+        self.round.steps_covered(count, cap)
+    }
+}
+
+/// The stream's noise kept aligned with its steps: step t's sum gets w_t.
+///
+/// A step the stream skipped (a round that ended before its noise, with nothing released) is
+/// drawn and discarded, so the noise stays aligned with the stream's steps: that step's sums are
+/// zero in C X, and nothing of it is released. A round withheld after its noise keeps its w_t in
+/// the stream: whatever is released is still a function of C X + Z.
+#[derive(Debug)]
+struct AlignedNoise(BandedNoise);
+
+impl CorrelatedNoise for AlignedNoise {
+    fn add(
+        &mut self,
+        sum: &mut [f32],
+        step: u64,
+        std: f64,
+        rng: &mut StdRng,
+    ) -> Result<(), StepMismatch> {
+        if step <= self.0.step() {
+            return Err(StepMismatch {
+                stream: self.0.step(),
+                round: step,
+            });
+        }
+        while self.0.step() + 1 < step {
+            self.0.advance(std, rng);
+        }
+        for (s, w) in sum.iter_mut().zip(self.0.advance(std, rng)) {
+            *s += w;
+        }
+        Ok(())
+    }
+
+    fn released(&mut self, _applied: bool) {}
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{AccountantKind, PrivacyEvent, gaussian_epsilon};
+use crate::{AccountantKind, LedgerEvent, Neighbours, PrivacyEvent, gaussian_epsilon};
 
 /// The event of step `step` of a stream of `bands` bands, separation b and at most k.
 fn round(step: u64, bands: u64, b: u64, k: Option<u64>) -> BandedRound {
@@ -223,4 +223,45 @@ fn charges_fall_once_per_separation_up_to_k() {
         .filter(|&t| round(t, 2, 3, None).charge().is_some())
         .collect();
     assert_eq!(unbounded, [1, 4, 7, 10]);
+}
+
+/// b = 3, k = 2: an identity returns no sooner than 3 steps later, and not a third time;
+/// events carry the step and the rule they were accounted under.
+#[test]
+fn an_identity_returns_only_after_b_steps_and_at_most_k_times() {
+    let mut stream = BandedStream::new(round(1, 3, 3, Some(2)), 10, 0.0);
+    let mut took = Vec::new();
+    for step in 1..=10u64 {
+        stream.advance();
+        assert_eq!(stream.step(), step);
+        if stream.contributes(7) {
+            took.push(step);
+        }
+        assert!(!stream.may_contribute(7) && !stream.contributes(7));
+        let e = stream.event();
+        assert_eq!((e.step, e.bands, e.min_separation), (step, 3, 3));
+        assert_eq!(e.max_participations, Some(2));
+    }
+    assert_eq!(took, [1, 4]);
+}
+
+/// Steps must move forward; a skipped step is drawn, so the next one is the stream's own.
+#[test]
+fn steps_move_forward_and_skipped_steps_are_drawn() {
+    use rand::SeedableRng;
+    let mut noise = AlignedNoise(BandedNoise::new(&BandedFactorization::square_root(2), 3));
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut sum = vec![0.0f32; 3];
+    noise.add(&mut sum, 1, 1.0, &mut rng).unwrap();
+    assert!(sum.iter().all(|v| *v != 0.0));
+    noise.add(&mut sum, 4, 1.0, &mut rng).unwrap();
+    assert_eq!(noise.0.step(), 4);
+    let again = noise.add(&mut sum, 4, 1.0, &mut rng);
+    assert_eq!(
+        again,
+        Err(StepMismatch {
+            stream: 4,
+            round: 4
+        })
+    );
 }
