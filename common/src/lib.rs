@@ -16,6 +16,7 @@ pub mod allocator;
 pub mod cores;
 pub mod durable;
 pub mod generated_docs;
+mod named_tables;
 pub mod pace;
 pub mod report;
 pub mod rng;

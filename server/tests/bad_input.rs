@@ -221,9 +221,11 @@ async fn a_norm_bound_refuses_a_huge_update() {
 async fn the_trimmed_mean_outvotes_a_huge_update() {
     let (status, metrics, done) = support::run_with_evil_client(
         |c| {
-            c.robust.aggregator = fl_server::config::Aggregator::TrimmedMean;
             // m = 3, b = 1: the coordinate-wise median.
-            c.robust.trim_fraction = 0.34;
+            let median = fl_server::config::TrimmedMeanSettings {
+                trim_fraction: 0.34,
+            };
+            c.robust.aggregator = fl_server::config::Aggregator::TrimmedMean(median);
         },
         |round, n| support::dense_upload(round, &vec![1e30; n], None),
     )

@@ -28,7 +28,7 @@ pub use local::{LocalSection, SignDsSection};
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
 pub use privacy::{BudgetKind, ClipMode, PrivacyMode, PrivacySection};
-pub use robust::{Aggregator, NormAction, RobustSection};
+pub use robust::{Aggregator, MeanSettings, NormAction, RobustSection, TrimmedMeanSettings};
 pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
 pub use server::{ServerSection, is_loopback, open_door};
 pub use train::{Algorithm, ServerOptimizerConfig, ServerOptimizerKind, ServerStep, TrainSection};
@@ -207,10 +207,10 @@ impl RunConfig {
     /// central with a fixed clip or distributed); the other modes need each update or stable
     /// identities at one server, and federated evaluation's figures are not forwarded.
     fn check_tier(&self) -> Result<(), ConfigError> {
-        use plan::{AggregationRule, ClipRule, SecureNoise};
+        use plan::{ClipRule, SecureNoise};
         let fixed = |noise: &plan::CentralNoise| matches!(noise.clip, ClipRule::Fixed(_));
         let sums = match self.plan()? {
-            PrivacyPlan::None(a) => a.rule == AggregationRule::Mean && a.norm_bound.is_none(),
+            PrivacyPlan::None(a) => !a.rule.holds_each_update() && a.norm_bound.is_none(),
             PrivacyPlan::Central(noise) => fixed(&noise),
             PrivacyPlan::Secure(secure) => match &secure.noise {
                 SecureNoise::Central(noise) => fixed(noise),

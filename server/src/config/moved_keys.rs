@@ -1,69 +1,131 @@
-//! Keys that have moved, still read: DP-FTRL's flat keys of `[privacy]`, read into their noise
-//! stream's table (`[privacy.noise.NAME]`) with one warning line each that names the new place.
-//! The list is closed: a new stream's keys live in its own table from the start. A checkpoint
-//! written before the move holds them too (unset ones as nulls), and reads the same way.
+//! Keys that have moved, still read: flat keys of a kind that now has its own table (DP-FTRL's
+//! noise streams, `[privacy.noise.NAME]`; the trimmed mean, `[robust.aggregator.NAME]`), read
+//! into that table with one warning line each that names the new place. The list is closed: a
+//! new kind's keys live in its own table from the start. A checkpoint written before the move
+//! holds them too (unset ones as nulls, defaults as written), and reads the same way.
 
 use super::ConfigError;
-use fl_privacy::StreamSettings;
 use serde_json::{Map, Value};
 
-/// (old key of `[privacy]`, its stream, its key in the stream's table).
-const MOVED: [(&str, &str, &str); 4] = [
-    ("tree_rounds", "tree", "rounds"),
-    ("min_separation", "banded", "min_separation"),
-    ("bands", "banded", "bands"),
-    ("max_participations", "banded", "max_participations"),
+/// A key that moved from `[section]` into the table of one kind of `section.holder`.
+struct Moved {
+    section: &'static str,
+    old: &'static str,
+    /// The key that names the kind: `noise`, `aggregator`.
+    holder: &'static str,
+    /// Its kind, and the holder's default kind.
+    kind: &'static str,
+    default: &'static str,
+    /// Its key in the kind's table.
+    key: &'static str,
+    /// Whether, written beside another kind, it was refused (else it was read by nothing).
+    refused_elsewhere: bool,
+}
+
+/// Every key that moved.
+const MOVED: [Moved; 5] = [
+    stream("tree_rounds", "tree", "rounds"),
+    stream("min_separation", "banded", "min_separation"),
+    stream("bands", "banded", "bands"),
+    stream("max_participations", "banded", "max_participations"),
+    Moved {
+        section: "robust",
+        old: "trim_fraction",
+        holder: "aggregator",
+        kind: "trimmed-mean",
+        default: "mean",
+        key: "trim_fraction",
+        refused_elsewhere: false,
+    },
 ];
 
+/// A DP-FTRL key of `[privacy]`, now in its stream's table; written for the other stream, it was
+/// refused.
+const fn stream(old: &'static str, kind: &'static str, key: &'static str) -> Moved {
+    Moved {
+        section: "privacy",
+        old,
+        holder: "noise",
+        kind,
+        default: "tree",
+        key,
+        refused_elsewhere: true,
+    }
+}
+
 /// Moves the old keys of a configuration file's `table` (as written, with `--set` overrides)
-/// into their streams' tables; a line for each, to be said as a warning.
+/// into their kinds' tables; a line for each, to be said as a warning.
 pub(super) fn move_old_keys(table: &mut toml::Table) -> Result<Vec<String>, ConfigError> {
-    let Some(privacy) = table.get_mut("privacy") else {
-        return Ok(Vec::new());
-    };
-    let invalid = |e: String| ConfigError::Invalid(format!("[privacy]: {e}"));
-    let mut json = serde_json::to_value(&*privacy).map_err(|e| invalid(e.to_string()))?;
-    let lines = move_in_section(&mut json)?;
-    if !lines.is_empty() {
-        *privacy = toml::Value::try_from(json).map_err(|e| invalid(e.to_string()))?;
+    let mut lines = Vec::new();
+    for section in ["privacy", "robust"] {
+        let Some(keys) = table.get_mut(section) else {
+            continue;
+        };
+        let invalid = |e: String| ConfigError::Invalid(format!("[{section}]: {e}"));
+        let mut json = serde_json::to_value(&*keys).map_err(|e| invalid(e.to_string()))?;
+        let moved = move_in_section(section, &mut json, true)?;
+        if !moved.is_empty() {
+            *keys = toml::Value::try_from(json).map_err(|e| invalid(e.to_string()))?;
+        }
+        lines.extend(moved);
     }
     Ok(lines)
 }
 
-/// The same for a checkpoint's configuration (`config`, as JSON), whose unset keys are nulls.
+/// The same for a checkpoint's configuration (`config`, as JSON), whose unset keys are nulls
+/// and whose defaults are written: a key of another kind than the holder's is dropped.
 pub(crate) fn move_checkpoint_keys(config: &mut Value) -> Result<(), ConfigError> {
-    match config.get_mut("privacy") {
-        Some(privacy) => move_in_section(privacy).map(drop),
-        None => Ok(()),
+    for section in ["privacy", "robust"] {
+        if let Some(keys) = config.get_mut(section) {
+            move_in_section(section, keys, false)?;
+        }
     }
+    Ok(())
 }
 
-/// Moves `[privacy]`'s old keys (a null one is dropped) into their streams' tables. Refuses an
-/// old key of a stream other than the one `privacy.noise` names (as before the move).
-fn move_in_section(privacy: &mut Value) -> Result<Vec<String>, ConfigError> {
-    let Some(privacy) = privacy.as_object_mut() else {
+/// Moves `section`'s old keys (a null one is dropped) into their kinds' tables. An old key of
+/// another kind than the holder names is refused or, if it was read by nothing before the
+/// move, dropped with a line that says so; in a checkpoint (not `written`) it is dropped.
+fn move_in_section(
+    section: &str,
+    keys: &mut Value,
+    written: bool,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(keys) = keys.as_object_mut() else {
         return Ok(Vec::new());
     };
     let mut lines = Vec::new();
-    for (old, stream, key) in MOVED {
-        let Some(value) = privacy.remove(old).filter(|v| !v.is_null()) else {
+    for m in MOVED.iter().filter(|m| m.section == section) {
+        let Some(value) = keys.remove(m.old).filter(|v| !v.is_null()) else {
             continue;
         };
-        let default = || Value::String(StreamSettings::default().name().into());
-        let noise = privacy.entry("noise").or_insert_with(default);
-        if let Value::String(name) = noise {
-            *noise = Value::Object(Map::from_iter([(name.clone(), Map::new().into())]));
+        let (old, kind, key, holder) = (m.old, m.kind, m.key, m.holder);
+        let named = keys
+            .entry(holder)
+            .or_insert_with(|| Value::String(m.default.into()));
+        if named.as_str() == Some(kind) {
+            *named = Value::Object(Map::from_iter([(kind.to_string(), Map::new().into())]));
         }
-        let Some(Value::Object(settings)) = noise.get_mut(stream) else {
-            return Err(ConfigError::Invalid(format!(
-                "privacy.{old} is for privacy.noise = \"{stream}\" (its key is now \
-                 [privacy.noise.{stream}] {key})"
-            )));
+        let place = format!("[{section}.{holder}.{kind}] {key}");
+        let Some(Value::Object(settings)) = named.get_mut(kind) else {
+            let elsewhere = format!("{section}.{old} is for {section}.{holder} = \"{kind}\"");
+            match (written, m.refused_elsewhere) {
+                (true, true) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{elsewhere} (its key is now {place})"
+                    )));
+                }
+                (true, false) => lines.push(format!("{elsewhere}: ignored")),
+                (false, _) => {}
+            }
+            continue;
         };
         settings.insert(key.into(), value);
-        lines.push(format!(
-            "privacy.{old} has moved: read as [privacy.noise.{stream}] {key}; write it there"
-        ));
+        if written {
+            lines.push(format!(
+                "{section}.{old} has moved: read as {place}; write it there"
+            ));
+        }
     }
     Ok(lines)
 }
@@ -71,6 +133,7 @@ fn move_in_section(privacy: &mut Value) -> Result<Vec<String>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fl_privacy::StreamSettings;
 
     fn moved(text: &str) -> Result<(String, Vec<String>), String> {
         let mut table: toml::Table = toml::from_str(text).unwrap();
@@ -114,5 +177,34 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(config.privacy.noise, StreamSettings::Banded(expected));
+        let mut mean = serde_json::json!({"robust": {"aggregator": "mean", "trim_fraction": 0.1}});
+        move_checkpoint_keys(&mut mean).unwrap();
+        assert_eq!(mean, serde_json::json!({"robust": {"aggregator": "mean"}}));
+    }
+
+    /// The trimmed mean's fraction moves into its table; beside the mean, which never read it,
+    /// it is dropped with a line that says so.
+    #[test]
+    fn the_trim_fraction_moves_into_the_trimmed_means_table() {
+        let mut table: toml::Table =
+            toml::from_str("[robust]\naggregator = \"trimmed-mean\"\ntrim_fraction = 0.2\n")
+                .unwrap();
+        let lines = move_old_keys(&mut table).unwrap();
+        let aggregator = table["robust"]["aggregator"].to_string();
+        assert_eq!(aggregator, "{ trimmed-mean = { trim_fraction = 0.2 } }");
+        assert_eq!(
+            lines,
+            [
+                "robust.trim_fraction has moved: read as [robust.aggregator.trimmed-mean] \
+              trim_fraction; write it there"
+            ]
+        );
+        let mut mean: toml::Table = toml::from_str("[robust]\ntrim_fraction = 0.2\n").unwrap();
+        let lines = move_old_keys(&mut mean).unwrap();
+        assert_eq!(
+            lines,
+            ["robust.trim_fraction is for robust.aggregator = \"trimmed-mean\": ignored"]
+        );
+        assert_eq!(mean["robust"].to_string(), "{ aggregator = \"mean\" }");
     }
 }

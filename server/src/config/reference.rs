@@ -36,6 +36,9 @@ fn page(schema: &Value) -> String {
 
 /// The table of a section's (or a sub-table's) keys, then each key's values.
 fn keys(section: &str, def: &Value, defs: &Value) -> String {
+    if object(&def["properties"]).is_empty() {
+        return "No keys.\n".into();
+    }
     let mut out = String::from("| Key | Type | Default | Meaning |\n|---|---|---|---|\n");
     let mut values = String::new();
     for (key, field) in object(&def["properties"]) {

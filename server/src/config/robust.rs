@@ -3,23 +3,58 @@
 use super::{ConfigError, PrivacyMode};
 use serde::{Deserialize, Serialize};
 
-/// How non-private FedAvg combines the round's updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Aggregator {
-    /// The example-weighted mean (McMahan et al. 2017).
-    Mean,
-    /// The coordinate-wise trimmed mean (Yin et al. 2018): unweighted, robust to a fraction
-    /// `trim_fraction` of arbitrary updates; holds the round's updates in memory.
-    TrimmedMean,
+fl_common::named_tables! {
+    /// How FedAvg combines the round's updates where the server sees each: a rule's name, its
+    /// settings at their defaults, or its table (`[robust.aggregator.trimmed-mean]`). Each rule
+    /// is its settings here and its strategy in `round::strategy` (`strategy::aggregation_rule`
+    /// builds it).
+    pub enum Aggregator, schema(all()) {
+        /// The example-weighted mean (McMahan et al. 2017).
+        "mean" => Mean(MeanSettings),
+        /// The coordinate-wise trimmed mean (Yin et al. 2018): unweighted, robust to a fraction
+        /// `trim_fraction` of arbitrary updates; holds the round's updates in memory.
+        "trimmed-mean" => TrimmedMean(TrimmedMeanSettings),
+    }
+}
+
+/// `[robust.aggregator.mean]`: nothing to set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MeanSettings {}
+
+/// `[robust.aggregator.trimmed-mean]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrimmedMeanSettings {
+    /// beta in [0, 0.5): floor(beta m) values are dropped at each end of every coordinate.
+    pub trim_fraction: f64,
+}
+
+impl Default for TrimmedMeanSettings {
+    fn default() -> Self {
+        Self { trim_fraction: 0.1 }
+    }
 }
 
 impl Aggregator {
     /// Whether the rule needs each of the round's updates at the server (not a running sum).
-    pub fn holds_each_update(self) -> bool {
+    pub fn holds_each_update(&self) -> bool {
         match self {
-            Self::Mean => false,
-            Self::TrimmedMean => true,
+            Self::Mean(MeanSettings {}) => false,
+            Self::TrimmedMean(_) => true,
+        }
+    }
+
+    /// Checks the rule's settings; the refusal names the key.
+    fn check(&self) -> Result<(), String> {
+        match self {
+            Self::Mean(MeanSettings {}) => Ok(()),
+            Self::TrimmedMean(TrimmedMeanSettings { trim_fraction }) => {
+                match (0.0..0.5).contains(trim_fraction) {
+                    true => Ok(()),
+                    false => Err("trim_fraction must be in [0, 0.5)".into()),
+                }
+            }
         }
     }
 }
@@ -35,14 +70,11 @@ pub struct RobustSection {
     pub max_update_norm: Option<f64>,
     /// What happens to an update beyond `max_update_norm`.
     pub norm_action: NormAction,
-    /// `mean` or `trimmed-mean`, for FedAvg with `privacy.mode` `none`, `ldp-gaussian` or
-    /// `ldp-laplace` (the trimmed mean of local releases is post-processing). In plain FedAvg a
-    /// client's weight is its own example count: with hostile clients use `trimmed-mean`, which
-    /// ignores it, or `max_update_norm`.
+    /// `mean` or `trimmed-mean` (or its table), for FedAvg with `privacy.mode` `none`,
+    /// `ldp-gaussian` or `ldp-laplace` (the trimmed mean of local releases is post-processing).
+    /// In plain FedAvg a client's weight is its own example count: with hostile clients use
+    /// `trimmed-mean`, which ignores it, or `max_update_norm`.
     pub aggregator: Aggregator,
-    /// beta in [0, 0.5): floor(beta m) values are dropped at each end of every coordinate by
-    /// the trimmed mean.
-    pub trim_fraction: f64,
 }
 
 impl Default for RobustSection {
@@ -51,8 +83,7 @@ impl Default for RobustSection {
             max_parameter_abs: 1e6,
             max_update_norm: None,
             norm_action: NormAction::Refuse,
-            aggregator: Aggregator::Mean,
-            trim_fraction: 0.1,
+            aggregator: Aggregator::default(),
         }
     }
 }
@@ -71,8 +102,11 @@ impl RobustSection {
         {
             return bad("robust.max_update_norm must be positive");
         }
-        if !(0.0..0.5).contains(&self.trim_fraction) {
-            return bad("robust.trim_fraction must be in [0, 0.5)");
+        if let Err(why) = self.aggregator.check() {
+            let name = self.aggregator.name();
+            return Err(ConfigError::Invalid(format!(
+                "[robust.aggregator.{name}] {why}"
+            )));
         }
         if self.max_update_norm.is_some() && !(fedavg && mode == PrivacyMode::None) {
             return bad(
@@ -81,12 +115,10 @@ impl RobustSection {
             );
         }
         if self.aggregator.holds_each_update() && !(fedavg && mode.robust_rules_apply()) {
-            // The rule as the configuration spells it, whichever it is.
-            let name =
-                toml::Value::try_from(self.aggregator).map_or(String::new(), |v| v.to_string());
             return Err(ConfigError::Invalid(format!(
-                "robust.aggregator = {name} applies to FedAvg with privacy.mode \"none\", \
-                 \"ldp-gaussian\" or \"ldp-laplace\": the server must see each (released) update"
+                "robust.aggregator = \"{}\" applies to FedAvg with privacy.mode \"none\", \
+                 \"ldp-gaussian\" or \"ldp-laplace\": the server must see each (released) update",
+                self.aggregator.name()
             )));
         }
         Ok(())

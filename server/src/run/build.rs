@@ -4,10 +4,12 @@
 //! collections never branch on the mode.
 
 use crate::config::plan::{
-    Aggregation, AggregationRule, CentralNoise, ClipRule, IadmmPlan, LedgerTerms, LocalAccounting,
-    LocalPlan, LocalRule, SecureNoise, SecurePlan,
+    Aggregation, CentralNoise, ClipRule, IadmmPlan, LedgerTerms, LocalAccounting, LocalPlan,
+    LocalRule, SecureNoise, SecurePlan,
 };
-use crate::config::{Cadence, PrivacyPlan, RunConfig, SecureSettings};
+use crate::config::{
+    Aggregator, Cadence, MeanSettings, PrivacyPlan, RunConfig, SecureSettings, TrimmedMeanSettings,
+};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
@@ -426,14 +428,20 @@ fn signds(
 /// FedAvg over updates the server sees (non-private, or local releases) as the plan asks: the
 /// weighted or the trimmed mean, behind the update-norm bound if there is one.
 fn plain_fedavg(aggregation: Aggregation, dim: usize) -> Box<dyn Strategy> {
-    fn bounded<S: Strategy + 'static>(inner: S, aggregation: Aggregation) -> Box<dyn Strategy> {
-        match aggregation.norm_bound {
-            Some((bound, action)) => Box::new(NormBound::new(bound, action).around(inner)),
-            None => Box::new(inner),
-        }
+    let inner = aggregation_rule(&aggregation.rule, dim);
+    match aggregation.norm_bound {
+        Some((bound, action)) => Box::new(NormBound::new(bound, action).around(inner)),
+        None => inner,
     }
-    match aggregation.rule {
-        AggregationRule::Mean => bounded(FedAvg::new(dim), aggregation),
-        AggregationRule::TrimmedMean { beta } => bounded(TrimmedMean::new(dim, beta), aggregation),
+}
+
+/// The strategy of an aggregation rule (`robust.aggregator`) over models of `dim` parameters:
+/// the one place a rule's settings become its strategy.
+fn aggregation_rule(rule: &Aggregator, dim: usize) -> Box<dyn Strategy> {
+    match rule {
+        Aggregator::Mean(MeanSettings {}) => Box::new(FedAvg::new(dim)),
+        Aggregator::TrimmedMean(TrimmedMeanSettings { trim_fraction }) => {
+            Box::new(TrimmedMean::new(dim, *trim_fraction))
+        }
     }
 }

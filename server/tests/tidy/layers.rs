@@ -11,7 +11,7 @@ const LAYERS: [(&str, &[&str]); 6] = [
     ("datasets", &[]),
     ("authority", &[]),
     ("model", &["fl-common", "fl-datasets"]),
-    ("privacy", &["fl-model"]),
+    ("privacy", &["fl-common", "fl-model"]),
     ("secagg", &["fl-authority", "fl-model", "fl-privacy"]),
 ];
 

@@ -5,7 +5,8 @@
 //! the mode.
 
 use super::{
-    AdmmSection, ClipMode, ConfigError, LocalSection, NormAction, SecAggSection, SignDsSection,
+    AdmmSection, Aggregator, ClipMode, ConfigError, LocalSection, NormAction, SecAggSection,
+    SignDsSection,
 };
 use fl_common::schedule::Schedule;
 use fl_privacy::signds::SignDs;
@@ -36,25 +37,12 @@ pub enum PrivacyPlan {
 }
 
 /// How the server combines the updates it sees.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Aggregation {
     /// The rule, with its own settings.
-    pub rule: AggregationRule,
+    pub rule: Aggregator,
     /// The operator's bound on update norms, and what it does (non-private FedAvg only).
     pub norm_bound: Option<(f64, NormAction)>,
-}
-
-/// A rule that combines the round's updates, each with the settings it needs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum AggregationRule {
-    /// The example-weighted mean (McMahan et al. 2017).
-    Mean,
-    /// The coordinate-wise trimmed mean (Yin et al. 2018), dropping the fraction `beta` of the
-    /// largest and of the smallest values of each coordinate.
-    TrimmedMean {
-        /// beta, in [0, 0.5).
-        beta: f64,
-    },
 }
 
 /// Central Gaussian noise on the clipped sum, and its accounting.
@@ -134,7 +122,7 @@ impl LocalAccounting {
 }
 
 /// How the server aggregates the releases of a client-side mechanism.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum LocalRule {
     /// FedAvg over the released dense updates.
     FedAvg(Aggregation),
@@ -146,7 +134,7 @@ pub enum LocalRule {
 }
 
 /// A client-side mode.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LocalPlan {
     /// The mechanism and its accounts.
     pub accounting: LocalAccounting,

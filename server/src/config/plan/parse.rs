@@ -2,13 +2,11 @@
 //! [`PrivacyPlan`], refusing an invalid combination with the keys it involves.
 
 use super::{
-    Aggregation, AggregationRule, CentralAccounting, CentralNoise, ClipRule, IadmmPlan,
-    LedgerTerms, LocalAccounting, LocalPlan, LocalRule, PrivacyPlan, QuantileClip, SecureNoise,
-    SecurePlan,
+    Aggregation, CentralAccounting, CentralNoise, ClipRule, IadmmPlan, LedgerTerms,
+    LocalAccounting, LocalPlan, LocalRule, PrivacyPlan, QuantileClip, SecureNoise, SecurePlan,
 };
 use crate::config::{
-    Aggregator, Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise,
-    ServerOptimizerKind,
+    Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise, ServerOptimizerKind,
 };
 use fl_privacy::{
     AccountantKind, GaussianRound, Neighbours, PrivacyEvent, ReleaseKind, Sampling,
@@ -90,14 +88,8 @@ impl RunConfig {
     /// The aggregation of updates the server sees.
     fn aggregation(&self) -> Aggregation {
         let r = &self.robust;
-        let rule = match r.aggregator {
-            Aggregator::Mean => AggregationRule::Mean,
-            Aggregator::TrimmedMean => AggregationRule::TrimmedMean {
-                beta: r.trim_fraction,
-            },
-        };
         Aggregation {
-            rule,
+            rule: r.aggregator.clone(),
             norm_bound: r.max_update_norm.map(|b| (b, r.norm_action)),
         }
     }

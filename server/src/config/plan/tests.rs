@@ -1,7 +1,9 @@
 //! The plan's refusals: every invalid combination of keys is refused at start-up, naming them.
 
 use super::*;
-use crate::config::{Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise};
+use crate::config::{
+    Aggregator, Algorithm, ClipMode, PrivacyMode, RunConfig, SecAggNoise, TrimmedMeanSettings,
+};
 use fl_common::schedule::Schedule;
 use fl_privacy::{
     AnyStream, BandedSettings, BandedStream, GaussianRound, NoiseStream, PrivacyEvent,
@@ -303,23 +305,26 @@ fn banded_settings_are_checked() {
 
 #[test]
 fn robust_options_go_only_where_the_server_sees_updates() {
-    let with = |mode, norm: Option<f64>, aggregator| {
+    let with = |mode, norm: Option<f64>, aggregator: &Aggregator| {
         let mut c = RunConfig::default();
         c.privacy.mode = mode;
         c.robust.max_update_norm = norm;
-        c.robust.aggregator = aggregator;
+        c.robust.aggregator = aggregator.clone();
         c.validate()
     };
-    let trimmed = Aggregator::TrimmedMean;
+    let trimmed = &Aggregator::TrimmedMean(Default::default());
+    let mean = &Aggregator::default();
     assert!(with(PrivacyMode::None, Some(10.0), trimmed).is_ok());
     assert!(with(PrivacyMode::LdpGaussian, None, trimmed).is_ok());
-    assert!(with(PrivacyMode::LdpGaussian, Some(10.0), Aggregator::Mean).is_err());
+    assert!(with(PrivacyMode::LdpGaussian, Some(10.0), mean).is_err());
     assert!(with(PrivacyMode::Central, None, trimmed).is_err());
     assert!(with(PrivacyMode::SecAgg, None, trimmed).is_err());
-    assert!(with(PrivacyMode::None, Some(-1.0), Aggregator::Mean).is_err());
-    let mut c = RunConfig::default();
-    c.robust.trim_fraction = 0.5;
-    assert!(c.validate().is_err());
+    assert!(with(PrivacyMode::None, Some(-1.0), mean).is_err());
+    let half = Aggregator::TrimmedMean(TrimmedMeanSettings { trim_fraction: 0.5 });
+    let refused = with(PrivacyMode::None, None, &half)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("[robust.aggregator.trimmed-mean] trim_fraction must be in"));
 }
 
 #[test]
