@@ -101,16 +101,12 @@ pub(crate) fn pipeline(
     open_ledger: impl FnOnce(LedgerTerms) -> std::io::Result<Ledger>,
 ) -> Result<Pipeline, ServerError> {
     let plan = config.plan()?;
-    let tier = match config.server.aggregators {
-        0 => None,
-        _ => Some(group_rule(&plan)?),
-    };
+    let tier = (config.server.aggregators > 0)
+        .then(|| group_rule(&plan))
+        .transpose()?;
     let ledger = plan.ledger().copied().map(open_ledger).transpose()?;
     let builder = Builder { config, dim };
-    let ftrl = match &plan {
-        PrivacyPlan::Ftrl(ftrl) => Some(ftrl.clone()),
-        _ => None,
-    };
+    let stream = plan.stream().cloned();
     let (min_results, updates) = (builder.release_at_min_clients(), builder.collect_updates());
     let (policy, strategy, collection, release) = match plan {
         PrivacyPlan::None(aggregation) => {
@@ -150,9 +146,10 @@ pub(crate) fn pipeline(
         None => strategy,
     };
     // The average of the released iterates: post-processing too.
-    let strategy = match config.train.average_decay {
-        decay if decay > 0.0 => Box::new(IterateAverage::new(decay).around(strategy)),
-        _ => strategy,
+    let decay = config.train.average_decay;
+    let strategy = match decay > 0.0 {
+        true => Box::new(IterateAverage::new(decay).around(strategy)),
+        false => strategy,
     };
     let collection = match tier {
         Some(rule) => tiered(config, rule, collection),
@@ -160,7 +157,7 @@ pub(crate) fn pipeline(
     };
     let steps = match config.server.aggregation {
         Cadence::Sync => Steps::Rounds(policy),
-        Cadence::Async => Steps::Buffered(builder.buffer(ftrl.map(|f| f.stream))),
+        Cadence::Async => Steps::Buffered(builder.buffer(stream)),
     };
     Ok(Pipeline {
         steps,
@@ -176,7 +173,7 @@ pub(crate) fn pipeline(
 fn tiered(config: &RunConfig, rule: GroupRule, collection: Collection) -> Collection {
     let secure = match collection {
         Collection::Secure(secure) => Some(secure),
-        _ => None,
+        Collection::Plain(_) | Collection::Tiered(_) => None,
     };
     let timeout = Duration::from_secs_f64(config.server.round_timeout_secs);
     Collection::Tiered(TieredCollection::new(timeout, rule, secure))
@@ -224,7 +221,13 @@ fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
                 }),
             })
         }
-        _ => Err(ServerError::Internal(
+        PrivacyPlan::Central(CentralNoise {
+            clip: ClipRule::Median | ClipRule::Quantile(_),
+            ..
+        })
+        | PrivacyPlan::Local(_)
+        | PrivacyPlan::Iadmm(_)
+        | PrivacyPlan::Ftrl(_) => Err(ServerError::Internal(
             "the aggregator tier under a mode it cannot run".into(),
         )),
     }
@@ -308,11 +311,12 @@ impl Builder<'_> {
     /// seeded by the OS, even in seeded runs (independent per round, or a DP-FTRL stream's when
     /// the round policy says the round's stream step).
     fn central_dp_layer(&self, clip: ClipRule) -> CentralDp {
-        if matches!(clip, ClipRule::Median) {
-            tracing::warn!(
+        match clip {
+            ClipRule::Median => tracing::warn!(
                 "clip = median: S is the median of the clients' update norms, which is NOT \
                  private; the reported epsilon does not cover it"
-            );
+            ),
+            ClipRule::Fixed(_) | ClipRule::Quantile(_) => {}
         }
         CentralDp::new(self.dim, clip, StdRng::from_os_rng())
     }

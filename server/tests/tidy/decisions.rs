@@ -18,6 +18,9 @@ const DECISIONS: &[&str] = &[
     "privacy/src/local_ledger.rs",
     "privacy/src/protect.rs",
     "privacy/src/local.rs",
+    "privacy/src/stream",
+    "privacy/src/event.rs",
+    "privacy/src/ledger_event.rs",
     // The federation's policy.
     "authority/src/policy.rs",
     // Secure aggregation's checks, on both sides.
@@ -29,9 +32,11 @@ const DECISIONS: &[&str] = &[
     "server/src/config/plan",
     "server/src/config/privacy.rs",
     "server/src/config/robust.rs",
+    "server/src/config/moved_keys.rs",
     "server/src/round/policy",
     "server/src/round/rejection.rs",
     "server/src/run/collection",
+    "server/src/run/build.rs",
 ];
 
 /// `file:line` of each wildcard arm in `code`, and of each `matches!`, whose other variants are

@@ -179,6 +179,18 @@ pub enum SecureNoise {
 }
 
 impl PrivacyPlan {
+    /// DP-FTRL's noise stream, before its first step.
+    pub fn stream(&self) -> Option<&fl_privacy::AnyStream> {
+        match self {
+            PrivacyPlan::Ftrl(f) => Some(&f.stream),
+            PrivacyPlan::None(_)
+            | PrivacyPlan::Central(_)
+            | PrivacyPlan::Local(_)
+            | PrivacyPlan::Iadmm(_)
+            | PrivacyPlan::Secure(_) => None,
+        }
+    }
+
     /// The terms of the run's central ledger, when it keeps one (local mechanisms are
     /// accounted per client instead).
     pub fn ledger(&self) -> Option<&LedgerTerms> {
