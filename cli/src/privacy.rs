@@ -465,3 +465,53 @@ impl Args {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `fl privacy`'s questions, as the command line gives them.
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        question: Question,
+    }
+
+    fn args(line: &str) -> Args {
+        let words = std::iter::once("privacy").chain(line.split_whitespace());
+        match Cli::try_parse_from(words).unwrap().question {
+            Question::Epsilon(a)
+            | Question::Delta(a)
+            | Question::Sigma(a)
+            | Question::Rounds(a) => a.read_moved_flags().unwrap(),
+            Question::Ledger(_) => panic!("not a planning question"),
+        }
+    }
+
+    /// The moved flags read as the stream they name, and ask it the same question; an unknown
+    /// key of a stream's table is refused naming it.
+    #[test]
+    fn moved_flags_read_as_the_stream_they_name() {
+        let question = "sigma --rounds 100 --eps 8 --delta 1e-5";
+        let pairs = [
+            ("--tree-rounds 4", "--noise tree:rounds=4"),
+            ("--min-separation 4", "--noise banded:min_separation=4"),
+            (
+                "--min-separation 4 --max-participations 13",
+                "--noise banded:min_separation=4,max_participations=13",
+            ),
+        ];
+        for (old, new) in pairs {
+            let (old, new) = (
+                args(&format!("{question} {old}")),
+                args(&format!("{question} {new}")),
+            );
+            assert_eq!(old.noise, new.noise);
+            assert_eq!(old.sigma_answer().unwrap(), new.sigma_answer().unwrap());
+        }
+        let words = ["privacy", "epsilon", "--noise", "banded:bandz=3"];
+        let refused = Cli::try_parse_from(words).err().unwrap().to_string();
+        assert!(refused.contains("unknown field `bandz`"), "{refused}");
+    }
+}
