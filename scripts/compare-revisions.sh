@@ -39,8 +39,10 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 secs = [r["seconds"] for r in rows]
 first = next((r["round"] for r in rows if r["test_accuracy"] >= 0.92), None)
+last = statistics.mean(r["test_accuracy"] for r in rows[-30:])
 line = (f"{len(rows)} rounds, median round {statistics.median(secs):.3f} s, "
-        f"final accuracy {rows[-1]['test_accuracy']:.4f}, first >= 0.92 at round {first}")
+        f"final accuracy {rows[-1]['test_accuracy']:.4f}, mean of the last 30 {last:.4f}, "
+        f"first >= 0.92 at round {first}")
 if sys.argv[2]:
     ledger = json.loads(sys.argv[2])
     line += f", ledger {ledger['lines']} lines, head {ledger['head']}"
@@ -54,7 +56,7 @@ for rev in "$a" "$b"; do
 done
 for i in $(seq 1 "$runs"); do
   for rev in "$a" "$b"; do
-    out="$dir/run-$rev-$i"
+    out="$dir/run-$(basename "$config" .toml)-$rev-$i"
     rm -rf "$out"
     # Run from the revision's own tree, with its own configs and data.
     (cd "$dir/tree-$rev" && "$dir/target-$rev/release/fl" sim --config "$config" \
