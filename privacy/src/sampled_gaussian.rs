@@ -56,6 +56,17 @@ pub enum AccountingError {
 }
 
 impl GaussianRound {
+    /// The Gaussian mechanism without sampling (q = 1) of multiplier `noise_multiplier`, which
+    /// an unsampled round, a tree node or a banded stream's charge is; accounted as Poisson
+    /// sampling at q = 1, which is no sampling at all.
+    pub fn unsampled(noise_multiplier: f64) -> Self {
+        Self {
+            q: 1.0,
+            noise_multiplier,
+            sampling: Sampling::Poisson,
+        }
+    }
+
     /// Validates q in (0, 1] and sigma > 0.
     pub fn new(q: f64, noise_multiplier: f64, sampling: Sampling) -> Result<Self, AccountingError> {
         if !(q > 0.0 && q <= 1.0) {

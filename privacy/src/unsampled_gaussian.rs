@@ -10,7 +10,7 @@
 
 use super::ddg::Neighbours;
 use super::ledger_event::LedgerEvent;
-use super::sampled_gaussian::{GaussianRound, Sampling};
+use super::sampled_gaussian::GaussianRound;
 use serde::{Deserialize, Serialize};
 
 /// One unsampled Gaussian round, as the accountant sees it.
@@ -27,11 +27,7 @@ impl UnsampledGaussian {
     /// The same round as a Gaussian mechanism over add/remove-one neighbours at sensitivity S:
     /// q = 1 and multiplier z over the relation's sensitivity factor (as a tree node is).
     pub fn as_round(&self) -> GaussianRound {
-        GaussianRound {
-            q: 1.0,
-            noise_multiplier: self.noise_multiplier / self.neighbours.sensitivity(1.0),
-            sampling: Sampling::Poisson,
-        }
+        GaussianRound::unsampled(self.noise_multiplier / self.neighbours.sensitivity(1.0))
     }
 
     /// RDP of this round at each of `orders`.

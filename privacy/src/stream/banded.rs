@@ -46,7 +46,7 @@ use super::{Charges, CorrelatedNoise, NoiseStream, StepMismatch, StreamError, St
 use crate::ddg::Neighbours;
 use crate::gaussian::add_gaussian_noise;
 use crate::planning::max_rounds;
-use crate::sampled_gaussian::{GaussianRound, Sampling};
+use crate::sampled_gaussian::GaussianRound;
 use rand::rngs::StdRng;
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
@@ -334,11 +334,7 @@ impl NoiseStream for BandedStream {
     /// One Gaussian of multiplier z at each t = 1 (mod b), at most k.
     fn charges(&self, steps: u64) -> Charges {
         Charges {
-            charge: GaussianRound {
-                q: 1.0,
-                noise_multiplier: self.round.noise_multiplier,
-                sampling: Sampling::Poisson,
-            },
+            charge: GaussianRound::unsampled(self.round.noise_multiplier),
             count: self.round.charges_in(steps),
         }
     }

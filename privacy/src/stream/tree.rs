@@ -32,7 +32,7 @@ pub use round::TreeRound;
 
 use super::{Charges, CorrelatedNoise, NoiseStream, StepMismatch, StreamError, StreamRun};
 use crate::gaussian::add_gaussian_noise;
-use crate::sampled_gaussian::{GaussianRound, Sampling};
+use crate::sampled_gaussian::GaussianRound;
 use rand::rngs::StdRng;
 use rand::{CryptoRng, Rng};
 use serde::{Deserialize, Serialize};
@@ -202,11 +202,7 @@ impl NoiseStream for TreeStream {
     /// The nodes of the trees of `steps` steps, each a Gaussian of multiplier z.
     fn charges(&self, steps: u64) -> Charges {
         Charges {
-            charge: GaussianRound {
-                q: 1.0,
-                noise_multiplier: self.noise_multiplier,
-                sampling: Sampling::Poisson,
-            },
+            charge: GaussianRound::unsampled(self.noise_multiplier),
             count: tree_nodes(steps, self.tree_steps),
         }
     }

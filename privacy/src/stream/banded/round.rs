@@ -4,7 +4,7 @@
 
 use crate::ddg::Neighbours;
 use crate::ledger_event::{LedgerEvent, gaussian_curve};
-use crate::sampled_gaussian::{GaussianRound, Sampling};
+use crate::sampled_gaussian::GaussianRound;
 use serde::{Deserialize, Serialize};
 
 /// One step of banded DP-FTRL, as the accountant sees it.
@@ -32,11 +32,9 @@ impl BandedRound {
     pub fn charge(&self) -> Option<GaussianRound> {
         let (b, before) = (self.min_separation.max(1), self.step.max(1) - 1);
         let charged = before % b == 0 && self.max_participations.is_none_or(|k| before / b < k);
-        charged.then_some(GaussianRound {
-            q: 1.0,
-            noise_multiplier: self.noise_multiplier / self.neighbours.sensitivity(1.0),
-            sampling: Sampling::Poisson,
-        })
+        charged.then_some(GaussianRound::unsampled(
+            self.noise_multiplier / self.neighbours.sensitivity(1.0),
+        ))
     }
 
     /// The charges among steps 1..=`steps` of one stream, as [`charge`](Self::charge) makes

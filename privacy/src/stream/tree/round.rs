@@ -4,7 +4,7 @@
 
 use crate::ddg::Neighbours;
 use crate::ledger_event::{LedgerEvent, gaussian_curve};
-use crate::sampled_gaussian::{GaussianRound, Sampling};
+use crate::sampled_gaussian::GaussianRound;
 use serde::{Deserialize, Serialize};
 
 /// One round of tree aggregation, as the accountant sees it.
@@ -34,11 +34,11 @@ impl TreeRound {
     /// (q = 1) of multiplier z over the relation's sensitivity factor when n is a power of two,
     /// nothing otherwise (module documentation).
     pub fn node(&self) -> Option<GaussianRound> {
-        self.tree_step.is_power_of_two().then_some(GaussianRound {
-            q: 1.0,
-            noise_multiplier: self.noise_multiplier / self.neighbours.sensitivity(1.0),
-            sampling: Sampling::Poisson,
-        })
+        self.tree_step
+            .is_power_of_two()
+            .then_some(GaussianRound::unsampled(
+                self.noise_multiplier / self.neighbours.sensitivity(1.0),
+            ))
     }
 }
 
