@@ -13,6 +13,7 @@
 //! allowed modes and each mode's name (u16 length, UTF-8), in [`PolicyMode`]'s order.
 
 use crate::{Authority, AuthorityError, AuthorityKey, MAX_NAME_BYTES};
+use fl_privacy::LocalKind;
 use std::collections::BTreeSet;
 
 /// Domain string of a policy's signed payload.
@@ -38,12 +39,8 @@ pub enum PolicyMode {
     /// The raw update, example count and loss to a trusted curator (privacy modes `none` and
     /// `central`): nothing protects them from the server.
     Plain,
-    /// Gaussian local DP releases.
-    LdpGaussian,
-    /// Laplace local DP releases.
-    LdpLaplace,
-    /// SignDS releases.
-    SignDs,
+    /// The releases of one client-side mechanism (named as the mechanism is).
+    Local(LocalKind),
     /// Secure aggregation (its input noised to the policy's floor).
     SecAgg,
     /// Inexact ADMM's step instead of FedAvg's local SGD (under a protection also allowed).
@@ -52,22 +49,18 @@ pub enum PolicyMode {
 
 impl PolicyMode {
     /// Every mode, in the payload's order.
-    pub const ALL: [PolicyMode; 6] = [
-        Self::Plain,
-        Self::LdpGaussian,
-        Self::LdpLaplace,
-        Self::SignDs,
-        Self::SecAgg,
-        Self::Iadmm,
-    ];
+    pub fn all() -> Vec<PolicyMode> {
+        let local = LocalKind::ALL.iter().map(|&k| Self::Local(k));
+        (std::iter::once(Self::Plain).chain(local))
+            .chain([Self::SecAgg, Self::Iadmm])
+            .collect()
+    }
 
     /// The mode's name in a policy file and in `fl authority policy --allow`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plain => "plain",
-            Self::LdpGaussian => "ldp-gaussian",
-            Self::LdpLaplace => "ldp-laplace",
-            Self::SignDs => "signds",
+            Self::Local(kind) => kind.name(),
             Self::SecAgg => "secagg",
             Self::Iadmm => "iadmm",
         }
@@ -79,14 +72,18 @@ impl std::str::FromStr for PolicyMode {
 
     /// The mode [`PolicyMode::name`] names.
     fn from_str(s: &str) -> Result<Self, PolicyError> {
-        (Self::ALL.into_iter().find(|m| m.name() == s))
+        (Self::all().into_iter().find(|m| m.name() == s))
             .ok_or_else(|| PolicyError::UnknownMode { name: s.into() })
     }
 }
 
 /// The modes' names, for messages.
 fn mode_names() -> String {
-    PolicyMode::ALL.map(PolicyMode::name).join(", ")
+    let names: Vec<&str> = PolicyMode::all()
+        .into_iter()
+        .map(PolicyMode::name)
+        .collect();
+    names.join(", ")
 }
 
 impl std::fmt::Display for PolicyMode {
@@ -417,7 +414,7 @@ mod tests {
         FederationPolicy {
             federation: "hospitals".into(),
             serial: 1,
-            modes: PolicyMode::ALL.into(),
+            modes: PolicyMode::all().into_iter().collect(),
             min_clients: 4,
             min_degree: MinDegree::AtLeast(3),
             min_threshold: 0.7,

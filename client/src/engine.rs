@@ -374,7 +374,7 @@ pub(crate) mod tests {
     use crate::{ClientPrivacy, LocalData};
     use fl_datasets::Dataset;
     use fl_model::{LocalConfig, Model, ModelSpec};
-    use fl_privacy::{ClientLimits, LocalMechanism, Release, ReleaseKind};
+    use fl_privacy::{ClientLimits, GaussianLdp, LaplaceLdp, LocalKind, LocalMechanism, Release};
 
     /// Six examples of 3 features and 2 classes, all this client's.
     pub(crate) fn local() -> LocalData {
@@ -405,11 +405,11 @@ pub(crate) mod tests {
     }
 
     fn gaussian(epsilon: f64) -> Option<LocalMechanism> {
-        Some(LocalMechanism::Gaussian {
+        Some(LocalMechanism::Gaussian(GaussianLdp {
             epsilon,
             delta: 1e-5,
-            clip: 1.0,
-        })
+            clip_bound: 1.0,
+        }))
     }
 
     fn engine(privacy: ClientPrivacy) -> Engine {
@@ -447,7 +447,7 @@ pub(crate) mod tests {
         let err = refusal(follow.task(task(gaussian(0.0)), vec![0.0; 8]));
         assert!(err.contains("local epsilon = 0"), "{err}");
         let laplace_only = ClientPrivacy {
-            require: Some(ReleaseKind::Laplace),
+            require: Some(LocalKind::Laplace),
             ..ClientPrivacy::default()
         };
         let err = refusal(engine(laplace_only).task(task(gaussian(2.0)), vec![0.0; 8]));
@@ -455,38 +455,38 @@ pub(crate) mod tests {
         let err = refusal(engine(laplace_only).task(task(None), vec![0.0; 8]));
         assert!(err.contains("the round asks for none"));
         let strict = ClientPrivacy {
-            require: Some(ReleaseKind::Laplace),
+            require: Some(LocalKind::Laplace),
             limits: ClientLimits {
                 epsilon: Some(0.5),
                 ..ClientLimits::default()
             },
             max_total_epsilon: None,
         };
-        let laplace = Some(LocalMechanism::Laplace {
+        let laplace = Some(LocalMechanism::Laplace(LaplaceLdp {
             epsilon: 2.0,
-            clip: 1.0,
+            clip_bound: 1.0,
             steps: 1,
-        });
+        }));
         let mut strict = engine(strict);
         let work = strict.task(task(laplace), vec![0.0; 8]).unwrap();
         assert!(work.task.secure.is_none());
         assert_eq!(
             work.protection.local().copied(),
-            Some(LocalMechanism::Laplace {
+            Some(LocalMechanism::Laplace(LaplaceLdp {
                 epsilon: 0.5,
-                clip: 1.0,
+                clip_bound: 1.0,
                 steps: 1
-            })
+            }))
         );
         // The upload carries the tightened loss, which the round admits.
         let computed = compute(&work, &*strict.trainer).unwrap();
         let release: &Release = computed.release().unwrap();
         assert_eq!(release.epsilon, 0.5);
-        let round = LocalMechanism::Laplace {
+        let round = LocalMechanism::Laplace(LaplaceLdp {
             epsilon: 2.0,
-            clip: 1.0,
+            clip_bound: 1.0,
             steps: 1,
-        };
+        });
         round.admits(release).unwrap();
     }
 

@@ -36,7 +36,7 @@ pub use fl_common::pace::Pace;
 use fl_datasets::Dataset;
 
 use fl_authority::policy::FederationPolicy;
-use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_privacy::{ClientLimits, LocalKind};
 use fl_secagg::{Credentials, PlainInputs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,7 +206,7 @@ impl ClientOptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ClientPrivacy {
     /// The only local mechanism it uploads with (`None`: whatever the round asks).
-    pub require: Option<ReleaseKind>,
+    pub require: Option<LocalKind>,
     /// Limits that tighten the round's mechanism.
     pub limits: ClientLimits,
     /// The largest composed epsilon of all its local releases (with the policy's, the smaller).

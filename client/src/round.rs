@@ -15,9 +15,9 @@ use crate::admission::Protection;
 use crate::refusal::{ComputationError, Refusal};
 use crate::trainer::{Evaluation, SgdTrainer, TrainRequest, Trainer};
 use fl_common::cores::CoreBudget;
-use fl_model::{all_finite, subtract_global};
+use fl_model::{GradientRule, all_finite, subtract_global};
 use fl_privacy::admm::primal_step;
-use fl_privacy::{LocalMechanism, Protected, Release};
+use fl_privacy::{LocalMechanism, ProtectError, Protected, Release};
 use fl_secagg::task::{AdmmStep, Task};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -189,14 +189,14 @@ fn fedavg(work: &Work, trainer: &dyn Trainer, noise_rng: &mut StdRng) -> Result<
     let global = &work.received;
     let request = request(work);
     let mechanism = work.protection.local();
-    let (weights, loss, examples) = match mechanism {
-        Some(&LocalMechanism::Laplace { clip, steps, .. }) => {
+    let (weights, loss, examples) = match mechanism.map(LocalMechanism::gradient_rule) {
+        Some(GradientRule::ClippedL1 { clip, steps }) => {
             let sgd = built_in(trainer)?;
             let (weights, loss) = on_a_core(|| sgd.train_clipped_l1(&request, global, clip, steps))
                 .map_err(trainer_failed)?;
             (weights, Some(loss), sgd.examples())
         }
-        Some(LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. }) | None => {
+        Some(GradientRule::Mean) | None => {
             let t = on_a_core(|| trainer.train(&request, global)).map_err(trainer_failed)?;
             (t.weights, t.loss, t.examples)
         }
@@ -240,9 +240,10 @@ fn admm_step(
     }
     let (anchor, point) = received.split_at(d);
     let mechanism = work.protection.local();
-    let clip = match mechanism {
+    let clip = match mechanism.map(|m| (m, m.gradient_rule())) {
         None => f64::INFINITY,
-        Some(m) => m.admm_clip()?,
+        Some((_, GradientRule::ClippedL1 { clip, .. })) => clip,
+        Some((m, GradientRule::Mean)) => return Err(ProtectError::NoAdmmStep(m.name()).into()),
     };
     let (gradient_sum, loss) =
         on_a_core(|| sgd.clipped_gradient_sum(&work.task.model, point, clip))

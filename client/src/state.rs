@@ -405,12 +405,13 @@ mod tests {
     use super::*;
     use fl_authority::policy::{MinDegree, PolicyMode};
     use fl_common::durable::{WriteStep, write_atomic_with};
+    use fl_privacy::{GaussianLdp, LocalKind, LocalMechanism};
 
     fn policy(serial: u64) -> FederationPolicy {
         FederationPolicy {
             federation: "hospitals".into(),
             serial,
-            modes: PolicyMode::ALL.into(),
+            modes: PolicyMode::all().into_iter().collect(),
             min_clients: 4,
             min_degree: MinDegree::Complete,
             min_threshold: 0.7,
@@ -450,7 +451,13 @@ mod tests {
     #[test]
     fn spend_and_attempts_survive_a_restart() {
         let path = file("restart");
-        let release = Release::laplace(2.0, 1.0);
+        let release = Release {
+            kind: LocalKind::Laplace,
+            epsilon: 2.0,
+            delta: 0.0,
+            noise: 1.0 / 2.0,
+            sensitivity: 1.0,
+        };
         let mut state = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();
         state.record(&release).unwrap();
         state.record(&release).unwrap();
@@ -535,8 +542,20 @@ mod tests {
     /// policy the composition's delta is the largest released, and it does).
     #[test]
     fn releases_compose_at_the_policys_delta() {
-        let small = Release::gaussian(1.0, 1e-5, 1.0).unwrap();
-        let large = Release::gaussian(1.0, 0.5, 1.0).unwrap();
+        let small = LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 1.0,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        })
+        .accounted_release()
+        .unwrap();
+        let large = LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 1.0,
+            delta: 0.5,
+            clip_bound: 1.0,
+        })
+        .accounted_release()
+        .unwrap();
         let total = |policy: Option<&FederationPolicy>| {
             let mut state = ClientState::open(None, policy, Some(1e9)).unwrap();
             for _ in 0..40 {
@@ -560,7 +579,13 @@ mod tests {
     /// not leave), and the state read back after it never holds less than what was sent.
     #[test]
     fn a_fault_at_any_step_of_the_write_never_undercounts() {
-        let release = Release::laplace(1.0, 1.0);
+        let release = Release {
+            kind: LocalKind::Laplace,
+            epsilon: 1.0,
+            delta: 0.0,
+            noise: 1.0 / 1.0,
+            sensitivity: 1.0,
+        };
         for step in WriteStep::ALL {
             let path = file(&format!("fault-{step:?}"));
             let mut state = ClientState::open(Some(path.clone()), Some(&policy(1)), None).unwrap();

@@ -12,9 +12,8 @@ use fl_client::{ClientOptions, LocalData, run_client};
 use fl_datasets::Dataset;
 use fl_proto::v1::federation_server::{Federation, FederationServer};
 use fl_proto::v1::{
-    ClientMessage, GaussianLdp, JoinReply, JoinRequest, LaplaceLdp, LocalConfig, LocalPrivacy,
-    ModelSpec, PartitionReply, PartitionRequest, RoundTask, ServerMessage, Shutdown, SignDsLdp,
-    client_message, local_privacy, server_message,
+    ClientMessage, JoinReply, JoinRequest, LocalConfig, LocalPrivacy, ModelSpec, PartitionReply,
+    PartitionRequest, RoundTask, ServerMessage, Shutdown, client_message, server_message,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,7 +37,7 @@ struct Recorded {
 /// A curator that samples its one client into round 1 with `mechanism`, records everything the
 /// client sends, and ends the session once the upload is complete.
 struct FakeCurator {
-    mechanism: local_privacy::Mechanism,
+    mechanism: LocalPrivacy,
     recorded: Arc<Mutex<Recorded>>,
 }
 
@@ -96,9 +95,7 @@ impl Federation for FakeCurator {
             num_values: PARAMS as u64,
             num_chunks: fl_proto::chunk_count(PARAMS),
             secagg: None,
-            local_privacy: Some(LocalPrivacy {
-                mechanism: Some(self.mechanism),
-            }),
+            local_privacy: Some(self.mechanism.clone()),
             admm: None,
             // A curious server asks for evaluation too: a protected upload carries none.
             evaluate: true,
@@ -164,7 +161,7 @@ fn data(n: usize, salt: u64) -> LocalData {
 }
 
 /// Runs one real client with seed 1 against a fake curator; returns what it sent.
-async fn record(mechanism: local_privacy::Mechanism, local: LocalData) -> Recorded {
+async fn record(mechanism: LocalPrivacy, local: LocalData) -> Recorded {
     let recorded = Arc::new(Mutex::new(Recorded::default()));
     let curator = FakeCurator {
         mechanism,
@@ -226,11 +223,14 @@ fn without_payload(message: &ClientMessage) -> ClientMessage {
 
 /// Runs both clients of a mode and checks that only the payload differs; returns both records.
 async fn differ_only_in_payload(
-    mechanism: local_privacy::Mechanism,
+    mechanism: LocalPrivacy,
     a: LocalData,
     b: LocalData,
 ) -> (Recorded, Recorded) {
-    let (ra, rb) = (record(mechanism, a).await, record(mechanism, b).await);
+    let (ra, rb) = (
+        record(mechanism.clone(), a).await,
+        record(mechanism, b).await,
+    );
     assert_eq!(ra.joins, rb.joins, "Join requests differ with the data");
     assert_eq!(ra.messages.len(), rb.messages.len());
     for (x, y) in ra.messages.iter().zip(&rb.messages) {
@@ -261,11 +261,19 @@ fn claimed(r: &Recorded) -> fl_proto::v1::LocalRelease {
     r.messages
         .iter()
         .find_map(|m| match &m.body {
-            Some(client_message::Body::ReleaseHeader(h)) => h.release,
-            Some(client_message::Body::SigndsUpload(u)) => u.release,
+            Some(client_message::Body::ReleaseHeader(h)) => h.release.clone(),
+            Some(client_message::Body::SigndsUpload(u)) => u.release.clone(),
             _ => None,
         })
         .expect("a release")
+}
+
+/// The mechanism `name` with its `parameters`, as a server writes it on the wire.
+fn named(name: &str, parameters: &[(&str, f64)]) -> LocalPrivacy {
+    LocalPrivacy {
+        mechanism: name.into(),
+        parameters: parameters.iter().map(|&(k, v)| (k.into(), v)).collect(),
+    }
 }
 
 /// The root mean square of `values`.
@@ -275,11 +283,10 @@ fn rms(values: &[f32]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ldp_gaussian_sends_nothing_but_its_release() {
-    let mechanism = local_privacy::Mechanism::Gaussian(GaussianLdp {
-        epsilon: 8.0,
-        delta: 1e-5,
-        clip_bound: 1.0,
-    });
+    let mechanism = named(
+        "ldp-gaussian",
+        &[("epsilon", 8.0), ("delta", 1e-5), ("clip_bound", 1.0)],
+    );
     let (ra, rb) = differ_only_in_payload(mechanism, data(600, 1), data(437, 2)).await;
     let sigma = claimed(&ra).noise;
     for r in [&ra, &rb] {
@@ -295,11 +302,10 @@ async fn ldp_gaussian_sends_nothing_but_its_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ldp_laplace_sends_nothing_but_its_release() {
-    let mechanism = local_privacy::Mechanism::Laplace(LaplaceLdp {
-        epsilon: 8.0,
-        clip_bound: 1.0,
-        steps: 3,
-    });
+    let mechanism = named(
+        "ldp-laplace",
+        &[("epsilon", 8.0), ("clip_bound", 1.0), ("steps", 3.0)],
+    );
     // Different data of different sizes: the header (noise b, sensitivity Delta) is the same.
     let (ra, rb) = differ_only_in_payload(mechanism, data(600, 1), data(437, 2)).await;
     let b = claimed(&ra).noise;
@@ -318,11 +324,7 @@ async fn ldp_laplace_sends_nothing_but_its_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signds_sends_nothing_but_its_release() {
-    let mechanism = local_privacy::Mechanism::Signds(SignDsLdp {
-        epsilon: 2.0,
-        k: 100,
-        h: 10,
-    });
+    let mechanism = named("signds", &[("epsilon", 2.0), ("k", 100.0), ("h", 10.0)]);
     let (ra, _) = differ_only_in_payload(mechanism, data(600, 1), data(437, 2)).await;
     let upload = ra
         .messages

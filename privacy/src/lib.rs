@@ -21,11 +21,10 @@ mod gaussian;
 mod ledger_event;
 mod local;
 mod local_ledger;
+mod mechanism;
 mod planning;
 mod pld;
-mod protect;
 mod rdp;
-mod release;
 mod sampled_gaussian;
 pub mod signds;
 mod stream;
@@ -49,13 +48,16 @@ pub use gaussian::add_gaussian_noise;
 pub use ledger_event::LedgerEvent;
 pub use local::{add_laplace_noise, sgd_l1_sensitivity};
 pub use local_ledger::LocalLedger;
+pub use mechanism::{
+    ClientLimits, ClientMechanism, GaussianLdp, GaussianSettings, LaplaceLdp, LaplaceSettings,
+    Listed, LocalKind, LocalMechanism, LocalPrivacyError, LocalSettings, Output, ProtectError,
+    Protected, Release, ReleaseAggregation, ReleaseCost, Released, SignDsLdp, SignDsSettings,
+};
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
-pub use protect::{ProtectError, Protected, Released};
 pub use rdp::{
     default_orders, poisson_curve, rdp_poisson, rdp_without_replacement, without_replacement_curve,
 };
-pub use release::{ClientLimits, LocalMechanism, LocalPrivacyError, Release, ReleaseKind};
 pub use sampled_gaussian::{AccountingError, GaussianRound, Sampling};
 pub use stream::{
     AnyStream, BandedFactorization, BandedNoise, BandedRound, BandedSettings, BandedStream,

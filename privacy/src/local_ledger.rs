@@ -4,8 +4,8 @@
 use super::accountant::epsilon_from_rdp;
 use super::analytic_gaussian::gaussian_epsilon;
 use super::ddg::DdgRound;
+use super::mechanism::{Release, ReleaseCost};
 use super::rdp::default_orders;
-use super::release::{Release, ReleaseKind};
 
 /// One client's composed local privacy loss (serialisable, so a server checkpoint can keep it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -41,17 +41,18 @@ impl LocalLedger {
     /// Adds one release.
     pub fn record(&mut self, release: &Release) {
         self.releases += 1;
-        match release.kind {
-            ReleaseKind::Gaussian => {
+        let cost = release.cost();
+        match cost {
+            ReleaseCost::Gaussian { sensitivity, sigma } => {
                 self.approximate = true;
                 if let Some(mu2) = &mut self.gaussian_mu_squared {
-                    *mu2 += (release.sensitivity / release.noise).powi(2);
+                    *mu2 += (sensitivity / sigma).powi(2);
                 }
             }
-            ReleaseKind::Laplace | ReleaseKind::SignDs => self.pure_epsilon += release.epsilon,
+            ReleaseCost::Pure { epsilon } => self.pure_epsilon += epsilon,
         }
         for (acc, &alpha) in self.rdp.iter_mut().zip(&self.orders) {
-            *acc += release.rdp(alpha);
+            *acc += cost.rdp(alpha);
         }
     }
 
@@ -91,14 +92,26 @@ impl LocalLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gaussian_epsilon;
+    use crate::{GaussianLdp, LocalMechanism, SignDsLdp, gaussian_epsilon};
+
+    /// The release of a Gaussian mechanism at (`epsilon`, `delta`) with C = 1.
+    fn gaussian(epsilon: f64, delta: f64) -> Release {
+        let mechanism = GaussianLdp {
+            epsilon,
+            delta,
+            clip_bound: 1.0,
+        };
+        LocalMechanism::Gaussian(mechanism)
+            .accounted_release()
+            .unwrap()
+    }
 
     /// k Gaussian releases compose exactly into one at sigma / sqrt(k): one release gives back
     /// its epsilon, and 30 releases of the ldp-gaussian config (epsilon 8, delta 1e-5) cost the
     /// exact 79.7, below what RDP composition bounds (83.6).
     #[test]
     fn gaussian_releases_compose_exactly() {
-        let release = Release::gaussian(8.0, 1e-5, 1.0).unwrap();
+        let release = gaussian(8.0, 1e-5);
         let mut ledger = LocalLedger::default();
         ledger.record(&release);
         assert!(
@@ -123,7 +136,7 @@ mod tests {
     #[test]
     fn composed_local_loss_grows_with_participation() {
         let (eps, delta) = (1.0, 1e-5);
-        let release = Release::gaussian(eps, delta, 1.0).unwrap();
+        let release = gaussian(eps, delta);
         let mut ledger = LocalLedger::default();
         assert_eq!(ledger.epsilon(delta), 0.0);
         ledger.record(&release);
@@ -136,8 +149,14 @@ mod tests {
         assert_eq!(ledger.releases(), 10);
         assert!(ten > one && ten < 10.0 * eps, "{ten}");
         let mut pure = LocalLedger::default();
+        let signds = SignDsLdp {
+            epsilon: 0.5,
+            k: 2,
+            h: 1,
+        };
+        let signds = LocalMechanism::SignDs(signds).accounted_release().unwrap();
         for _ in 0..7 {
-            pure.record(&Release::signds(0.5));
+            pure.record(&signds);
         }
         assert_eq!(pure.epsilon(delta), 3.5);
     }

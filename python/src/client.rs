@@ -7,7 +7,7 @@ use crate::errors::to_py;
 use crate::trainer::PyTrainer;
 use fl_authority::policy::{FederationPolicy, SignedPolicy};
 use fl_client::{ClientOptions, ClientPrivacy, ClientReport, ClientTls, state_file};
-use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_privacy::{ClientLimits, LocalKind};
 use fl_secagg::Credentials;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -177,13 +177,13 @@ fn client_privacy(
 ) -> PyResult<ClientPrivacy> {
     let require = match privacy {
         "follow" => None,
-        name => Some(name.parse::<ReleaseKind>().map_err(PyValueError::new_err)?),
+        name => Some(name.parse::<LocalKind>().map_err(PyValueError::new_err)?),
     };
-    if require == Some(ReleaseKind::Laplace) {
-        return Err(PyValueError::new_err(
-            "ldp-laplace needs per-example L1 clipping inside training, which only the built-in \
-             trainer (the fl-client binary) does",
-        ));
+    if let Some(kind) = require.filter(|k| k.needs_built_in_trainer()) {
+        return Err(PyValueError::new_err(format!(
+            "{kind} needs per-example L1 clipping inside training, which only the built-in \
+             trainer (the fl-client binary) does"
+        )));
     }
     let privacy = ClientPrivacy {
         require,

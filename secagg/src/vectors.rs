@@ -155,7 +155,11 @@ fn compute() -> BTreeMap<String, toml::Value> {
     let policy = FederationPolicy {
         federation: "hospitals".into(),
         serial: 3,
-        modes: [PolicyMode::SecAgg, PolicyMode::LdpGaussian].into(),
+        modes: [
+            PolicyMode::SecAgg,
+            PolicyMode::Local(fl_privacy::LocalKind::Gaussian),
+        ]
+        .into(),
         min_clients: 10,
         min_degree: MinDegree::AtLeast(8),
         min_threshold: 0.75,

@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use fl_privacy::Release;
+use fl_privacy::{GaussianLdp, LocalKind, LocalMechanism, Release};
 use fl_proto::v1::{LocalRelease, SignDsUpload, client_message};
 use fl_server::config::{PrivacyMode, RunConfig};
 use support::{Behaviour, run_with_evil_client};
@@ -15,18 +15,18 @@ use tonic::Code;
 
 /// SignDS on the blobs' logistic model (d = 10): k = 3, h = 2.
 fn signds(c: &mut RunConfig) {
-    c.privacy.mode = PrivacyMode::SignDs;
-    c.local.epsilon = 2.0;
-    c.signds.top_k = 0.3;
-    c.signds.output_dimensions = 2;
-    c.signds.global_learning_rate = 0.5;
+    c.privacy.mode = PrivacyMode::Local(LocalKind::SignDs);
+    c.local.set("epsilon", 2.0);
+    c.local.set("top_k", 0.3);
+    c.local.set("output_dimensions", 2);
+    c.local.set("global_learning_rate", 0.5);
 }
 
 fn gaussian(c: &mut RunConfig) {
-    c.privacy.mode = PrivacyMode::LdpGaussian;
-    c.local.epsilon = 4.0;
-    c.local.delta = 1e-5;
-    c.local.clip_bound = 1.0;
+    c.privacy.mode = PrivacyMode::Local(LocalKind::Gaussian);
+    c.local.set("epsilon", 4.0);
+    c.local.set("delta", 1e-5);
+    c.local.set("clip_bound", 1.0);
 }
 
 fn sign_upload(
@@ -39,7 +39,13 @@ fn sign_upload(
         round,
         sign,
         indices,
-        release: Some(LocalRelease::from(&Release::signds(epsilon))),
+        release: Some(LocalRelease::from(&Release {
+            kind: LocalKind::SignDs,
+            epsilon,
+            delta: 0.0,
+            noise: 0.0,
+            sensitivity: 0.0,
+        })),
     })]
 }
 
@@ -115,7 +121,19 @@ async fn signds_looser_epsilon_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dense_update_in_a_signds_round_is_refused() {
-    let evil: Behaviour = |r, n| dense(r, n, Some(Release::signds(2.0)));
+    let evil: Behaviour = |r, n| {
+        dense(
+            r,
+            n,
+            Some(Release {
+                kind: LocalKind::SignDs,
+                epsilon: 2.0,
+                delta: 0.0,
+                noise: 0.0,
+                sensitivity: 0.0,
+            }),
+        )
+    };
     refused(signds, evil, "send a SignDsUpload").await;
 }
 
@@ -132,7 +150,13 @@ async fn unprotected_update_in_an_ldp_round_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_with_too_little_noise_is_refused() {
     let evil: Behaviour = |r, n| {
-        let honest = Release::gaussian(4.0, 1e-5, 1.0).unwrap();
+        let honest = LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 4.0,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        })
+        .accounted_release()
+        .unwrap();
         let thin = Release {
             noise: honest.noise / 2.0,
             ..honest

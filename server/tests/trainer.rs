@@ -202,8 +202,10 @@ async fn a_custom_trainer_trains_under_central_dp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_trainer_trains_under_gaussian_local_dp() {
-    let (summary, metrics, reports) =
-        federate("ldp", |c| c.privacy.mode = PrivacyMode::LdpGaussian).await;
+    let (summary, metrics, reports) = federate("ldp", |c| {
+        c.privacy.mode = PrivacyMode::Local(fl_privacy::LocalKind::Gaussian)
+    })
+    .await;
     assert_every_round_took_every_update(&metrics, &reports);
     for r in &reports {
         assert_eq!(r.local_releases, ROUNDS, "{r:?}");
@@ -217,8 +219,10 @@ async fn a_custom_trainer_trains_under_gaussian_local_dp() {
 /// the server releases nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_trainer_refuses_ldp_laplace() {
-    let (summary, metrics, reports) =
-        federate("laplace", |c| c.privacy.mode = PrivacyMode::LdpLaplace).await;
+    let (summary, metrics, reports) = federate("laplace", |c| {
+        c.privacy.mode = PrivacyMode::Local(fl_privacy::LocalKind::Laplace)
+    })
+    .await;
     assert_eq!(summary.rounds_completed, 0);
     assert!(metrics.iter().all(|m| m.completed == 0 && !m.applied));
     for r in &reports {

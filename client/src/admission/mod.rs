@@ -21,7 +21,7 @@ use crate::state::{Charge, ClientState};
 use crate::trainer::Trainer;
 use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, PolicyMode};
 use fl_model::{LocalConfig, Model};
-use fl_privacy::{ClientLimits, DdgRound, LocalMechanism, Neighbours, Release};
+use fl_privacy::{ClientLimits, DdgRound, LocalMechanism, Neighbours, ProtectError, Release};
 use fl_secagg::task::{AdmmStep, SecureTask, Task, TaskDigest};
 use fl_secagg::{Quantizer, check_combination};
 
@@ -204,15 +204,6 @@ fn allowed(policy: Option<&FederationPolicy>, mode: PolicyMode) -> Result<(), Re
     }
 }
 
-/// The mode of a local mechanism in a policy.
-fn mode_of(mechanism: &LocalMechanism) -> PolicyMode {
-    match mechanism {
-        LocalMechanism::Gaussian { .. } => PolicyMode::LdpGaussian,
-        LocalMechanism::Laplace { .. } => PolicyMode::LdpLaplace,
-        LocalMechanism::SignDs { .. } => PolicyMode::SignDs,
-    }
-}
-
 /// The client's limits tightened by the policy's: epsilon at most `max_release_epsilon`,
 /// delta at most `max_delta`. The policy is destructured in full here, each rule with where a
 /// client enforces it, so that a rule added to the policy does not compile until it is.
@@ -252,11 +243,11 @@ fn local_release(
     model: &Model,
     ours: &Ours,
 ) -> Result<Protection, Refusal> {
-    allowed(ours.policy, mode_of(mechanism))?;
+    allowed(ours.policy, PolicyMode::Local(mechanism.kind()))?;
     let mechanism = mechanism.tightened(&limits(ours.privacy.limits, ours.policy));
     mechanism.check(model.num_params())?;
-    if admm.is_some() {
-        mechanism.admm_clip()?;
+    if admm.is_some() && !mechanism.kind().protects_admm() {
+        return Err(ProtectError::NoAdmmStep(mechanism.name()).into());
     }
     let release = mechanism.accounted_release()?;
     ours.state.check(&Charge::Local(release))?;
@@ -357,12 +348,10 @@ fn check_trainer_kind(
     }
     match (admm, protection.local()) {
         (Some(_), _) => Err(Refusal::NeedsBuiltIn("an IADMM round")),
-        (None, Some(LocalMechanism::Laplace { .. })) => {
-            Err(Refusal::NeedsBuiltIn("the ldp-laplace mechanism"))
+        (None, Some(m)) if m.kind().needs_built_in_trainer() => {
+            Err(Refusal::NeedsBuiltIn(m.name()))
         }
-        (None, Some(LocalMechanism::Gaussian { .. } | LocalMechanism::SignDs { .. }) | None) => {
-            Ok(())
-        }
+        (None, Some(_) | None) => Ok(()),
     }
 }
 

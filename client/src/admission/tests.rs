@@ -4,6 +4,7 @@ use super::*;
 use crate::engine::tests::{local, task};
 use crate::trainer::SgdTrainer;
 use fl_authority::policy::MinDegree;
+use fl_privacy::{GaussianLdp, LaplaceLdp, LocalKind};
 use fl_secagg::Ring;
 
 fn policy(modes: &[PolicyMode]) -> FederationPolicy {
@@ -94,11 +95,11 @@ fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
         matches!(refused, Refusal::EvaluationUnderPolicy { .. }),
         "{refused}"
     );
-    let laplace = LocalMechanism::Laplace {
+    let laplace = LocalMechanism::Laplace(LaplaceLdp {
         epsilon: 1.0,
-        clip: 1.0,
+        clip_bound: 1.0,
         steps: 1,
-    };
+    });
     let admm = Task {
         local: Some(laplace),
         admm: Some(AdmmStep {
@@ -107,7 +108,7 @@ fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
         }),
         ..plain()
     };
-    let local_only = policy(&[PolicyMode::LdpLaplace]);
+    let local_only = policy(&[PolicyMode::Local(LocalKind::Laplace)]);
     let refused = admit_under(&admm, Some(&local_only)).unwrap_err();
     assert!(matches!(
         refused,
@@ -117,18 +118,18 @@ fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
         }
     ));
     let gaussian = Task {
-        local: Some(LocalMechanism::Gaussian {
+        local: Some(LocalMechanism::Gaussian(GaussianLdp {
             epsilon: 1.0,
             delta: 1e-6,
-            clip: 1.0,
-        }),
+            clip_bound: 1.0,
+        })),
         ..plain()
     };
     let refused = admit_under(&gaussian, Some(&local_only)).unwrap_err();
     assert!(matches!(
         refused,
         Refusal::NotAllowed {
-            mode: PolicyMode::LdpGaussian,
+            mode: PolicyMode::Local(LocalKind::Gaussian),
             ..
         }
     ));
@@ -155,25 +156,40 @@ fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
 #[test]
 fn a_tasks_delta_is_clamped_to_the_policys() {
     let task = Task {
-        local: Some(LocalMechanism::Gaussian {
+        local: Some(LocalMechanism::Gaussian(GaussianLdp {
             epsilon: 4.0,
             delta: 0.5,
-            clip: 1.0,
-        }),
+            clip_bound: 1.0,
+        })),
         ..plain()
     };
-    let p = policy(&[PolicyMode::LdpGaussian]);
+    let p = policy(&[PolicyMode::Local(LocalKind::Gaussian)]);
     let Protection::Local { mechanism, release } = admit_under(&task, Some(&p)).unwrap() else {
         panic!("not a local release");
     };
-    let expected = LocalMechanism::Gaussian {
+    let expected = LocalMechanism::Gaussian(GaussianLdp {
         epsilon: 4.0,
         delta: 1e-5,
-        clip: 1.0,
-    };
+        clip_bound: 1.0,
+    });
     assert_eq!(mechanism, expected);
-    assert_eq!(release, Release::gaussian(4.0, 1e-5, 1.0).unwrap());
-    let unclamped = Release::gaussian(4.0, 0.5, 1.0).unwrap();
+    assert_eq!(
+        release,
+        LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 4.0,
+            delta: 1e-5,
+            clip_bound: 1.0
+        })
+        .accounted_release()
+        .unwrap()
+    );
+    let unclamped = LocalMechanism::Gaussian(GaussianLdp {
+        epsilon: 4.0,
+        delta: 0.5,
+        clip_bound: 1.0,
+    })
+    .accounted_release()
+    .unwrap();
     assert!(
         release.noise > 3.0 * unclamped.noise,
         "{release:?} {unclamped:?}"

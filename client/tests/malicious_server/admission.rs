@@ -6,9 +6,7 @@
 use crate::honest;
 use crate::scripted::*;
 use fl_authority::policy::{FederationPolicy, PolicyMode};
-use fl_proto::v1::{
-    AdmmTask, GaussianLdp, LaplaceLdp, LocalPrivacy, ModelSpec, RoundTask, client_message,
-};
+use fl_proto::v1::{AdmmTask, LocalPrivacy, ModelSpec, RoundTask, client_message};
 use fl_secagg::{GraphKind, ServerStage, StageMessage, Verifier};
 use std::sync::Arc;
 
@@ -79,13 +77,13 @@ fn plain_task(round: u64) -> RoundTask {
 fn gaussian_task(round: u64, epsilon: f64, delta: f64) -> RoundTask {
     RoundTask {
         local_privacy: Some(LocalPrivacy {
-            mechanism: Some(fl_proto::v1::local_privacy::Mechanism::Gaussian(
-                GaussianLdp {
-                    epsilon,
-                    delta,
-                    clip_bound: 1.0,
-                },
-            )),
+            mechanism: "ldp-gaussian".into(),
+            parameters: [
+                ("epsilon".into(), epsilon),
+                ("delta".into(), delta),
+                ("clip_bound".into(), 1.0),
+            ]
+            .into(),
         }),
         ..plain_task(round)
     }
@@ -96,7 +94,7 @@ fn gaussian_task(round: u64, epsilon: f64, delta: f64) -> RoundTask {
 /// is refused naming the rule, and nothing of the client's data leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malicious_server_sends_a_plain_task_to_a_policy_client() {
-    let no_plain: Vec<PolicyMode> = (PolicyMode::ALL.into_iter())
+    let no_plain: Vec<PolicyMode> = (PolicyMode::all().into_iter())
         .filter(|m| *m != PolicyMode::Plain)
         .collect();
     for with_policy in [false, true] {
@@ -151,7 +149,9 @@ async fn malicious_server_asks_for_federated_evaluation() {
 async fn malicious_server_asks_for_an_iadmm_step() {
     let fleet = Fleet {
         signed: true,
-        policy: Some(allowing(&[PolicyMode::LdpLaplace])),
+        policy: Some(allowing(&[PolicyMode::Local(
+            fl_privacy::LocalKind::Laplace,
+        )])),
     };
     let mut setup = setup_fleet("iadmm", 1, fleet).await;
     let mut peers = setup.peers(1).await;
@@ -164,13 +164,13 @@ async fn malicious_server_asks_for_an_iadmm_step() {
             total_examples: 120,
         }),
         local_privacy: Some(LocalPrivacy {
-            mechanism: Some(fl_proto::v1::local_privacy::Mechanism::Laplace(
-                LaplaceLdp {
-                    epsilon: 1.0,
-                    clip_bound: 1.0,
-                    steps: 1,
-                },
-            )),
+            mechanism: "ldp-laplace".into(),
+            parameters: [
+                ("epsilon".into(), 1.0),
+                ("clip_bound".into(), 1.0),
+                ("steps".into(), 1.0),
+            ]
+            .into(),
         }),
         ..plain_task(1)
     };

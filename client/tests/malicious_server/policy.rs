@@ -5,7 +5,7 @@
 
 use crate::honest;
 use crate::scripted::*;
-use fl_proto::v1::{GaussianLdp, LaplaceLdp, LocalPrivacy, RoundTask, client_message};
+use fl_proto::v1::{LocalPrivacy, RoundTask, client_message};
 use fl_secagg::{GraphKind, SealedShares, ServerStage, StageMessage, Verifier};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -184,13 +184,13 @@ fn gaussian_task(round: u64, epsilon: f64) -> RoundTask {
         round,
         secagg: None,
         local_privacy: Some(LocalPrivacy {
-            mechanism: Some(fl_proto::v1::local_privacy::Mechanism::Gaussian(
-                GaussianLdp {
-                    epsilon,
-                    delta: 1e-5,
-                    clip_bound: 1.0,
-                },
-            )),
+            mechanism: "ldp-gaussian".into(),
+            parameters: [
+                ("epsilon".into(), epsilon),
+                ("delta".into(), 1e-5),
+                ("clip_bound".into(), 1.0),
+            ]
+            .into(),
         }),
         ..task(false)
     }
@@ -202,13 +202,13 @@ fn laplace_task(round: u64, epsilon: f64) -> RoundTask {
         round,
         secagg: None,
         local_privacy: Some(LocalPrivacy {
-            mechanism: Some(fl_proto::v1::local_privacy::Mechanism::Laplace(
-                LaplaceLdp {
-                    epsilon,
-                    clip_bound: 1.0,
-                    steps: 1,
-                },
-            )),
+            mechanism: "ldp-laplace".into(),
+            parameters: [
+                ("epsilon".into(), epsilon),
+                ("clip_bound".into(), 1.0),
+                ("steps".into(), 1.0),
+            ]
+            .into(),
         }),
         ..task(false)
     }

@@ -108,7 +108,7 @@ pub(crate) fn policy() -> FederationPolicy {
     FederationPolicy {
         federation: "hospitals".into(),
         serial: 1,
-        modes: PolicyMode::ALL.into(),
+        modes: PolicyMode::all().into_iter().collect(),
         min_clients: 4,
         min_degree: MinDegree::AtLeast(3),
         min_threshold: 0.7,

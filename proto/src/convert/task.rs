@@ -3,7 +3,7 @@
 
 use crate::v1;
 use fl_model::{LocalConfig, Model};
-use fl_privacy::{LocalMechanism, MAX_VARIANCE, Release, ReleaseKind};
+use fl_privacy::{LocalKind, LocalMechanism, MAX_VARIANCE, Release};
 use fl_secagg::task::{AdmmStep, SecureTask, Task};
 use fl_secagg::{Quantizer, Ring};
 
@@ -11,34 +11,9 @@ use super::WireError;
 
 impl From<LocalMechanism> for v1::LocalPrivacy {
     fn from(m: LocalMechanism) -> Self {
-        use v1::local_privacy::Mechanism;
-        let mechanism = match m {
-            LocalMechanism::Gaussian {
-                epsilon,
-                delta,
-                clip,
-            } => Mechanism::Gaussian(v1::GaussianLdp {
-                epsilon,
-                delta,
-                clip_bound: clip,
-            }),
-            LocalMechanism::Laplace {
-                epsilon,
-                clip,
-                steps,
-            } => Mechanism::Laplace(v1::LaplaceLdp {
-                epsilon,
-                clip_bound: clip,
-                steps,
-            }),
-            LocalMechanism::SignDs { epsilon, k, h } => Mechanism::Signds(v1::SignDsLdp {
-                epsilon,
-                k: k as u64,
-                h: h as u64,
-            }),
-        };
         v1::LocalPrivacy {
-            mechanism: Some(mechanism),
+            mechanism: m.name().into(),
+            parameters: m.parameters().into_iter().collect(),
         }
     }
 }
@@ -46,38 +21,15 @@ impl From<LocalMechanism> for v1::LocalPrivacy {
 impl TryFrom<&v1::LocalPrivacy> for LocalMechanism {
     type Error = WireError;
     fn try_from(p: &v1::LocalPrivacy) -> Result<Self, WireError> {
-        use v1::local_privacy::Mechanism;
-        let size =
-            |v: u64| usize::try_from(v).map_err(|_| WireError(format!("size {v} too large")));
-        Ok(match &p.mechanism {
-            Some(Mechanism::Gaussian(g)) => LocalMechanism::Gaussian {
-                epsilon: g.epsilon,
-                delta: g.delta,
-                clip: g.clip_bound,
-            },
-            Some(Mechanism::Laplace(l)) => LocalMechanism::Laplace {
-                epsilon: l.epsilon,
-                clip: l.clip_bound,
-                steps: l.steps,
-            },
-            Some(Mechanism::Signds(s)) => LocalMechanism::SignDs {
-                epsilon: s.epsilon,
-                k: size(s.k)?,
-                h: size(s.h)?,
-            },
-            None => return Err(WireError("LocalPrivacy without a mechanism".into())),
-        })
+        let parameters = p.parameters.iter().map(|(k, &v)| (k.clone(), v)).collect();
+        LocalMechanism::from_parameters(&p.mechanism, &parameters).map_err(WireError)
     }
 }
 
 impl From<&Release> for v1::LocalRelease {
     fn from(r: &Release) -> Self {
         v1::LocalRelease {
-            mechanism: match r.kind {
-                ReleaseKind::Gaussian => v1::LocalMechanism::Gaussian,
-                ReleaseKind::Laplace => v1::LocalMechanism::Laplace,
-                ReleaseKind::SignDs => v1::LocalMechanism::Signds,
-            } as i32,
+            mechanism: r.kind.name().into(),
             epsilon: r.epsilon,
             delta: r.delta,
             noise: r.noise,
@@ -89,19 +41,8 @@ impl From<&Release> for v1::LocalRelease {
 impl TryFrom<&v1::LocalRelease> for Release {
     type Error = WireError;
     fn try_from(r: &v1::LocalRelease) -> Result<Self, WireError> {
-        let kind = match v1::LocalMechanism::try_from(r.mechanism) {
-            Ok(v1::LocalMechanism::Gaussian) => ReleaseKind::Gaussian,
-            Ok(v1::LocalMechanism::Laplace) => ReleaseKind::Laplace,
-            Ok(v1::LocalMechanism::Signds) => ReleaseKind::SignDs,
-            _ => {
-                return Err(WireError(format!(
-                    "unknown local mechanism {}",
-                    r.mechanism
-                )));
-            }
-        };
         Ok(Release {
-            kind,
+            kind: r.mechanism.parse::<LocalKind>().map_err(WireError)?,
             epsilon: r.epsilon,
             delta: r.delta,
             noise: r.noise,

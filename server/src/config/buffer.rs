@@ -87,11 +87,7 @@ fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
              other, and a buffer fills with clients that trained on different models at \
              different times",
         ),
-        PrivacyMode::None
-        | PrivacyMode::DpFtrl
-        | PrivacyMode::LdpGaussian
-        | PrivacyMode::LdpLaplace
-        | PrivacyMode::SignDs => None,
+        PrivacyMode::None | PrivacyMode::DpFtrl | PrivacyMode::Local(_) => None,
     }
 }
 
@@ -121,8 +117,8 @@ mod tests {
         assert!(refused(&in_mode(PrivacyMode::SecAgg)).contains("secure aggregation"));
         for mode in [
             PrivacyMode::None,
-            PrivacyMode::LdpGaussian,
-            PrivacyMode::SignDs,
+            PrivacyMode::Local(fl_privacy::LocalKind::Gaussian),
+            PrivacyMode::Local(fl_privacy::LocalKind::SignDs),
         ] {
             in_mode(mode).validate().unwrap();
         }

@@ -1,96 +1,126 @@
-//! `[local]` and `[signds]`: the client-side mechanisms.
+//! `[local]`: the table of the client-side mechanism `privacy.mode` names. Each mechanism
+//! declares its own keys (`fl_privacy::ClientMechanism::Settings`); this file only reads the
+//! table as that mechanism's. A key another mechanism reads is said to be ignored (one line),
+//! a key no mechanism reads is refused.
 
-use super::{ConfigError, PrivacyMode};
+use super::ConfigError;
+use fl_privacy::{LocalKind, LocalSettings};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
-/// `[local]`: the per-round parameters of the client-side mechanisms.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct LocalSection {
-    /// epsilon of each upload (a client's loss composes over the rounds it takes part in).
-    pub epsilon: f64,
-    /// delta of each upload (`ldp-gaussian`).
-    pub delta: f64,
-    /// S: the L2 bound of the update (`ldp-gaussian`), or R: the L1 bound of each per-example
-    /// gradient (`ldp-laplace`).
-    pub clip_bound: f64,
-    /// J: the local SGD steps each client runs under `ldp-laplace`, each on a batch of
-    /// `train.batch_size` examples (fewer when a client has fewer), whatever its number of
-    /// examples: the sensitivity 2 R eta (1/B + J - 1) is then public.
-    pub steps: u64,
-}
+/// `[local]` as written: read as the settings of the mechanism the run names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LocalTable(toml::Table);
 
-impl Default for LocalSection {
-    fn default() -> Self {
-        Self {
-            epsilon: 1.0,
-            delta: 1e-5,
-            clip_bound: 1.0,
-            steps: 1,
+impl LocalTable {
+    /// Sets `key` (for configurations built in code).
+    pub fn set(&mut self, key: &str, value: impl Into<toml::Value>) {
+        self.0.insert(key.into(), value.into());
+    }
+
+    /// The settings of `kind`: its keys as written, the others' dropped, unknown ones refused.
+    pub fn settings(&self, kind: LocalKind) -> Result<LocalSettings, ConfigError> {
+        let own = keys_of(kind);
+        let elsewhere = every_key();
+        let read = (self.0.iter())
+            .filter(|(key, _)| own.contains(*key) || !elsewhere.contains(*key))
+            .map(|(key, value)| (key.clone(), value.clone()));
+        let table = toml::Value::Table(read.collect());
+        let settings = LocalSettings::read(kind, table)
+            .map_err(|e| ConfigError::Invalid(format!("[local] for {kind}: {}", e.message())))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Refuses a key no mechanism reads, and an out-of-range value for any mechanism that reads
+    /// it, whatever the run's mode: a mistake wherever it is, and a surprise for whoever
+    /// switches the mode later.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        let known = every_key();
+        if let Some(key) = self.0.keys().find(|key| !known.contains(*key)) {
+            return Err(ConfigError::Invalid(format!(
+                "[local] has no key `{key}`: the mechanisms read {}",
+                Vec::from_iter(known).join(", ")
+            )));
         }
+        for &kind in LocalKind::ALL {
+            self.settings(kind)?;
+        }
+        Ok(())
     }
 }
 
-impl LocalSection {
-    pub(super) fn validate(&self, mode: PrivacyMode) -> Result<(), ConfigError> {
-        let ok = self.epsilon > 0.0
-            && self.epsilon.is_finite()
-            && (mode != PrivacyMode::LdpGaussian || (self.delta > 0.0 && self.delta < 1.0))
-            && (mode == PrivacyMode::SignDs
-                || (self.clip_bound > 0.0 && self.clip_bound.is_finite()))
-            && self.steps > 0;
-        if ok {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(format!(
-                "[local] needs epsilon > 0, delta in (0, 1), clip_bound C > 0 and steps >= 1 (got \
-                 epsilon = {}, delta = {}, clip_bound = {}, steps = {})",
-                self.epsilon, self.delta, self.clip_bound, self.steps
-            )))
-        }
+/// The mechanisms that read `key` of `[local]`.
+pub(super) fn readers(key: &str) -> Vec<LocalKind> {
+    let reads = |kind: &&LocalKind| keys_of(**kind).contains(key);
+    LocalKind::ALL.iter().filter(reads).copied().collect()
+}
+
+/// The keys of `kind`'s table.
+fn keys_of(kind: LocalKind) -> BTreeSet<String> {
+    let defaults = toml::Table::try_from(LocalSettings::default_of(kind));
+    defaults
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The keys any mechanism reads.
+fn every_key() -> BTreeSet<String> {
+    LocalKind::ALL
+        .iter()
+        .flat_map(|&kind| keys_of(kind))
+        .collect()
+}
+
+impl schemars::JsonSchema for LocalTable {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LocalTable".into()
+    }
+
+    /// One table per mechanism, titled with its name.
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let tables: Vec<schemars::Schema> = (LocalKind::ALL.iter())
+            .map(|&kind| {
+                let settings = kind.settings_schema(generator);
+                schemars::json_schema!({
+                    "title": kind.name(),
+                    "description": kind.description(),
+                    "allOf": [settings],
+                })
+            })
+            .collect();
+        schemars::json_schema!({
+            "description": "The keys of the client-side mechanism privacy.mode names.",
+            "type": "object",
+            "oneOf": tables,
+        })
     }
 }
 
-/// `[signds]`: SignDS's sizes and the server's step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct SignDsSection {
-    /// k as a fraction of d: the top-k set's size.
-    pub top_k: f64,
-    /// h: dimensions released; 0 takes the largest h with E\[nu\]/h >= `ratio`.
-    pub output_dimensions: usize,
-    /// The E\[nu\]/h ratio that picks h when `output_dimensions` is 0.
-    pub ratio: f64,
-    /// eta_g: the server's step along the mean sparse sign update.
-    pub global_learning_rate: f64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Default for SignDsSection {
-    fn default() -> Self {
-        Self {
-            top_k: 0.01,
-            output_dimensions: 0,
-            ratio: 0.6,
-            global_learning_rate: 0.05,
-        }
-    }
-}
-
-impl SignDsSection {
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        let ok = self.top_k > 0.0
-            && self.top_k < 1.0
-            && self.ratio > 0.0
-            && self.ratio <= 1.0
-            && self.global_learning_rate > 0.0
-            && self.global_learning_rate.is_finite();
-        if ok {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(
-                "[signds] needs top_k in (0, 1), ratio in (0, 1] and global_learning_rate > 0"
-                    .into(),
-            ))
-        }
+    #[test]
+    fn a_table_is_read_as_its_mechanisms() {
+        let mut table = LocalTable::default();
+        table.set("epsilon", 2.5);
+        table.set("steps", 3);
+        let LocalSettings::Gaussian(g) = table.settings(LocalKind::Gaussian).unwrap() else {
+            panic!("the Gaussian mechanism's settings");
+        };
+        assert_eq!((g.epsilon, g.delta), (2.5, 1e-5));
+        let LocalSettings::Laplace(l) = table.settings(LocalKind::Laplace).unwrap() else {
+            panic!("the Laplace mechanism's settings");
+        };
+        assert_eq!((l.epsilon, l.steps), (2.5, 3));
+        assert_eq!(readers("steps"), [LocalKind::Laplace]);
+        assert_eq!(readers("epsilon"), LocalKind::ALL);
+        table.set("stepz", 3);
+        let err = table.check().unwrap_err().to_string();
+        assert!(err.contains("no key `stepz`"), "{err}");
+        let err = table.settings(LocalKind::Laplace).unwrap_err().to_string();
+        assert!(err.contains("unknown field `stepz`"), "{err}");
     }
 }

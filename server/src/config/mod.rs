@@ -1,5 +1,5 @@
 //! The run configuration: one TOML file with `[server]`, `[model]`, `[train]`, `[data]`,
-//! `[privacy]`, `[local]`, `[signds]`, `[admm]`, `[secagg]`, `[robust]`, `[eval]` and `[buffer]`
+//! `[privacy]`, `[local]`, `[admm]`, `[secagg]`, `[robust]`, `[eval]` and `[buffer]`
 //! sections,
 //! every key optional with the defaults of each section's file, unknown keys refused. Each section
 //! validates itself; [`plan`] parses the privacy mode with the sections it uses into one
@@ -24,7 +24,7 @@ pub use admm::AdmmSection;
 pub use buffer::{BufferSection, Cadence};
 pub use data::DataSection;
 pub use eval::EvalSection;
-pub use local::{LocalSection, SignDsSection};
+pub use local::LocalTable;
 pub use model::{ModelKind, ModelSection};
 pub use plan::PrivacyPlan;
 pub use privacy::{BudgetKind, ClipMode, PrivacyMode, PrivacySection};
@@ -90,9 +90,6 @@ pub enum ConfigError {
     /// The client-side mechanism's settings (`[local]`) are refused.
     #[error("[local]: {0}")]
     Mechanism(#[from] fl_privacy::LocalPrivacyError),
-    /// SignDS's sizes do not fit the model.
-    #[error("[local]: {0}")]
-    SignDs(#[from] fl_privacy::signds::SignDsError),
 }
 
 /// Everything a run needs.
@@ -112,11 +109,9 @@ pub struct RunConfig {
     pub privacy: PrivacySection,
     /// Secure aggregation (with `privacy.mode = "secagg"`).
     pub secagg: SecAggSection,
-    /// Client-side mechanisms (with `privacy.mode = "ldp-gaussian"`, `"ldp-laplace"` or
-    /// `"signds"`).
-    pub local: LocalSection,
-    /// SignDS (with `privacy.mode = "signds"`).
-    pub signds: SignDsSection,
+    /// The client-side mechanism's settings (with `privacy.mode` a mechanism's name): the keys
+    /// of the mechanism the mode names.
+    pub local: LocalTable,
     /// Inexact ADMM (with `train.algorithm = "iadmm"`).
     pub admm: AdmmSection,
     /// Defences against hostile updates: the aggregate's bound, and for non-private FedAvg an
@@ -186,9 +181,8 @@ impl RunConfig {
         // The ranges of sections this mode does not use too: an out-of-range value is a mistake
         // wherever it is, and would surprise whoever switches the mode later.
         self.secagg.validate()?;
-        self.local.validate(self.privacy.mode)?;
+        self.local.check()?;
         self.admm.validate()?;
-        self.signds.validate()?;
         self.buffer.validate(self)?;
         self.plan().map(drop)
     }
@@ -247,9 +241,7 @@ impl RunConfig {
         let mode = match self.privacy.mode {
             PrivacyMode::None | PrivacyMode::Central | PrivacyMode::DpFtrl => PolicyMode::Plain,
             PrivacyMode::SecAgg => PolicyMode::SecAgg,
-            PrivacyMode::LdpGaussian => PolicyMode::LdpGaussian,
-            PrivacyMode::LdpLaplace => PolicyMode::LdpLaplace,
-            PrivacyMode::SignDs => PolicyMode::SignDs,
+            PrivacyMode::Local(kind) => PolicyMode::Local(kind),
         };
         let iadmm = (self.train.algorithm == Algorithm::Iadmm).then_some(PolicyMode::Iadmm);
         let refuse = |what: String| {
@@ -375,16 +367,19 @@ fn resolve_relative_paths(table: &mut toml::Table, base: &Path) {
 
 /// Sets `section.key` (any depth) of `table` to VALUE from a `section.key=VALUE` override.
 /// The privacy modes that read a mode-specific key (`None`: every mode may read it).
-fn readers(section: &str, key: &str) -> Option<&'static [PrivacyMode]> {
-    use PrivacyMode::{DpFtrl, LdpGaussian, LdpLaplace, SecAgg, SignDs};
+fn readers(section: &str, key: &str) -> Option<Vec<PrivacyMode>> {
+    use PrivacyMode::{DpFtrl, SecAgg};
     match (section, key) {
-        ("local", "epsilon") => Some(&[LdpGaussian, LdpLaplace, SignDs]),
-        ("local", _) => Some(&[LdpGaussian, LdpLaplace]),
-        ("signds", _) => Some(&[SignDs]),
+        ("local", key) => Some(
+            local::readers(key)
+                .into_iter()
+                .map(PrivacyMode::Local)
+                .collect(),
+        ),
         // The authority's files: a policy binds every mode.
         ("secagg", "authority" | "revocations" | "policy") => None,
-        ("secagg", _) => Some(&[SecAgg]),
-        ("privacy", "noise") => Some(&[DpFtrl]),
+        ("secagg", _) => Some(vec![SecAgg]),
+        ("privacy", "noise") => Some(vec![DpFtrl]),
         _ => None,
     }
 }
@@ -399,11 +394,12 @@ pub fn ignored_keys(table: &toml::Table, config: &RunConfig) -> Vec<String> {
             continue;
         };
         for key in keys.keys() {
-            let Some(modes) = readers(section, key).filter(|m| !m.contains(&mode)) else {
+            let read_elsewhere = |m: &Vec<PrivacyMode>| !m.is_empty() && !m.contains(&mode);
+            let Some(modes) = readers(section, key).filter(read_elsewhere) else {
                 continue;
             };
             // A mode as the configuration writes it, quoted.
-            let quoted = |m: &PrivacyMode| serde_json::to_string(m).unwrap_or_default();
+            let quoted = |m: &PrivacyMode| format!("\"{}\"", m.name());
             let names: Vec<String> = modes.iter().map(quoted).collect();
             lines.push(format!(
                 "{section}.{key} is ignored: only privacy.mode = {} reads it, this run's is {}",
@@ -416,7 +412,7 @@ pub fn ignored_keys(table: &toml::Table, config: &RunConfig) -> Vec<String> {
 }
 
 /// The sections only a private run reads.
-const PRIVACY_SECTIONS: [&str; 3] = ["privacy", "local", "signds"];
+const PRIVACY_SECTIONS: [&str; 2] = ["privacy", "local"];
 
 /// Refuses a privacy setting written (in the file or by `--set`) for a run of
 /// `privacy.mode = "none"`: whoever writes an epsilon must get privacy or an error, never a run
@@ -436,10 +432,13 @@ fn refuse_privacy_without_a_mode(
             .keys()
             .find(|k| (section, k.as_str()) != ("privacy", "mode"))
         {
+            let modes = PrivacyMode::all();
+            let names = (modes.iter().filter(|(m, ..)| *m != PrivacyMode::None))
+                .map(|(_, name, _)| format!("\"{name}\""));
             return Err(ConfigError::Invalid(format!(
                 "{section}.{key} is set, but privacy.mode = \"none\" runs without privacy: \
-                 choose a mode (privacy.mode = \"central\", \"secagg\", \"dp-ftrl\", \
-                 \"ldp-gaussian\", \"ldp-laplace\" or \"signds\") or remove {section}.{key}"
+                 choose a mode (privacy.mode = {}) or remove {section}.{key}",
+                names.collect::<Vec<_>>().join(", ")
             )));
         }
     }

@@ -1,6 +1,7 @@
 //! Keys that have moved, still read: flat keys of a kind that now has its own table (DP-FTRL's
-//! noise streams, `[privacy.noise.NAME]`; the trimmed mean, `[robust.aggregator.NAME]`), read
-//! into that table with one warning line each that names the new place. The list is closed: a
+//! noise streams, `[privacy.noise.NAME]`; the trimmed mean, `[robust.aggregator.NAME]`; SignDS's
+//! `[signds]`, now its `[local]` table), read into that table with one warning line each that
+//! names the new place. The list is closed: a
 //! new kind's keys live in its own table from the start. A checkpoint written before the move
 //! holds them too (unset ones as nulls, defaults as written), and reads the same way.
 
@@ -57,6 +58,13 @@ const fn stream(old: &'static str, kind: &'static str, key: &'static str) -> Mov
 /// into their kinds' tables; a line for each, to be said as a warning.
 pub(super) fn move_old_keys(table: &mut toml::Table) -> Result<Vec<String>, ConfigError> {
     let mut lines = Vec::new();
+    if let Some(signds) = table.remove(SIGNDS) {
+        let invalid = |e: String| ConfigError::Invalid(format!("[{SIGNDS}]: {e}"));
+        let mut json = serde_json::json!({ SIGNDS: signds, LOCAL: table.remove(LOCAL) });
+        lines.extend(move_signds(&mut json, true)?);
+        let local = toml::Value::try_from(&json[LOCAL]).map_err(|e| invalid(e.to_string()))?;
+        table.insert(LOCAL.into(), local);
+    }
     for section in ["privacy", "robust"] {
         let Some(keys) = table.get_mut(section) else {
             continue;
@@ -75,12 +83,45 @@ pub(super) fn move_old_keys(table: &mut toml::Table) -> Result<Vec<String>, Conf
 /// The same for a checkpoint's configuration (`config`, as JSON), whose unset keys are nulls
 /// and whose defaults are written: a key of another kind than the holder's is dropped.
 pub(crate) fn move_checkpoint_keys(config: &mut Value) -> Result<(), ConfigError> {
+    move_signds(config, false)?;
     for section in ["privacy", "robust"] {
         if let Some(keys) = config.get_mut(section) {
             move_in_section(section, keys, false)?;
         }
     }
     Ok(())
+}
+
+/// The section SignDS's settings moved from, and the one they moved to.
+const SIGNDS: &str = "signds";
+const LOCAL: &str = "local";
+
+/// Moves `[signds]`'s keys of `config` (as JSON; a null one is dropped) into `[local]`, with a
+/// line for each when `written`; a key `[local]` sets too is refused.
+fn move_signds(config: &mut Value, written: bool) -> Result<Vec<String>, ConfigError> {
+    let Some(Value::Object(old)) = config.as_object_mut().and_then(|c| c.remove(SIGNDS)) else {
+        return Ok(Vec::new());
+    };
+    let local = &mut config[LOCAL];
+    if !local.is_object() {
+        *local = Value::Object(Map::new());
+    }
+    let mut lines = Vec::new();
+    for (key, value) in old.into_iter().filter(|(_, v)| !v.is_null()) {
+        let place = format!("[{LOCAL}] {key}");
+        if local.get(&key).is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "{SIGNDS}.{key} has moved to {place}, which is set too: write it there once"
+            )));
+        }
+        if written {
+            lines.push(format!(
+                "{SIGNDS}.{key} has moved: read as {place} (SignDS's settings); write it there"
+            ));
+        }
+        local[&key] = value;
+    }
+    Ok(lines)
 }
 
 /// Moves `section`'s old keys (a null one is dropped) into their kinds' tables. An old key of
@@ -180,6 +221,36 @@ mod tests {
         let mut mean = serde_json::json!({"robust": {"aggregator": "mean", "trim_fraction": 0.1}});
         move_checkpoint_keys(&mut mean).unwrap();
         assert_eq!(mean, serde_json::json!({"robust": {"aggregator": "mean"}}));
+    }
+
+    /// `[signds]` moves into `[local]`, a line per key, in a file and in a checkpoint (whose
+    /// defaults are written).
+    #[test]
+    fn signds_settings_move_into_the_local_table() {
+        let text = "[privacy]\nmode = \"signds\"\n[local]\nepsilon = 2.0\n[signds]\ntop_k = 0.3\n";
+        let mut table: toml::Table = toml::from_str(text).unwrap();
+        let lines = move_old_keys(&mut table).unwrap();
+        assert_eq!(table["local"].to_string(), "{ epsilon = 2.0, top_k = 0.3 }");
+        assert!(!table.contains_key("signds"));
+        assert_eq!(
+            lines,
+            ["signds.top_k has moved: read as [local] top_k (SignDS's settings); write it there"]
+        );
+        let twice = "[local]\ntop_k = 0.1\n[signds]\ntop_k = 0.3\n";
+        let mut table: toml::Table = toml::from_str(twice).unwrap();
+        assert!(move_old_keys(&mut table).is_err());
+        let mut config = serde_json::json!({"privacy": {"mode": "signds"},
+            "local": {"epsilon": 2.0, "delta": 1e-5, "clip_bound": 1.0, "steps": 1},
+            "signds": {"top_k": 0.3, "output_dimensions": 2, "ratio": 0.6,
+                "global_learning_rate": 0.5}});
+        move_checkpoint_keys(&mut config).unwrap();
+        let config: crate::config::RunConfig = serde_json::from_value(config).unwrap();
+        let Ok(fl_privacy::LocalSettings::SignDs(s)) =
+            config.local.settings(fl_privacy::LocalKind::SignDs)
+        else {
+            panic!("SignDS's settings");
+        };
+        assert_eq!((s.epsilon, s.top_k, s.output_dimensions), (2.0, 0.3, 2));
     }
 
     /// The trimmed mean's fraction moves into its table; beside the mean, which never read it,

@@ -1,12 +1,12 @@
 //! `[privacy]`: client-level differential privacy.
 
 use fl_common::schedule::Schedule;
-use fl_privacy::{AccountantKind, Budget, Sampling, StreamSettings};
+use fl_privacy::{AccountantKind, Budget, LocalKind, Sampling, StreamSettings};
 use serde::{Deserialize, Serialize};
 
-/// Whether and how the server protects clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
+/// Whether and how the server protects clients: `none`, `central`, `secagg`, `dp-ftrl` or a
+/// client-side mechanism's name (`ldp-gaussian`, `ldp-laplace`, `signds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrivacyMode {
     /// Plain FedAvg.
     None,
@@ -15,23 +15,123 @@ pub enum PrivacyMode {
     /// Secure aggregation: the server sees only the sum of clipped, quantised updates (with
     /// optional central or distributed noise, see `[secagg]`).
     SecAgg,
-    /// Each client clips its update and adds Gaussian noise (W_p = W + G), see `[local]`.
-    #[serde(rename = "ldp-gaussian")]
-    LdpGaussian,
-    /// Each client trains on L1-clipped per-example gradients and adds Laplace noise to its
-    /// output (APPFL), see `[local]`.
-    #[serde(rename = "ldp-laplace")]
-    LdpLaplace,
-    /// Each client uploads only a sign and a few dimensions (SignDS, EM-MDS), see `[signds]`.
-    #[serde(rename = "signds")]
-    SignDs,
+    /// Each client protects its own upload with this mechanism, see `[local]`.
+    Local(LocalKind),
     /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds correlated noise
     /// (`noise`: a tree or a banded matrix factorization); no sampling, each client within the
     /// noise's participation rule. Each client's contributions are counted by its identity,
     /// which needs stable identities: `fl-server` refuses DP-FTRL without `server.enrollment`,
     /// and `fl sim` enrolls its own clients in `RUN/sim-enrollment.toml`.
-    #[serde(rename = "dp-ftrl")]
     DpFtrl,
+}
+
+impl PrivacyMode {
+    /// The modes that are not a client-side mechanism, with their names and meanings.
+    const SERVER_SIDE: [(PrivacyMode, &'static str, &'static str); 4] = [
+        (Self::None, "none", "Plain FedAvg."),
+        (
+            Self::Central,
+            "central",
+            "Client-level central DP (Geyer et al.): clipping, Gaussian noise on the sum, \
+             accountant.",
+        ),
+        (
+            Self::SecAgg,
+            "secagg",
+            "Secure aggregation: the server sees only the sum of clipped, quantised updates \
+             (with optional central or distributed noise, see `[secagg]`).",
+        ),
+        (
+            Self::DpFtrl,
+            "dp-ftrl",
+            "DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds correlated noise \
+             (`noise`: a tree or a banded matrix factorization); no sampling, each client within \
+             the noise's participation rule. Each client's contributions are counted by its \
+             identity, which needs stable identities: `fl-server` refuses DP-FTRL without \
+             `server.enrollment`, and `fl sim` enrolls its own clients in \
+             `RUN/sim-enrollment.toml`.",
+        ),
+    ];
+
+    /// Every mode with its name and meaning, the client-side mechanisms from their list.
+    pub fn all() -> Vec<(PrivacyMode, &'static str, &'static str)> {
+        let local = (LocalKind::ALL.iter()).map(|&k| (Self::Local(k), k.name(), k.description()));
+        let (server, ftrl) = Self::SERVER_SIDE.split_at(3);
+        (server.iter().copied().chain(local))
+            .chain(ftrl.iter().copied())
+            .collect()
+    }
+
+    /// Its name in configurations.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local(kind) => kind.name(),
+            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl => {
+                let same = |(m, ..): &&(PrivacyMode, &str, &str)| *m == self;
+                Self::SERVER_SIDE
+                    .iter()
+                    .find(same)
+                    .map_or("", |(_, n, _)| n)
+            }
+        }
+    }
+
+    /// The client-side mechanism, if the mode is one.
+    pub fn local(self) -> Option<LocalKind> {
+        match self {
+            Self::Local(kind) => Some(kind),
+            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl => None,
+        }
+    }
+}
+
+impl std::str::FromStr for PrivacyMode {
+    type Err = String;
+
+    /// The mode [`PrivacyMode::name`] names.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let all = Self::all();
+        let found = all.iter().find(|(_, name, _)| *name == s);
+        found.map(|(mode, ..)| *mode).ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|(_, name, _)| *name).collect();
+            format!(
+                "unknown privacy mode `{s}`, expected one of {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
+impl Serialize for PrivacyMode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for PrivacyMode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for PrivacyMode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PrivacyMode".into()
+    }
+
+    /// Each name with its meaning.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let variants: Vec<serde_json::Value> = (Self::all().into_iter())
+            .map(|(_, name, meaning)| {
+                serde_json::json!({ "type": "string", "const": name, "description": meaning })
+            })
+            .collect();
+        schemars::json_schema!({
+            "description": "Whether and how the server protects clients.",
+            "oneOf": variants,
+        })
+    }
 }
 
 /// Which quantity the budget caps.
@@ -81,19 +181,6 @@ pub struct PrivacySection {
     /// DP-FTRL's noise stream: its name (`"tree"`, `"banded"`), every setting at its default,
     /// or its table (`[privacy.noise.banded]`, keys below).
     pub noise: StreamSettings,
-}
-
-impl PrivacyMode {
-    /// Whether a robust aggregation rule may combine this mode's updates: the server sees each
-    /// (released) update and any post-processing of them keeps the mode's guarantee, as in
-    /// plain FedAvg and under the local mechanisms. Central DP and DP-FTRL calibrate their noise
-    /// to a sum, secure aggregation shows only the sum, and SignDS releases dimensions.
-    pub fn robust_rules_apply(self) -> bool {
-        match self {
-            Self::None | Self::LdpGaussian | Self::LdpLaplace => true,
-            Self::Central | Self::SecAgg | Self::DpFtrl | Self::SignDs => false,
-        }
-    }
 }
 
 impl Default for PrivacySection {

@@ -29,9 +29,29 @@ fn page(schema: &Value) -> String {
             "\n## `[{section}]`\n\n{}\n\n",
             prose(&property["description"])
         ));
-        out.push_str(&keys(section, def, defs));
+        match mode_tables(def, defs) {
+            Some(tables) => out.push_str(&tables),
+            None => out.push_str(&keys(section, def, defs)),
+        }
     }
     out
+}
+
+/// A section whose keys are those of the mechanism `privacy.mode` names (`[local]`): each
+/// mechanism's keys under its name.
+fn mode_tables(def: &Value, defs: &Value) -> Option<String> {
+    let tables = def["oneOf"].as_array()?;
+    let mut parts = Vec::new();
+    for table in tables {
+        let name = table["title"].as_str()?;
+        let settings = &defs[name_of(&table["allOf"][0]["$ref"])];
+        parts.push(format!(
+            "With `privacy.mode = \"{name}\"`: {}\n\n{}",
+            prose(&table["description"]),
+            keys(name, settings, defs)
+        ));
+    }
+    Some(parts.join("\n"))
 }
 
 /// The table of a section's (or a sub-table's) keys, then each key's values.

@@ -90,8 +90,14 @@ impl Default for RobustSection {
 
 impl RobustSection {
     /// Checks the ranges, and that the update-norm bound and the trimmed mean go only where the
-    /// server sees each update: privacy `mode` with FedAvg (`fedavg`) or not.
-    pub(super) fn validate_for(&self, mode: PrivacyMode, fedavg: bool) -> Result<(), ConfigError> {
+    /// server sees each update: privacy `mode` (whose updates are each seen, `each_update`, or
+    /// not) with FedAvg (`fedavg`) or not.
+    pub(super) fn validate_for(
+        &self,
+        mode: PrivacyMode,
+        each_update: bool,
+        fedavg: bool,
+    ) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
         if !(self.max_parameter_abs > 0.0 && self.max_parameter_abs <= f64::from(f32::MAX)) {
             return bad("robust.max_parameter_abs must be positive and at most 3.4e38");
@@ -114,11 +120,13 @@ impl RobustSection {
                  private modes bound updates by their own clipping",
             );
         }
-        if self.aggregator.holds_each_update() && !(fedavg && mode.robust_rules_apply()) {
+        if self.aggregator.holds_each_update() && !(fedavg && each_update) {
             return Err(ConfigError::Invalid(format!(
-                "robust.aggregator = \"{}\" applies to FedAvg with privacy.mode \"none\", \
-                 \"ldp-gaussian\" or \"ldp-laplace\": the server must see each (released) update",
-                self.aggregator.name()
+                "robust.aggregator = \"{}\" applies to FedAvg with privacy.mode \"none\" or a \
+                 client-side mechanism that releases dense updates, not \"{}\": the server must \
+                 see each (released) update",
+                self.aggregator.name(),
+                mode.name()
             )));
         }
         Ok(())

@@ -60,7 +60,7 @@ fn a_privacy_setting_without_a_privacy_mode_is_refused() {
         "privacy.delta=2",
         "privacy.clip_bound=-1",
         "local.epsilon=-5",
-        "signds.top_k=10",
+        "local.top_k=10",
     ] {
         let refused = RunConfig::load_with(&path, &[set.to_string()]).unwrap_err();
         let key = set.split('=').next().unwrap();
@@ -112,7 +112,7 @@ fn a_section_the_mode_does_not_read_is_range_checked() {
     for (section, bad) in [
         ("local", "epsilon = -5.0"),
         ("local", "steps = 0"),
-        ("signds", "top_k = 10.0"),
+        ("local", "top_k = 10.0"),
     ] {
         let text = format!("[privacy]\nmode = \"central\"\n[{section}]\n{bad}\n");
         let config: RunConfig = toml::from_str(&text).unwrap();
@@ -137,7 +137,8 @@ fn overrides_set_keys_in_any_section() {
         "server.rounds=7",
     ])
     .unwrap();
-    assert_eq!(c.local.epsilon, 2.5);
+    let local = toml::Value::try_from(&c.local).unwrap();
+    assert_eq!(local["epsilon"].as_float(), Some(2.5));
     assert_eq!(c.data.partition, PartitionScheme::Iid);
     assert_eq!((c.server.clients, c.server.rounds), (20, 7));
     assert!(set(&["epsilon=2"]).is_err());
@@ -251,7 +252,7 @@ fn the_tier_runs_the_summing_modes_and_refuses_the_rest() {
         "{open}"
     );
     let refused = [
-        tiered(PrivacyMode::LdpGaussian, &|_| {}),
+        tiered(PrivacyMode::Local(fl_privacy::LocalKind::Gaussian), &|_| {}),
         tiered(PrivacyMode::SecAgg, &|c| c.secagg.sim_dropout = 0.2),
         tiered(PrivacyMode::None, &|c| c.eval.federated = true),
     ];

@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 pub(crate) struct LocalAccounts {
     mechanism: LocalMechanism,
-    /// The delta at which Gaussian releases are composed.
-    delta: f64,
     clients: BTreeMap<ClientId, LocalLedger>,
 }
 
@@ -48,11 +46,10 @@ pub struct LocalPrivacySummary {
 }
 
 impl LocalAccounts {
-    /// Accounts for `mechanism`, composing Gaussian releases at `delta`.
-    pub(crate) fn new(mechanism: LocalMechanism, delta: f64) -> Self {
+    /// Accounts for `mechanism`, composing its releases at its delta.
+    pub(crate) fn new(mechanism: LocalMechanism) -> Self {
         Self {
             mechanism,
-            delta,
             clients: BTreeMap::new(),
         }
     }
@@ -93,7 +90,7 @@ impl LocalAccounts {
     pub(crate) fn max_epsilon(&self) -> f64 {
         self.clients
             .values()
-            .map(|l| l.epsilon(self.delta))
+            .map(|l| l.epsilon(self.mechanism.composed_delta()))
             .fold(0.0, f64::max)
     }
 
@@ -104,7 +101,7 @@ impl LocalAccounts {
             .map(|(&client, l)| ClientSpend {
                 client,
                 releases: l.releases(),
-                epsilon: l.epsilon(self.delta),
+                epsilon: l.epsilon(self.mechanism.composed_delta()),
             })
             .collect()
     }
@@ -113,7 +110,7 @@ impl LocalAccounts {
     pub(crate) fn summary(&self) -> LocalPrivacySummary {
         let spends = self.per_client();
         let n = spends.len();
-        let delta = self.mechanism.composed_delta(self.delta);
+        let delta = self.mechanism.composed_delta();
         LocalPrivacySummary {
             mechanism: self.mechanism.name().into(),
             epsilon_per_round: self.mechanism.epsilon(),
@@ -129,21 +126,33 @@ impl LocalAccounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fl_privacy::{GaussianLdp, LocalKind, SignDsLdp};
 
     #[test]
     fn refuses_unprotected_or_mismatched_uploads_and_composes_per_client() {
-        let mut a = LocalAccounts::new(
-            LocalMechanism::SignDs {
-                epsilon: 0.5,
-                k: 10,
-                h: 5,
-            },
-            1e-5,
-        );
+        let mut a = LocalAccounts::new(LocalMechanism::SignDs(SignDsLdp {
+            epsilon: 0.5,
+            k: 10,
+            h: 5,
+        }));
         assert!(a.admit(None).unwrap_err().contains("signds"));
-        let gaussian = Release::gaussian(0.5, 1e-5, 1.0).unwrap();
+        let gaussian = LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 0.5,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        })
+        .accounted_release()
+        .unwrap();
         assert!(a.admit(Some(&gaussian)).is_err());
-        let ok = a.admit(Some(&Release::signds(0.5))).unwrap();
+        let ok = a
+            .admit(Some(&Release {
+                kind: LocalKind::SignDs,
+                epsilon: 0.5,
+                delta: 0.0,
+                noise: 0.0,
+                sensitivity: 0.0,
+            }))
+            .unwrap();
         for _ in 0..3 {
             a.record(7, &ok);
         }

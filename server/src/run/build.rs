@@ -323,8 +323,7 @@ impl Builder<'_> {
 
     /// The mechanism of a client-side mode, for this model.
     fn mechanism(&self, local: &LocalAccounting) -> Result<LocalAccounts, ServerError> {
-        let mechanism = local.resolve(self.dim)?;
-        Ok(LocalAccounts::new(mechanism, local.delta()))
+        Ok(LocalAccounts::new(local.resolve(self.dim)?))
     }
 
     /// A client-side mode: every upload is a release the stack checks and accounts.
@@ -332,14 +331,14 @@ impl Builder<'_> {
         let accounts = self.mechanism(&local.accounting)?;
         let rule = match local.rule {
             LocalRule::FedAvg(aggregation) => plain_fedavg(aggregation, self.dim),
-            LocalRule::SignDs { learning_rate } => {
-                signds(&accounts.mechanism(), self.dim, learning_rate)?
+            LocalRule::SignStep { learning_rate } => {
+                sign_step(&accounts.mechanism(), self.dim, learning_rate)
             }
         };
         Ok(Box::new(LocalDp::new(accounts).around(rule)))
     }
 
-    /// Inexact ADMM, under the Laplace mechanism if the clients apply it.
+    /// Inexact ADMM, under a client-side mechanism if the clients apply one.
     fn iadmm(&self, plan: IadmmPlan) -> Result<Box<dyn Strategy>, ServerError> {
         let a = &plan.admm;
         let balancing = a.balance.then_some(ResidualBalancing {
@@ -348,7 +347,7 @@ impl Builder<'_> {
         });
         let total = a.total_examples.unwrap_or(0);
         let rule = Iadmm::new(self.dim, a.rho, balancing, total);
-        Ok(match &plan.laplace {
+        Ok(match &plan.protected {
             Some(local) => Box::new(LocalDp::new(self.mechanism(local)?).around(rule)),
             None => Box::new(rule),
         })
@@ -408,25 +407,17 @@ impl Builder<'_> {
 /// A secure-aggregation run's policy, strategy and collection.
 type SecureParts = (Box<dyn RoundPolicy>, Box<dyn Strategy>, Collection);
 
-/// SignDS's aggregation of (s, J) uploads.
-fn signds(
-    mechanism: &LocalMechanism,
-    dim: usize,
-    learning_rate: f64,
-) -> Result<Box<dyn Strategy>, ServerError> {
-    let &LocalMechanism::SignDs { k, h, epsilon } = mechanism else {
-        return Err(ServerError::Internal(
-            "a signds run without its SignDS mechanism".into(),
-        ));
-    };
+/// The step along the mean sparse sign update of (s, J) uploads of at most h dimensions.
+fn sign_step(mechanism: &LocalMechanism, dim: usize, learning_rate: f64) -> Box<dyn Strategy> {
+    let h = mechanism.release_size(dim);
     tracing::info!(
         d = dim,
-        k,
         h,
-        epsilon,
-        "SignDS: each upload is a sign and h indices"
+        epsilon = mechanism.epsilon(),
+        "{}: each upload is a sign and h indices",
+        mechanism.name()
     );
-    Ok(Box::new(SignDsAvg::new(dim, h, learning_rate as f32)))
+    Box::new(SignDsAvg::new(dim, h, learning_rate as f32))
 }
 
 /// FedAvg over updates the server sees (non-private, or local releases) as the plan asks: the

@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 const LAYERS: [(&str, &[&str]); 6] = [
     ("common", &[]),
     ("datasets", &[]),
-    ("authority", &[]),
     ("model", &["fl-common", "fl-datasets"]),
     ("privacy", &["fl-common", "fl-model"]),
+    ("authority", &["fl-privacy"]),
     ("secagg", &["fl-authority", "fl-model", "fl-privacy"]),
 ];
 

@@ -7,7 +7,7 @@ use clap::Parser;
 use fl_authority::policy::{FederationPolicy, SignedPolicy};
 use fl_client::{ClientOptions, ClientPrivacy, ClientTls};
 use fl_datasets::DataSource;
-use fl_privacy::{ClientLimits, ReleaseKind};
+use fl_privacy::{ClientLimits, LocalKind};
 use fl_secagg::Credentials;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -120,13 +120,13 @@ pub(crate) struct Args {
 }
 
 /// `--privacy`: the one local mechanism this client insists on, or none (`follow`).
-pub(crate) type Requirement = Option<ReleaseKind>;
+pub(crate) type Requirement = Option<LocalKind>;
 
-/// `--privacy`'s parser: `follow`, or a mechanism's name, from [`ReleaseKind::ALL`].
+/// `--privacy`'s parser: `follow`, or a mechanism's name, from [`LocalKind::ALL`].
 fn requirement() -> impl clap::builder::TypedValueParser<Value = Requirement> {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     let follow = PossibleValue::new("follow").help("Whatever the round asks");
-    let kinds = (ReleaseKind::ALL.iter())
+    let kinds = (LocalKind::ALL.iter())
         .map(|k| PossibleValue::new(k.name()).help(format!("{} only", k.description())));
     PossibleValuesParser::new(std::iter::once(follow).chain(kinds))
         .map(|name: String| name.parse().ok())

@@ -1,16 +1,12 @@
-//! The privacy plan: `[privacy]`, `[train]`, `[local]`, `[signds]`, `[admm]`, `[secagg]` and
+//! The privacy plan: `[privacy]`, `[train]`, `[local]`, `[admm]`, `[secagg]` and
 //! `[robust]` parsed into one tagged value in which every mode holds exactly the settings it
 //! uses, so that an invalid combination cannot be written down (parse, don't validate).
 //! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
 //! the mode.
 
-use super::{
-    AdmmSection, Aggregator, ClipMode, ConfigError, LocalSection, NormAction, SecAggSection,
-    SignDsSection,
-};
+use super::{AdmmSection, Aggregator, ClipMode, ConfigError, NormAction, SecAggSection};
 use fl_common::schedule::Schedule;
-use fl_privacy::signds::SignDs;
-use fl_privacy::{AccountantKind, Budget, LocalMechanism, Neighbours, ReleaseKind, Sampling};
+use fl_privacy::{AccountantKind, Budget, LocalMechanism, LocalSettings, Neighbours, Sampling};
 
 mod ftrl;
 mod parse;
@@ -71,53 +67,18 @@ pub enum CentralAccounting {
     Unsampled(Neighbours),
 }
 
-/// A client-side mechanism as configured, and the delta its per-client accounts are stated at;
-/// its sizes (SignDS's k and h) depend on the model, so it is resolved for one.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A client-side mechanism as configured (its `[local]` table, read and checked); its sizes
+/// (SignDS's k and h) depend on the model, so it is resolved for one.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LocalAccounting {
-    /// The mechanism.
-    pub kind: ReleaseKind,
-    /// `[local]`: epsilon (and delta) per upload, C, S.
-    pub local: LocalSection,
-    /// `[signds]`: k as a fraction of d, h or the ratio that picks it (SignDS only).
-    pub signds: SignDsSection,
+    /// The mechanism's settings.
+    pub settings: LocalSettings,
 }
 
 impl LocalAccounting {
-    /// delta of the clients' composed losses.
-    pub fn delta(&self) -> f64 {
-        self.local.delta
-    }
-
     /// The mechanism for a model of `dim` parameters.
     pub fn resolve(&self, dim: usize) -> Result<LocalMechanism, ConfigError> {
-        let (l, sizes) = (&self.local, &self.signds);
-        let mechanism = match self.kind {
-            ReleaseKind::Gaussian => LocalMechanism::Gaussian {
-                epsilon: l.epsilon,
-                delta: l.delta,
-                clip: l.clip_bound,
-            },
-            ReleaseKind::Laplace => LocalMechanism::Laplace {
-                epsilon: l.epsilon,
-                clip: l.clip_bound,
-                steps: l.steps,
-            },
-            ReleaseKind::SignDs => {
-                let k = ((sizes.top_k * dim as f64).round() as usize).max(1);
-                let signds = match sizes.output_dimensions {
-                    0 => SignDs::with_ratio(dim, k, l.epsilon, sizes.ratio),
-                    h => SignDs::new(dim, k, h, l.epsilon),
-                }?;
-                LocalMechanism::SignDs {
-                    epsilon: l.epsilon,
-                    k: signds.k,
-                    h: signds.h,
-                }
-            }
-        };
-        mechanism.check(dim)?;
-        Ok(mechanism)
+        Ok(self.settings.resolve(dim)?)
     }
 }
 
@@ -126,8 +87,8 @@ impl LocalAccounting {
 pub enum LocalRule {
     /// FedAvg over the released dense updates.
     FedAvg(Aggregation),
-    /// SignDS's step of `learning_rate` along the mean sparse sign update.
-    SignDs {
+    /// A step of `learning_rate` along the mean sparse sign update (SignDS).
+    SignStep {
         /// eta_g.
         learning_rate: f64,
     },
@@ -147,8 +108,8 @@ pub struct LocalPlan {
 pub struct IadmmPlan {
     /// rho and residual balancing.
     pub admm: AdmmSection,
-    /// Laplace local DP on each primal step, if any.
-    pub laplace: Option<LocalAccounting>,
+    /// The client-side mechanism that protects each primal step, if any.
+    pub protected: Option<LocalAccounting>,
 }
 
 /// Secure aggregation.
@@ -216,7 +177,7 @@ impl PrivacyPlan {
     pub fn local(&self) -> Option<&LocalAccounting> {
         match self {
             PrivacyPlan::Local(l) => Some(&l.accounting),
-            PrivacyPlan::Iadmm(i) => i.laplace.as_ref(),
+            PrivacyPlan::Iadmm(i) => i.protected.as_ref(),
             PrivacyPlan::None(_)
             | PrivacyPlan::Central(_)
             | PrivacyPlan::Secure(_)

@@ -9,8 +9,8 @@ use crate::config::{
     Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise, ServerOptimizerKind,
 };
 use fl_privacy::{
-    AccountantKind, GaussianRound, Neighbours, PrivacyEvent, ReleaseKind, Sampling,
-    UnsampledGaussian, max_rounds,
+    AccountantKind, GaussianRound, LocalKind, LocalSettings, Neighbours, PrivacyEvent,
+    ReleaseAggregation, Sampling, UnsampledGaussian, max_rounds,
 };
 
 impl RunConfig {
@@ -20,23 +20,35 @@ impl RunConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         let mode = self.privacy.mode;
         let iadmm = self.train.algorithm == Algorithm::Iadmm;
-        self.robust.validate_for(mode, !iadmm)?;
+        let local = (mode.local())
+            .map(|kind| self.local.settings(kind))
+            .transpose()?;
+        let each_update = match &local {
+            Some(settings) => settings.aggregation() == ReleaseAggregation::Mean,
+            None => mode == PrivacyMode::None,
+        };
+        self.robust.validate_for(mode, each_update, !iadmm)?;
         self.eval.validate_for(mode, !iadmm)?;
         // Only the built-in trainer clips every example's gradient in L1 inside training, and it
-        // cannot train a model it does not know.
-        if self.model.is_external() && (iadmm || mode == PrivacyMode::LdpLaplace) {
-            return bad(
-                "train.algorithm = \"iadmm\" and privacy.mode = \"ldp-laplace\" need the \
-                 built-in trainer, which cannot train model.kind = \"external\""
-                    .into(),
+        // cannot train a model it does not know; that clipped SGD is left as its sensitivity
+        // analysis states it, without augmentation.
+        let built_in = (mode.local()).is_some_and(LocalKind::needs_built_in_trainer);
+        let needs = |what: &str| {
+            let of = match (iadmm, built_in) {
+                (true, _) => "train.algorithm = \"iadmm\"".to_string(),
+                (false, _) => format!("privacy.mode = \"{}\"", mode.name()),
+            };
+            Err(ConfigError::Invalid(format!("{of} {what}")))
+        };
+        if self.model.is_external() && (iadmm || built_in) {
+            return needs(
+                "needs the built-in trainer (per-example clipping inside training), which \
+                 cannot train model.kind = \"external\"",
             );
         }
-        // The per-example clipped SGD of both is left as its sensitivity analysis states it.
-        if self.train.random_shift > 0 && (iadmm || mode == PrivacyMode::LdpLaplace) {
-            return bad(
-                "train.random_shift augments plain local SGD: train.algorithm = \"iadmm\" and \
-                 privacy.mode = \"ldp-laplace\" train without it"
-                    .into(),
+        if self.train.random_shift > 0 && (iadmm || built_in) {
+            return needs(
+                "trains without augmentation: train.random_shift applies to plain local SGD only",
             );
         }
         self.train
@@ -51,35 +63,35 @@ impl RunConfig {
         }
         if iadmm {
             self.admm.validate()?;
-            let laplace = match mode {
-                PrivacyMode::None => None,
-                PrivacyMode::LdpLaplace => Some(self.local_accounting(ReleaseKind::Laplace)?),
-                other => {
+            let protected = match (mode, local) {
+                (PrivacyMode::None, _) => None,
+                (PrivacyMode::Local(kind), Some(settings)) if kind.protects_admm() => {
+                    Some(LocalAccounting { settings })
+                }
+                (other, _) => {
+                    let names = (LocalKind::ALL.iter().filter(|k| k.protects_admm()))
+                        .map(|k| format!("\"{k}\""));
+                    let names: Vec<String> =
+                        std::iter::once("\"none\"".into()).chain(names).collect();
                     return bad(format!(
-                        "train.algorithm = \"iadmm\" works with privacy.mode \"none\" or \
-                         \"ldp-laplace\", not {other:?}"
+                        "train.algorithm = \"iadmm\" works with privacy.mode {}, not \"{}\"",
+                        names.join(" or "),
+                        other.name()
                     ));
                 }
             };
             let admm = self.admm.clone();
-            return Ok(PrivacyPlan::Iadmm(IadmmPlan { admm, laplace }));
+            return Ok(PrivacyPlan::Iadmm(IadmmPlan { admm, protected }));
         }
         Ok(match mode {
             PrivacyMode::None => PrivacyPlan::None(self.aggregation()),
             PrivacyMode::Central => {
                 PrivacyPlan::Central(self.central_noise(CentralAccounting::Sampled)?)
             }
-            PrivacyMode::LdpGaussian => self.fedavg_of(ReleaseKind::Gaussian)?,
-            PrivacyMode::LdpLaplace => self.fedavg_of(ReleaseKind::Laplace)?,
-            PrivacyMode::SignDs => {
-                self.signds.validate()?;
-                PrivacyPlan::Local(LocalPlan {
-                    accounting: self.local_accounting(ReleaseKind::SignDs)?,
-                    rule: LocalRule::SignDs {
-                        learning_rate: self.signds.global_learning_rate,
-                    },
-                })
-            }
+            PrivacyMode::Local(kind) => self.local_plan(match local {
+                Some(settings) => settings,
+                None => self.local.settings(kind)?,
+            }),
             PrivacyMode::SecAgg => PrivacyPlan::Secure(self.secure()?),
             PrivacyMode::DpFtrl => PrivacyPlan::Ftrl(self.ftrl()?),
         })
@@ -94,22 +106,14 @@ impl RunConfig {
         }
     }
 
-    /// FedAvg of the updates clients protect with `kind`.
-    fn fedavg_of(&self, kind: ReleaseKind) -> Result<PrivacyPlan, ConfigError> {
-        Ok(PrivacyPlan::Local(LocalPlan {
-            accounting: self.local_accounting(kind)?,
-            rule: LocalRule::FedAvg(self.aggregation()),
-        }))
-    }
-
-    /// `[local]`'s settings for the client-side mechanism `kind`, checked.
-    fn local_accounting(&self, kind: ReleaseKind) -> Result<LocalAccounting, ConfigError> {
-        self.local.validate(self.privacy.mode)?;
-        Ok(LocalAccounting {
-            kind,
-            local: self.local,
-            signds: self.signds,
-        })
+    /// A client-side mode: its mechanism's settings and the server's rule for its releases.
+    fn local_plan(&self, settings: LocalSettings) -> PrivacyPlan {
+        let rule = match settings.aggregation() {
+            ReleaseAggregation::Mean => LocalRule::FedAvg(self.aggregation()),
+            ReleaseAggregation::SignStep { learning_rate } => LocalRule::SignStep { learning_rate },
+        };
+        let accounting = LocalAccounting { settings };
+        PrivacyPlan::Local(LocalPlan { accounting, rule })
     }
 
     /// Secure aggregation and its noise.

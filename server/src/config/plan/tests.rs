@@ -6,8 +6,8 @@ use crate::config::{
 };
 use fl_common::schedule::Schedule;
 use fl_privacy::{
-    AnyStream, BandedSettings, BandedStream, GaussianRound, NoiseStream, PrivacyEvent,
-    StreamSettings, TreeSettings, TreeStream, UnsampledGaussian, max_rounds,
+    AnyStream, BandedSettings, BandedStream, GaussianRound, LocalKind, NoiseStream, PrivacyEvent,
+    SignDsLdp, StreamSettings, TreeSettings, TreeStream, UnsampledGaussian, max_rounds,
 };
 
 fn private() -> RunConfig {
@@ -315,8 +315,9 @@ fn robust_options_go_only_where_the_server_sees_updates() {
     let trimmed = &Aggregator::TrimmedMean(Default::default());
     let mean = &Aggregator::default();
     assert!(with(PrivacyMode::None, Some(10.0), trimmed).is_ok());
-    assert!(with(PrivacyMode::LdpGaussian, None, trimmed).is_ok());
-    assert!(with(PrivacyMode::LdpGaussian, Some(10.0), mean).is_err());
+    let gaussian = PrivacyMode::Local(LocalKind::Gaussian);
+    assert!(with(gaussian, None, trimmed).is_ok());
+    assert!(with(gaussian, Some(10.0), mean).is_err());
     assert!(with(PrivacyMode::Central, None, trimmed).is_err());
     assert!(with(PrivacyMode::SecAgg, None, trimmed).is_err());
     assert!(with(PrivacyMode::None, Some(-1.0), mean).is_err());
@@ -330,46 +331,49 @@ fn robust_options_go_only_where_the_server_sees_updates() {
 #[test]
 fn client_side_settings_are_checked() {
     let mut c = RunConfig::default();
-    c.privacy.mode = PrivacyMode::LdpGaussian;
+    c.privacy.mode = PrivacyMode::Local(LocalKind::Gaussian);
     c.validate().unwrap();
     assert!(c.plan().unwrap().ledger().is_none());
     assert!(matches!(
         mechanism(&c, 100).unwrap(),
-        LocalMechanism::Gaussian { .. }
+        LocalMechanism::Gaussian(_)
     ));
     let mut bad = c.clone();
-    bad.local.epsilon = 0.0;
-    assert!(refused(&bad).contains("epsilon > 0"));
+    bad.local.set("epsilon", 0.0);
+    assert!(refused(&bad).contains("local epsilon = 0 must be a positive number"));
     let mut bad = c.clone();
-    bad.local.clip_bound = -1.0;
-    assert!(refused(&bad).contains("clip_bound C > 0"));
+    bad.local.set("clip_bound", -1.0);
+    assert!(refused(&bad).contains("clip bound C = -1 must be a positive number"));
     let mut bad = c.clone();
-    bad.local.delta = 1.0;
-    assert!(refused(&bad).contains("delta in (0, 1)"));
+    bad.local.set("delta", 1.0);
+    assert!(refused(&bad).contains("local delta = 1 must be in (0, 1)"));
+    let mut bad = c.clone();
+    bad.local.set("stepz", 1);
+    assert!(refused(&bad).contains("[local] has no key `stepz`"));
     // IADMM works without noise or with Laplace noise only.
     let mut bad = c.clone();
     bad.train.algorithm = Algorithm::Iadmm;
     assert!(refused(&bad).contains("iadmm"));
-    bad.privacy.mode = PrivacyMode::LdpLaplace;
+    bad.privacy.mode = PrivacyMode::Local(LocalKind::Laplace);
     bad.validate().unwrap();
     bad.admm.rho = 0.0;
     assert!(refused(&bad).contains("rho > 0"));
     let mut signds = c;
-    signds.privacy.mode = PrivacyMode::SignDs;
-    signds.local.clip_bound = 0.0; // SignDS does not clip.
-    signds.signds.output_dimensions = 5;
+    signds.privacy.mode = PrivacyMode::Local(LocalKind::SignDs);
+    signds.local.set("output_dimensions", 5);
     signds.validate().unwrap();
+    let expected = SignDsLdp {
+        epsilon: 1.0,
+        k: 10,
+        h: 5,
+    };
     assert_eq!(
         mechanism(&signds, 1000).unwrap(),
-        LocalMechanism::SignDs {
-            epsilon: 1.0,
-            k: 10,
-            h: 5
-        }
+        LocalMechanism::SignDs(expected)
     );
     // h above k.
-    signds.signds.output_dimensions = 11;
+    signds.local.set("output_dimensions", 11);
     assert!(mechanism(&signds, 1000).is_err());
-    signds.signds.top_k = 1.5;
+    signds.local.set("top_k", 1.5);
     assert!(refused(&signds).contains("top_k"));
 }

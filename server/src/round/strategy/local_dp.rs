@@ -75,6 +75,7 @@ mod tests {
     use super::*;
     use crate::round::strategy::FedAvg;
     use crate::round::strategy::testing::{ctx, update};
+    use fl_privacy::{GaussianLdp, LaplaceLdp, LocalKind};
     use fl_privacy::{LocalMechanism, Release};
 
     fn released(client: u64, release: Option<Release>) -> Upload {
@@ -85,18 +86,30 @@ mod tests {
 
     #[test]
     fn only_the_rounds_mechanism_is_absorbed_and_each_release_is_recorded() {
-        let mechanism = LocalMechanism::Laplace {
+        let mechanism = LocalMechanism::Laplace(LaplaceLdp {
             epsilon: 0.5,
-            clip: 1.0,
+            clip_bound: 1.0,
             steps: 1,
-        };
-        let mut s = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
+        });
+        let mut s = LocalDp::new(LocalAccounts::new(mechanism)).around(FedAvg::new(2));
         let c = ctx(1, 2.0, None);
         assert_eq!(s.configure_round(&c).local, Some(mechanism));
         assert!(s.absorb(&c, released(1, None)).is_err());
-        let gaussian = Release::gaussian(0.5, 1e-5, 1.0).unwrap();
+        let gaussian = LocalMechanism::Gaussian(GaussianLdp {
+            epsilon: 0.5,
+            delta: 1e-5,
+            clip_bound: 1.0,
+        })
+        .accounted_release()
+        .unwrap();
         assert!(s.absorb(&c, released(1, Some(gaussian))).is_err());
-        let laplace = Release::laplace(0.5, 2.0);
+        let laplace = Release {
+            kind: LocalKind::Laplace,
+            epsilon: 0.5,
+            delta: 0.0,
+            noise: 2.0 / 0.5,
+            sensitivity: 2.0,
+        };
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         assert_eq!(
@@ -104,7 +117,7 @@ mod tests {
             2
         );
         assert_eq!(s.finish_round(&c, &[0.0, 0.0]).model, Some(vec![1.0, 2.0]));
-        let mut restored = LocalDp::new(LocalAccounts::new(mechanism, 1e-5)).around(FedAvg::new(2));
+        let mut restored = LocalDp::new(LocalAccounts::new(mechanism)).around(FedAvg::new(2));
         restored.restore(s.state()).unwrap();
         assert_eq!(restored.views().local_accounts.unwrap().max_epsilon(), 1.0);
     }
@@ -112,7 +125,13 @@ mod tests {
     #[test]
     fn without_the_decorator_a_release_is_refused() {
         let mut s = FedAvg::new(2);
-        let laplace = Release::laplace(0.5, 2.0);
+        let laplace = Release {
+            kind: LocalKind::Laplace,
+            epsilon: 0.5,
+            delta: 0.0,
+            noise: 2.0 / 0.5,
+            sensitivity: 2.0,
+        };
         let err = s.absorb(&ctx(1, 1.0, None), released(1, Some(laplace)));
         assert!(matches!(err, Err(StrategyError::UnexpectedRelease)));
     }
