@@ -329,7 +329,7 @@ fn client_side_mechanisms_train_and_account_per_client() {
             1000,
             10,
             "[train]\nepochs = 1\nbatch_size = 10\n[privacy]\nmode = \"signds\"\n\
-             [local]\nepsilon = 8.0\n[signds]\nratio = 0.1\nglobal_learning_rate = 2.0\n",
+             [local]\nepsilon = 8.0\nratio = 0.1\nglobal_learning_rate = 2.0\n",
         ),
     ];
     for (name, clients, rounds, body) in runs {

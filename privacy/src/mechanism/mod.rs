@@ -53,8 +53,7 @@ pub trait ClientMechanism: Sized + Listed {
     /// Whether it protects inexact ADMM's primal step (`train.algorithm = "iadmm"`).
     const PROTECTS_ADMM: bool;
 
-    /// Checks its settings, as far as they go without the model (a run checks them when it
-    /// reads its configuration).
+    /// Checks its settings, as far as they go without the model.
     fn validate(settings: &Self::Settings) -> Result<(), LocalPrivacyError>;
 
     /// The round's mechanism for a model of `dim` parameters, from its settings, checked.
@@ -82,8 +81,7 @@ pub trait ClientMechanism: Sized + Listed {
     /// The gradient rule local training must use.
     fn gradient_rule(&self) -> GradientRule;
 
-    /// The release one upload records, as far as accounting goes (a client checks its total
-    /// before it trains).
+    /// The release one upload records, as far as accounting goes (checked before training).
     fn accounted_release(&self) -> Result<Release, AccountingError>;
 
     /// Checks what `release` (of this kind, its epsilon within the round's) claims beyond its

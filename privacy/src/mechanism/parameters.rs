@@ -15,9 +15,8 @@ const EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 /// `mechanism`'s parameters by name (a mechanism is a struct of numbers; a non-finite one,
 /// which serde writes as null, is sent as NaN and refused by the client).
 pub(super) fn encode<T: Serialize>(mechanism: &T) -> BTreeMap<String, f64> {
-    let fields = match serde_json::to_value(mechanism) {
-        Ok(Value::Object(fields)) => fields,
-        _ => Map::new(),
+    let Ok(Value::Object(fields)) = serde_json::to_value(mechanism) else {
+        return BTreeMap::new();
     };
     let number = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     fields.iter().map(|(k, v)| (k.clone(), number(v))).collect()

@@ -14,9 +14,8 @@ const DECISIONS: &[&str] = &[
     "client/src/secure.rs",
     "client/src/state.rs",
     // The mechanisms and what a release costs.
-    "privacy/src/release.rs",
+    "privacy/src/mechanism",
     "privacy/src/local_ledger.rs",
-    "privacy/src/protect.rs",
     "privacy/src/local.rs",
     "privacy/src/stream",
     "privacy/src/event.rs",
@@ -31,6 +30,7 @@ const DECISIONS: &[&str] = &[
     // accepts from clients and aggregators.
     "server/src/config/plan",
     "server/src/config/privacy.rs",
+    "server/src/config/local.rs",
     "server/src/config/robust.rs",
     "server/src/config/moved_keys.rs",
     "server/src/round/policy",
