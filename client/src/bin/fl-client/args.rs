@@ -126,8 +126,9 @@ pub(crate) type Requirement = Option<LocalKind>;
 fn requirement() -> impl clap::builder::TypedValueParser<Value = Requirement> {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     let follow = PossibleValue::new("follow").help("Whatever the round asks");
-    let kinds = (LocalKind::ALL.iter())
-        .map(|k| PossibleValue::new(k.name()).help(format!("{} only", k.description())));
+    let kinds = (LocalKind::ALL.iter()).map(|k| {
+        PossibleValue::new(k.name()).help(format!("This mechanism only. {}", k.description()))
+    });
     PossibleValuesParser::new(std::iter::once(follow).chain(kinds))
         .map(|name: String| name.parse().ok())
 }
