@@ -48,11 +48,8 @@ pub use gaussian::add_gaussian_noise;
 pub use ledger_event::LedgerEvent;
 pub use local::{add_laplace_noise, sgd_l1_sensitivity};
 pub use local_ledger::LocalLedger;
-pub use mechanism::{
-    ClientLimits, ClientMechanism, GaussianLdp, GaussianSettings, LaplaceLdp, LaplaceSettings,
-    Listed, LocalKind, LocalMechanism, LocalPrivacyError, LocalSettings, Output, ProtectError,
-    Protected, Release, ReleaseAggregation, ReleaseCost, Released, SignDsLdp, SignDsSettings,
-};
+// The mechanisms' module lists what it exports: a new mechanism is exported with it.
+pub use mechanism::*;
 pub use planning::{Budget, after_rounds, max_rounds, min_sigma};
 pub use pld::PldAccountant;
 pub use rdp::{
