@@ -49,4 +49,4 @@ for k in 100 1000; do
 done
 # SignDS on the 784-600-100-10 MLP (d = 532,110): 100 of 1000 clients per round, h = 2000.
 run signds-mlp-k1000-eps8 signds model.kind=mlp 'model.hidden=[600, 100]' \
-  server.clients_per_round=100 server.rounds=20 signds.output_dimensions=2000
+  server.clients_per_round=100 server.rounds=20 local.output_dimensions=2000
