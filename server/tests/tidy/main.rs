@@ -334,7 +334,9 @@ fn no_function_is_longer_than_80_lines() {
 /// Whether the function whose signature starts `lines` is a declaration without a body (a
 /// trait's required method): its signature ends with `;` before any `{`.
 fn is_declaration(lines: &[&str]) -> bool {
-    let end = lines.iter().find(|l| l.contains('{') || l.trim_end().ends_with(';'));
+    let end = lines
+        .iter()
+        .find(|l| l.contains('{') || l.trim_end().ends_with(';'));
     end.is_some_and(|l| !l.contains('{'))
 }
 
@@ -342,7 +344,11 @@ fn is_declaration(lines: &[&str]) -> bool {
 fn a_trait_method_without_a_body_is_not_measured() {
     let required = ["    fn protect(", "        &self,", "    ) -> Output;", "}"];
     assert!(is_declaration(&required));
-    let provided = ["    fn protect(&self) -> Output {", "        todo()", "    }"];
+    let provided = [
+        "    fn protect(&self) -> Output {",
+        "        todo()",
+        "    }",
+    ];
     assert!(!is_declaration(&provided));
 }
 
