@@ -45,6 +45,7 @@ mod ring;
 mod server;
 mod shamir;
 pub mod task;
+pub mod verified;
 
 pub use binding::{
     CertificateError, Credentials, IdentityError, Verifier, keys_payload, members_digest,

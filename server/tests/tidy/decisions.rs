@@ -26,6 +26,7 @@ const DECISIONS: &[&str] = &[
     "secagg/src/client.rs",
     "secagg/src/binding.rs",
     "secagg/src/server",
+    "secagg/src/verified",
     // The server: the plan a configuration makes, the round's participation rules, and what it
     // accepts from clients and aggregators.
     "server/src/config/plan",
