@@ -2,11 +2,12 @@
 //! round's local mechanism (`fl_privacy::Protected`) before anything leaves the device.
 //!
 //! - FedAvg, no mechanism: u = w_k - w_t, with the loss and n_k for the trusted curator.
-//! - FedAvg under the Gaussian mechanism or SignDS: `LocalMechanism::protect_update` on u.
-//! - FedAvg under the Laplace mechanism: the built-in trainer's L1-clipped SGD, then
-//!   `protect_update`.
+//! - FedAvg under a local mechanism: local training under the gradient rule the mechanism names
+//!   (the trainer's own, or the built-in trainer's L1-clipped SGD for `ldp-laplace`), then
+//!   `LocalMechanism::protect_update` on u.
 //! - IADMM: z_p = a_p - (1/(rho I)) sum_i clip_1(grad f_i(z_p^t)) by the built-in trainer, plus
-//!   `LocalMechanism::protect_admm_step` under `ldp-laplace` (seed 004, Example 2).
+//!   `LocalMechanism::protect_admm_step` under a mechanism that protects it (`ldp-laplace`; APPFL,
+//!   IADMM, Example 2).
 //!
 //! Noise and SignDS draws come from an OS-seeded CSPRNG, even in seeded runs; the seed only fixes
 //! the order of local examples.
