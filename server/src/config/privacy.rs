@@ -5,23 +5,19 @@ use fl_privacy::{AccountantKind, Budget, LocalKind, Sampling, StreamSettings};
 use serde::{Deserialize, Serialize};
 
 /// Whether and how the server protects clients: `none`, `central`, `secagg`, `dp-ftrl` or a
-/// client-side mechanism's name (`ldp-gaussian`, `ldp-laplace`, `signds`).
+/// client-side mechanism's name (`ldp-gaussian`, `ldp-laplace`, `signds`). Each mode's meaning,
+/// as the configuration reference gives it, is in [`PrivacyMode::all`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrivacyMode {
-    /// Plain FedAvg.
+    /// `none`: plain FedAvg.
     None,
-    /// Client-level central DP (Geyer et al.): clipping, Gaussian noise on the sum, accountant.
+    /// `central`: client-level central DP.
     Central,
-    /// Secure aggregation: the server sees only the sum of clipped, quantised updates (with
-    /// optional central or distributed noise, see `[secagg]`).
+    /// `secagg`: secure aggregation.
     SecAgg,
-    /// Each client protects its own upload with this mechanism, see `[local]`.
+    /// A client-side mechanism, by its name; its keys are `[local]`.
     Local(LocalKind),
-    /// DP-FTRL (Kairouz et al. 2021): the trusted curator clips and adds correlated noise
-    /// (`noise`: a tree or a banded matrix factorization); no sampling, each client within the
-    /// noise's participation rule. Each client's contributions are counted by its identity,
-    /// which needs stable identities: `fl-server` refuses DP-FTRL without `server.enrollment`,
-    /// and `fl sim` enrolls its own clients in `RUN/sim-enrollment.toml`.
+    /// `dp-ftrl`: DP-FTRL.
     DpFtrl,
 }
 
