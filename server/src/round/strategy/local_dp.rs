@@ -78,6 +78,17 @@ mod tests {
     use fl_privacy::{GaussianLdp, LaplaceLdp, LocalKind};
     use fl_privacy::{LocalMechanism, Release};
 
+    /// A Laplace release at epsilon 0.5 and L1 sensitivity 2.
+    fn laplace_release() -> Release {
+        Release {
+            kind: LocalKind::Laplace,
+            epsilon: 0.5,
+            delta: 0.0,
+            noise: 2.0 / 0.5,
+            sensitivity: 2.0,
+        }
+    }
+
     fn released(client: u64, release: Option<Release>) -> Upload {
         let mut u = update(client, 1, vec![1.0, 2.0]);
         u.release = release;
@@ -103,13 +114,7 @@ mod tests {
         .accounted_release()
         .unwrap();
         assert!(s.absorb(&c, released(1, Some(gaussian))).is_err());
-        let laplace = Release {
-            kind: LocalKind::Laplace,
-            epsilon: 0.5,
-            delta: 0.0,
-            noise: 2.0 / 0.5,
-            sensitivity: 2.0,
-        };
+        let laplace = laplace_release();
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         s.absorb(&c, released(1, Some(laplace))).unwrap();
         assert_eq!(
@@ -125,13 +130,7 @@ mod tests {
     #[test]
     fn without_the_decorator_a_release_is_refused() {
         let mut s = FedAvg::new(2);
-        let laplace = Release {
-            kind: LocalKind::Laplace,
-            epsilon: 0.5,
-            delta: 0.0,
-            noise: 2.0 / 0.5,
-            sensitivity: 2.0,
-        };
+        let laplace = laplace_release();
         let err = s.absorb(&ctx(1, 1.0, None), released(1, Some(laplace)));
         assert!(matches!(err, Err(StrategyError::UnexpectedRelease)));
     }
