@@ -7,7 +7,8 @@
 //! - the sum check: V0 = sum_i X_i^2 (one `Mul` per coordinate, in a `ParallelSum`) and
 //!   V0 + U0 = B, both in b0 bits, so V0 is in [0, B];
 //! - the wraparound check, which catches an X whose squares wrap around the modulus: for r
-//!   public random Z_k in {-1, 0, 1}^d, Y_k = <Z_k, X> + a = V1_k + S_k with V1_k in b1 bits
+//!   public random Z_k in {-1, 0, 1}^d (each value -1 or 1 with probability 1/4, expanded from the
+//!   upload's public Z seed by ChaCha20 with nonce k), Y_k = <Z_k, X> + a = V1_k + S_k with V1_k in b1 bits
 //!   (a = 2^(b1 - 1) - 1, so V1_k is in [0, 2a + 1]), g_k S_k = 0 (a repetition the client says
 //!   it passed has S_k = 0), and exactly `pass` of the g_k are 1;
 //! - every bit a bit: x (x - 1) = 0, combined at random powers of the joint randomness.
@@ -15,6 +16,8 @@
 //! Written by hand on `prio`'s public `Flp` and gadgets: the crate's own L2 type (bit-encoding
 //! every coordinate) was removed from its current release, and no maintained crate ships PINE.
 
+use chacha20::ChaCha20;
+use chacha20::cipher::{KeyIvInit, StreamCipher};
 use prio::field::{Field64, FieldElement, FieldElementWithInteger};
 use prio::flp::gadgets::{Mul, ParallelSum, ParallelSumGadget};
 use prio::flp::{Flp, FlpError, Gadget};
@@ -22,8 +25,22 @@ use prio::flp::{Flp, FlpError, Gadget};
 /// The field of the proofs: 64 bits, so a coordinate costs 8 bytes.
 pub type F = Field64;
 
+/// Field values as 8 little-endian bytes each, as they travel and are hashed.
+pub fn field_bytes(values: &[F]) -> Vec<u8> {
+    values.iter().flat_map(|&v| <[u8; 8]>::from(v)).collect()
+}
+
+/// Field values from 8 little-endian bytes each: `None` for a ragged length or a value not
+/// below the modulus.
+pub fn field_values(bytes: &[u8]) -> Option<Vec<F>> {
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    bytes.chunks_exact(8).map(|c| F::try_from(c).ok()).collect()
+}
+
 /// The shape of one norm-bounded vector and its proof: d, B, and the wraparound check's
-/// repetitions, with the public random Z of one upload.
+/// repetitions, with the seed of one upload's public random Z.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NormCircuit {
     /// d.
@@ -40,8 +57,8 @@ pub struct NormCircuit {
     pub(super) reps: usize,
     /// The repetitions a client must pass, exactly as many g_k = 1.
     pub(super) pass: usize,
-    /// Z_k for k < r, d each, in {-1, 0, 1}.
-    pub(super) z: Vec<i8>,
+    /// The seed Z_k is expanded from, for every k < r.
+    pub(super) z_seed: [u8; 32],
     /// Multiplications per call of the square and the bit gadgets.
     chunk: usize,
 }
@@ -49,19 +66,16 @@ pub struct NormCircuit {
 impl NormCircuit {
     /// The circuit for vectors of `dim` field integers of squared norm at most `bound`, with `reps`
     /// wraparound repetitions of slack `slack` (rounded down to 2^(b1 - 1) - 1), `pass` of which
-    /// must pass, and the upload's public `z` (`reps` times `dim` values in {-1, 0, 1}).
+    /// must pass, and the seed of the upload's public Z.
     pub fn new(
         dim: usize,
         bound: u64,
         (reps, pass, slack): (usize, usize, u64),
-        z: Vec<i8>,
+        z_seed: [u8; 32],
     ) -> Result<Self, FlpError> {
         let bad = |m: &str| Err(FlpError::InvalidParameter(m.into()));
         if dim == 0 || bound == 0 || reps == 0 || pass > reps || slack < 1 {
             return bad("PINE needs d, B, r, a >= 1 and pass <= r");
-        }
-        if z.len() != dim * reps || z.iter().any(|v| !(-1..=1).contains(v)) {
-            return bad("Z must be r times d values in {-1, 0, 1}");
         }
         // 2a + 2 = 2^b1 with the largest a' <= a (draft, Remark 4.12 of the paper).
         let b1 = (u64::BITS - (2 * slack + 2).leading_zeros() - 1) as usize;
@@ -82,7 +96,7 @@ impl NormCircuit {
             b1,
             reps,
             pass,
-            z,
+            z_seed,
             chunk,
         })
     }
@@ -157,9 +171,24 @@ impl NormCircuit {
         Ok(out)
     }
 
+    /// Z_k: two keystream bits per value, 0 read as -1, 3 as 1, 1 and 2 as 0.
+    pub(super) fn z_row(&self, k: usize) -> Vec<i8> {
+        let mut nonce = [0u8; 12];
+        nonce[..8].copy_from_slice(&(k as u64).to_le_bytes());
+        let mut bytes = vec![0u8; self.dim.div_ceil(4)];
+        ChaCha20::new(&self.z_seed.into(), &nonce.into()).write_keystream(&mut bytes);
+        let values = bytes
+            .iter()
+            .flat_map(|&b| (0..4).map(move |i| (b >> (2 * i)) & 3));
+        values
+            .take(self.dim)
+            .map(|two_bits| i8::from(two_bits == 3) - i8::from(two_bits == 0))
+            .collect()
+    }
+
     /// <Z_k, X>.
     pub(super) fn project(&self, k: usize, x: &[F]) -> F {
-        let z = &self.z[k * self.dim..(k + 1) * self.dim];
+        let z = self.z_row(k);
         z.iter().zip(x).fold(F::zero(), |acc, (&z, &v)| {
             if z > 0 {
                 acc + v

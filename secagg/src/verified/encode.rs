@@ -60,6 +60,11 @@ fn field(v: i128) -> F {
     if v < 0 { -magnitude } else { magnitude }
 }
 
+/// `x` as field integers.
+pub(super) fn to_field(x: &[i64]) -> Vec<F> {
+    x.iter().map(|&v| field(i128::from(v))).collect()
+}
+
 /// The low `bits` bits of `v`, least significant first.
 fn bits_of(v: u128, bits: usize, out: &mut Vec<F>) {
     out.extend((0..bits).map(|i| F::from(((v >> i) & 1) as u64)));
@@ -80,14 +85,14 @@ impl NormCircuit {
         if v0 > u128::from(self.bound) {
             return Err(EncodeError::Norm(v0));
         }
-        let mut input: Vec<F> = x.iter().map(|&v| field(i128::from(v))).collect();
+        let mut input = to_field(x);
         bits_of(v0, self.b0, &mut input);
         bits_of(u128::from(self.bound) - v0, self.b0, &mut input);
         let a = i128::from(self.slack);
         let top = 2 * a + 1;
         let (mut passed, mut s) = (0, Vec::with_capacity(self.reps));
         for k in 0..self.reps {
-            let z = &self.z[k * self.dim..(k + 1) * self.dim];
+            let z = self.z_row(k);
             // Y_k = <Z_k, X>, exact in integers (|Y_k| <= d sqrt(B)).
             let y: i128 = z
                 .iter()

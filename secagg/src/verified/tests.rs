@@ -15,23 +15,14 @@ const FRAC: u32 = 15;
 /// 0.01)) = 2.30 (completeness error 0.01 per repetition).
 const REPS: (usize, usize) = (100, 75);
 
-/// Z: each value -1 with probability 1/4, 0 with 1/2, 1 with 1/4.
-fn z(rng: &mut StdRng) -> Vec<i8> {
-    (0..DIM * REPS.0)
-        .map(|_| {
-            let two_bits = rng.random_range(0..4i8);
-            i8::from(two_bits == 3) - i8::from(two_bits == 0)
-        })
-        .collect()
-}
-
 /// The circuit for a norm bound of 1 at f = 15, with its Z from `seed`.
 fn circuit(seed: u64) -> NormCircuit {
     let root = f64::from(1u32 << FRAC);
     let bound = (root as u64).pow(2);
     let slack = (2.3 * root) as u64;
-    let z = z(&mut StdRng::seed_from_u64(seed));
-    NormCircuit::new(DIM, bound, (REPS.0, REPS.1, slack), z).unwrap()
+    let mut z_seed = [0u8; 32];
+    z_seed[..8].copy_from_slice(&seed.to_le_bytes());
+    NormCircuit::new(DIM, bound, (REPS.0, REPS.1, slack), z_seed).unwrap()
 }
 
 /// An update of L2 norm `norm`.
@@ -91,7 +82,7 @@ fn an_update_above_the_bound_is_refused() {
     assert!(matches!(c.encode(&x), Err(EncodeError::Norm(_))));
     // The same layout (B and 1.03^2 B have the same bits), with the larger bound's encoding.
     let loose_bound = (c.bound as f64 * 1.03 * 1.03) as u64;
-    let loose = NormCircuit::new(DIM, loose_bound, (c.reps, c.pass, c.slack), c.z.clone());
+    let loose = NormCircuit::new(DIM, loose_bound, (c.reps, c.pass, c.slack), c.z_seed);
     let mut forged = loose.unwrap().encode(&x).unwrap();
     let b0 = c.b0;
     for i in 0..b0 {
@@ -121,7 +112,8 @@ fn a_vector_whose_squares_wrap_around_is_refused() {
     push_bits(c.bound, c.b0, &mut input);
     let a = i128::from(c.slack);
     let ys: Vec<i128> = (0..c.reps)
-        .map(|k| i128::from(c.z[k * DIM]) * i128::from(big) + i128::from(c.z[k * DIM + 1]))
+        .map(|k| c.z_row(k))
+        .map(|z| i128::from(z[0]) * i128::from(big) + i128::from(z[1]))
         .collect();
     let passing = ys.iter().filter(|y| (-a..=a + 1).contains(y)).count();
     assert!(
