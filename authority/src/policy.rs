@@ -43,6 +43,8 @@ pub enum PolicyMode {
     Local(LocalKind),
     /// Secure aggregation (its input noised to the policy's floor).
     SecAgg,
+    /// Verified uploads: shares for two aggregators with a proof of the norm bound.
+    Verified,
     /// Inexact ADMM's step instead of FedAvg's local SGD (under a protection also allowed).
     Iadmm,
 }
@@ -52,7 +54,7 @@ impl PolicyMode {
     pub fn all() -> Vec<PolicyMode> {
         let local = LocalKind::ALL.iter().map(|&k| Self::Local(k));
         (std::iter::once(Self::Plain).chain(local))
-            .chain([Self::SecAgg, Self::Iadmm])
+            .chain([Self::SecAgg, Self::Iadmm, Self::Verified])
             .collect()
     }
 
@@ -62,6 +64,7 @@ impl PolicyMode {
             Self::Plain => "plain",
             Self::Local(kind) => kind.name(),
             Self::SecAgg => "secagg",
+            Self::Verified => "verified",
             Self::Iadmm => "iadmm",
         }
     }

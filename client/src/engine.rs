@@ -15,6 +15,7 @@ use crate::trainer::Trainer;
 use fl_authority::policy::FederationPolicy;
 use fl_model::Model;
 use fl_secagg::task::Task;
+use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard};
 use fl_secagg::{Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -38,6 +39,13 @@ pub(crate) enum Outgoing {
         ring: Ring,
         /// The message.
         message: StageMessage,
+    },
+    /// A verified upload: the leader's share in the clear, the helper's sealed.
+    Verified {
+        /// t.
+        round: u64,
+        /// The upload.
+        report: Box<Report>,
     },
     /// The client cannot do round `round`'s task.
     Failed {
@@ -67,6 +75,8 @@ enum Ready {
     Upload(Computed),
     /// The secure round, started, and its first stage message (the public keys).
     Secure(Box<SecureRound>, StageMessage),
+    /// The verified upload, sharded and proved.
+    Verified(Box<Report>),
 }
 
 /// A stage message's job done: the secure round's state and its next step.
@@ -109,7 +119,18 @@ fn prepare(
             let (state, keys) = SecureRound::start((me, tag), input, context);
             Ok(Ready::Secure(Box::new(state), keys))
         }
-        (Ok(Computed::Protected(_)), Protection::Secure { .. }) => {
+        (
+            Ok(Computed::Plain { values, .. }),
+            &Protection::Verified {
+                shape,
+                digest,
+                helper,
+            },
+        ) => {
+            let binder = Binder::new(&RoundTag { round, digest }, me);
+            verified_upload(&shape, &binder, &helper, &values).map(Ready::Verified)
+        }
+        (Ok(Computed::Protected(_)), Protection::Secure { .. } | Protection::Verified { .. }) => {
             Err(Refusal::LocalReleaseInSecure)
         }
         (Ok(computed), Protection::Plain { .. } | Protection::Local { .. }) => {
@@ -123,6 +144,24 @@ fn prepare(
         seconds: 0.0,
         loss,
     }
+}
+
+/// The verified upload of `update`, or (in the rare case the wraparound check fails an honest
+/// update, which would tell the server something of it) of the zero update in its place.
+fn verified_upload(
+    shape: &Shape,
+    binder: &Binder,
+    helper: &[u8; 32],
+    update: &[f32],
+) -> Result<Box<Report>, Refusal> {
+    let key = HelperPublicKey::from_bytes(helper).map_err(|e| Refusal::Verified(e.to_string()))?;
+    let report = shard(shape, binder, &key, update).or_else(|reason| {
+        tracing::warn!(%reason, "the update could not be proved: sending the zero update instead");
+        shard(shape, binder, &key, &vec![0.0; update.len()])
+    });
+    report
+        .map(Box::new)
+        .map_err(|e| Refusal::Verified(e.to_string()))
 }
 
 /// A client's state across its sessions; see the module documentation.
@@ -294,6 +333,7 @@ impl Engine {
             }
         }
         match prepared.ready {
+            Ok(Ready::Verified(report)) => Outgoing::Verified { round, report },
             Ok(Ready::Secure(state, keys)) => {
                 let ring = state.ring;
                 self.secure = Some(*state);
@@ -399,6 +439,7 @@ pub(crate) mod tests {
             },
             local,
             secure: None,
+            verified: None,
             admm: None,
             evaluate: false,
         }
@@ -461,6 +502,7 @@ pub(crate) mod tests {
                 ..ClientLimits::default()
             },
             max_total_epsilon: None,
+            helper_key: None,
         };
         let laplace = Some(LocalMechanism::Laplace(LaplaceLdp {
             epsilon: 2.0,

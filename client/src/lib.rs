@@ -211,6 +211,9 @@ pub struct ClientPrivacy {
     pub limits: ClientLimits,
     /// The largest composed epsilon of all its local releases (with the policy's, the smaller).
     pub max_total_epsilon: Option<f64>,
+    /// The helper's public key (X25519, 32 bytes) that verified uploads are sealed to: the
+    /// second aggregator this client trusts not to collude with the server.
+    pub helper_key: Option<[u8; 32]>,
 }
 
 impl ClientPrivacy {

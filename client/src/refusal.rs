@@ -120,6 +120,15 @@ pub(crate) enum Refusal {
          (it has no secagg.authority)"
     )]
     UnsignedRound,
+    /// A verified round asked of a client that has no helper key to seal its share to.
+    #[error(
+        "the round is verified and this client has no helper key to seal the helper's share to \
+         (give it --helper-key)"
+    )]
+    NoHelperKey,
+    /// A verified round whose shape gives no circuit.
+    #[error("the verified round cannot be proved: {0}")]
+    Verified(String),
     /// A signed secure round asked of a client without an identity.
     #[error(
         "the round is signed and this client has no identity to sign with (give it \

@@ -9,7 +9,7 @@ use fl_proto::v1::{
     ClientEvaluation, ClientMessage, LocalRelease, ReleaseHeader, SignDsUpload, TaskFailed,
     UpdateHeader, client_message,
 };
-use fl_proto::{chunk_count, client_stage, into_chunks};
+use fl_proto::{chunk_count, client_stage, into_chunks, verified_upload};
 use tokio::sync::mpsc;
 
 /// Queues one message on the session's outgoing stream.
@@ -35,6 +35,7 @@ pub(crate) async fn send_outgoing(
             ring,
             message,
         } => client_stage(round, ring, &message),
+        Outgoing::Verified { round, report } => verified_upload(round, &report),
         Outgoing::Failed { round, reason } => {
             vec![client_message::Body::TaskFailed(TaskFailed {
                 round,

@@ -95,6 +95,7 @@ impl Federation for FakeCurator {
             num_values: PARAMS as u64,
             num_chunks: fl_proto::chunk_count(PARAMS),
             secagg: None,
+            verified: None,
             local_privacy: Some(self.mechanism.clone()),
             admm: None,
             // A curious server asks for evaluation too: a protected upload carries none.

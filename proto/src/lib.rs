@@ -18,8 +18,8 @@ pub use chunk::{
     encode_word_chunks, into_chunks,
 };
 pub use convert::{
-    WireError, advertised_keys, client_stage, endorsement, ring_elements, ring_words, server_stage,
-    server_stage_body,
+    WireError, advertised_keys, client_stage, endorsement, received_upload, ring_elements,
+    ring_words, server_stage, server_stage_body, verified_upload,
 };
 pub use framing::{Deframer, Frame, FrameError, PREFIX_BYTES};
 

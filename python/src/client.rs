@@ -189,6 +189,7 @@ fn client_privacy(
         require,
         limits,
         max_total_epsilon,
+        helper_key: None,
     };
     privacy.check().map_err(PyValueError::new_err)?;
     Ok(privacy)

@@ -50,6 +50,7 @@ fn task() -> (Task, Vec<f32>) {
             run: 42,
             min_survivors: 3,
         }),
+        verified: None,
         admm: None,
         evaluate: false,
     };

@@ -22,7 +22,8 @@ use crate::trainer::Trainer;
 use fl_authority::policy::{DEFAULT_MAX_MODEL_MAGNITUDE, FederationPolicy, PolicyMode};
 use fl_model::{LocalConfig, Model};
 use fl_privacy::{ClientLimits, DdgRound, LocalMechanism, Neighbours, ProtectError, Release};
-use fl_secagg::task::{AdmmStep, SecureTask, Task, TaskDigest};
+use fl_secagg::task::{AdmmStep, SecureTask, Task, TaskDigest, VerifiedTask};
+use fl_secagg::verified::Shape;
 use fl_secagg::{Quantizer, check_combination};
 
 /// What a client brings to a task's admission.
@@ -74,6 +75,16 @@ pub(crate) enum Protection {
         /// against the cap, and recorded with the attempt before the keys leave).
         charge: Option<Charge>,
     },
+    /// A verified upload: the update clipped to S, split between the server and the helper,
+    /// with a proof of its norm bound.
+    Verified {
+        /// d and S.
+        shape: Shape,
+        /// H(task) of the task and model received, which binds the upload.
+        digest: TaskDigest,
+        /// The helper's key the share is sealed to (the client's own).
+        helper: [u8; 32],
+    },
 }
 
 impl Protection {
@@ -81,7 +92,7 @@ impl Protection {
     pub(crate) fn local(&self) -> Option<&LocalMechanism> {
         match self {
             Self::Local { mechanism, .. } => Some(mechanism),
-            Self::Plain { .. } | Self::Secure { .. } => None,
+            Self::Plain { .. } | Self::Secure { .. } | Self::Verified { .. } => None,
         }
     }
 
@@ -90,7 +101,7 @@ impl Protection {
     pub(crate) fn against_the_server(&self) -> bool {
         match self {
             Self::Plain { .. } => false,
-            Self::Local { .. } | Self::Secure { .. } => true,
+            Self::Local { .. } | Self::Secure { .. } | Self::Verified { .. } => true,
         }
     }
 }
@@ -104,6 +115,7 @@ pub(crate) fn admit(task: &Task, received: &[f32], ours: &Ours) -> Result<Protec
         config,
         local,
         secure,
+        verified,
         admm,
         evaluate,
     } = task;
@@ -118,6 +130,13 @@ pub(crate) fn admit(task: &Task, received: &[f32], ours: &Ours) -> Result<Protec
     check_config(config)?;
     check_required(ours.privacy, local.as_ref())?;
     let protection = match (local, secure, admm) {
+        (None, None, None) if let Some(verified) = verified => {
+            verified_input(verified, task, received, ours)?
+        }
+        (Some(_) | None, None, _) if verified.is_some() => {
+            let refused = check_combination(local.is_some(), admm.is_some()).err();
+            return Err(Refusal::Combination(refused.unwrap_or_default()));
+        }
         (None, None, _) => {
             allowed(ours.policy, PolicyMode::Plain)?;
             Protection::Plain {
@@ -314,6 +333,40 @@ fn secure_input(
         noise_variance: (*noise_variance).max(floor),
         min_survivors: *min_survivors,
         charge,
+    })
+}
+
+/// A verified upload: allowed by the policy, of the policy's federation, with a helper key to
+/// seal to, and a shape that gives a circuit.
+fn verified_input(
+    verified: &VerifiedTask,
+    task: &Task,
+    received: &[f32],
+    ours: &Ours,
+) -> Result<Protection, Refusal> {
+    let VerifiedTask {
+        clip,
+        federation,
+        // What names the attempt and the helper's floor: bound by the digest, not decided here.
+        run: _,
+        min_clients: _,
+    } = verified;
+    allowed(ours.policy, PolicyMode::Verified)?;
+    if let Some(p) = ours.policy
+        && p.federation != *federation
+    {
+        return Err(Refusal::OtherFederation {
+            round: federation.clone(),
+            ours: p.federation.clone(),
+        });
+    }
+    let helper = ours.privacy.helper_key.ok_or(Refusal::NoHelperKey)?;
+    let shape =
+        Shape::new(task.model.num_params(), *clip).map_err(|e| Refusal::Verified(e.to_string()))?;
+    Ok(Protection::Verified {
+        shape,
+        digest: TaskDigest::of_verified(task, verified, received),
+        helper,
     })
 }
 

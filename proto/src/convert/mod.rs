@@ -5,11 +5,14 @@ mod secure;
 mod task;
 #[cfg(test)]
 mod tests;
+mod verified;
 
 pub use secure::{
     advertised_keys, client_stage, endorsement, ring_elements, ring_words, server_stage,
     server_stage_body,
 };
+
+pub use verified::{received_upload, verified_upload};
 
 /// A wire message whose fields cannot be what the protocol says.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

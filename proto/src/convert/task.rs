@@ -4,7 +4,7 @@
 use crate::v1;
 use fl_model::{LocalConfig, Model};
 use fl_privacy::{LocalKind, LocalMechanism, MAX_VARIANCE, Release};
-use fl_secagg::task::{AdmmStep, SecureTask, Task};
+use fl_secagg::task::{AdmmStep, SecureTask, Task, VerifiedTask};
 use fl_secagg::{Quantizer, Ring};
 
 use super::WireError;
@@ -69,6 +69,10 @@ impl TryFrom<&v1::RoundTask> for Task {
             .map(LocalMechanism::try_from)
             .transpose()?;
         let secure = t.secagg.clone().map(secure_task).transpose()?;
+        let verified = t.verified.clone().map(verified_task).transpose()?;
+        if secure.is_some() && verified.is_some() {
+            return Err(bad("a task both secure and verified".into()));
+        }
         let admm = match t.admm {
             None => None,
             Some(a) if a.rho > 0.0 && a.rho.is_finite() && a.total_examples > 0 => Some(AdmmStep {
@@ -88,6 +92,7 @@ impl TryFrom<&v1::RoundTask> for Task {
             config,
             local,
             secure,
+            verified,
             admm,
             evaluate: t.evaluate,
         })
@@ -127,6 +132,20 @@ fn secure_task(task: v1::SecAggTask) -> Result<SecureTask, WireError> {
     })
 }
 
+/// The verified upload of a task: a positive finite S.
+fn verified_task(task: v1::VerifiedTask) -> Result<VerifiedTask, WireError> {
+    if !(task.clip_bound > 0.0 && task.clip_bound.is_finite()) {
+        let bound = task.clip_bound;
+        return Err(WireError(format!("unusable verified bound S = {bound}")));
+    }
+    Ok(VerifiedTask {
+        clip: task.clip_bound,
+        federation: task.federation,
+        run: task.run,
+        min_clients: task.min_clients,
+    })
+}
+
 /// A task's wire message, without its tensor's size (`num_values` and `num_chunks` are the
 /// sender's to fill in).
 impl From<&Task> for v1::RoundTask {
@@ -146,6 +165,12 @@ impl From<&Task> for v1::RoundTask {
                 federation: s.federation.clone(),
                 run: s.run,
                 min_survivors: s.min_survivors,
+            }),
+            verified: task.verified.as_ref().map(|v| v1::VerifiedTask {
+                clip_bound: v.clip,
+                federation: v.federation.clone(),
+                run: v.run,
+                min_clients: v.min_clients,
             }),
             local_privacy: task.local.map(v1::LocalPrivacy::from),
             admm: task.admm.map(|a| v1::AdmmTask {

@@ -170,6 +170,7 @@ fn tasks_cross_the_wire_unchanged_and_bad_ones_are_refused() {
             run: 9,
             min_survivors: 5,
         }),
+        verified: None,
         admm: Some(AdmmStep {
             rho: 2.0,
             total_examples: 60,

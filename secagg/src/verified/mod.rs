@@ -6,8 +6,10 @@
 //! - [`shape`]: the round's public parameters and the binder of one upload;
 //! - [`report`]: the client's shares and proof ([`shard`]);
 //! - [`prepare`]: the aggregators' checks ([`prepare()`], [`decide`]);
-//! - [`seal`]: the helper's share, sealed to it with HPKE.
+//! - [`seal`]: the helper's share, sealed to it with HPKE;
+//! - [`batch`]: one round between the leader and the helper.
 
+pub mod batch;
 mod circuit;
 mod derive;
 mod encode;
@@ -16,6 +18,9 @@ pub mod report;
 pub mod seal;
 pub mod shape;
 
+pub use batch::{
+    Batch, BatchRefusal, BatchUpload, Helper, HelperFault, LeaderRound, Reply, Verified,
+};
 pub use circuit::{F, NormCircuit, field_bytes, field_values};
 pub use encode::{EncodeError, fixed_point};
 pub use prepare::{Exclusion, InputShare, Pending, PrepShare, Role, decide, prepare, sum_shares};
@@ -23,6 +28,8 @@ pub use report::{Encoder, HelperShare, LeaderShare, Parts, Report, ShardError, s
 pub use seal::{HelperKey, HelperPublicKey, SealError, Sealed};
 pub use shape::{Binder, Shape, ShapeError};
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod flow_tests;
 #[cfg(test)]

@@ -208,9 +208,11 @@ impl Clients {
                 Next::Stopped => return Err(ServerError::Interrupted),
                 // Only connections matter before the first round; stray uploads are refused
                 // when rounds start checking them, so drop them here.
-                Next::Event(Event::Update { client, .. } | Event::Sign { client, .. }) => {
-                    self.reject(client, Rejection::NoRound)
-                }
+                Next::Event(
+                    Event::Update { client, .. }
+                    | Event::Sign { client, .. }
+                    | Event::Verified { client, .. },
+                ) => self.reject(client, Rejection::NoRound),
                 Next::Event(_) => {}
             }
         }

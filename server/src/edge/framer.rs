@@ -10,9 +10,12 @@ use crate::identity::ids::ClientId;
 use crate::round::events::{Declared, Event, UploadHeader};
 use fl_privacy::Release;
 use fl_proto::v1::client_message;
-use fl_proto::v1::{ClientMessage, LocalRelease, MaskedInputHeader, TensorChunk, UpdateHeader};
+use fl_proto::v1::{
+    ClientMessage, LocalRelease, MaskedInputHeader, TensorChunk, UpdateHeader, VerifiedUploadHeader,
+};
 use fl_proto::{
-    ChunkError, TensorAssembler, WireError, advertised_keys, endorsement, ring_elements,
+    ChunkError, TensorAssembler, WireError, advertised_keys, endorsement, received_upload,
+    ring_elements,
 };
 use fl_secagg::{RevealedShare, Ring, SealedShares, StageMessage};
 use prost::Message;
@@ -66,7 +69,13 @@ enum Expecting {
         /// The ring its words carry elements of: one word each for b = 32, two for b = 64.
         ring: Ring,
     },
+    /// The leader's share of a verified upload, with its header.
+    Verified(Box<VerifiedUploadHeader>),
 }
+
+/// Field elements a verified upload may carry beyond the model's d (the circuit's bits and
+/// S_k, about 300 for every S): a bound on what a header may make the server buffer.
+const MAX_VERIFIED_EXTRA: u64 = 4096;
 
 /// A tensor being received: what it is and the chunks so far.
 #[derive(Debug)]
@@ -108,6 +117,12 @@ fn push_chunk(
             client: id,
             round,
             message: StageMessage::Masked(ring_elements(ring, &words).map_err(wire_status)?),
+            bytes: p.bytes,
+        },
+        Expecting::Verified(header) => Event::Verified {
+            client: id,
+            round: header.round,
+            report: Box::new(received_upload(&header, &words).map_err(wire_status)?),
             bytes: p.bytes,
         },
     }))
@@ -182,6 +197,7 @@ impl Framer {
                 client_message::Body::UpdateHeader(_)
                     | client_message::Body::ReleaseHeader(_)
                     | client_message::Body::MaskedInputHeader(_)
+                    | client_message::Body::VerifiedUploadHeader(_)
             )
         )
     }
@@ -241,6 +257,26 @@ impl Framer {
         Ok(())
     }
 
+    /// Starts receiving a verified upload's leader share: two words per field element, at least
+    /// d elements and at most [`MAX_VERIFIED_EXTRA`] more (the round checks the exact length).
+    fn start_verified(&mut self, header: VerifiedUploadHeader, size: u64) -> Result<(), Status> {
+        let d = self.num_params as u64;
+        let words = header.num_words;
+        if words % 2 != 0 || words < 2 * d || words > 2 * (d + MAX_VERIFIED_EXTRA) {
+            return Err(Status::invalid_argument(format!(
+                "a verified upload of {words} words, the model has {d} parameters"
+            )));
+        }
+        let assembler =
+            TensorAssembler::new(header.round, words, header.num_chunks).map_err(chunk_status)?;
+        self.pending = Some(Pending {
+            expecting: Expecting::Verified(Box::new(header)),
+            assembler,
+            bytes: size,
+        });
+        Ok(())
+    }
+
     /// Takes the next message: `Ok(Some(event))` when it completes one, `Ok(None)` when more
     /// must follow, `Err` when it breaks the framing (the stream then ends).
     pub fn accept(&mut self, message: ClientMessage) -> Result<Option<Event>, Status> {
@@ -276,6 +312,10 @@ impl Framer {
             }
             client_message::Body::MaskedInputHeader(header) => {
                 self.start_masked(&header, size)?;
+                None
+            }
+            client_message::Body::VerifiedUploadHeader(header) => {
+                self.start_verified(header, size)?;
                 None
             }
             client_message::Body::UpdateChunk(chunk) => {

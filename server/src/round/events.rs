@@ -5,6 +5,7 @@
 use crate::identity::ids::{ClientId, GroupId};
 use fl_privacy::Release;
 use fl_secagg::StageMessage;
+use fl_secagg::verified::Report;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// What a client's stream produced, for the round loop.
@@ -49,6 +50,18 @@ pub enum Event {
         /// The message.
         message: StageMessage,
         /// Encoded size.
+        bytes: u64,
+    },
+    /// A verified upload: the leader's share and the helper's sealed one (framing and field
+    /// values checked, the proof not yet).
+    Verified {
+        /// Sender.
+        client: ClientId,
+        /// The round it claims.
+        round: u64,
+        /// The upload.
+        report: Box<Report>,
+        /// Encoded size of the header and chunks.
         bytes: u64,
     },
     /// The client reports it could not do its task.

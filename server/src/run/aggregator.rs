@@ -166,7 +166,8 @@ async fn serve(upstream: &mut Upstream, clients: &mut Clients, duty: &Duty) -> S
 fn between_rounds(clients: &Clients, event: Event) {
     if let Event::Update { client, .. }
     | Event::Sign { client, .. }
-    | Event::SecAgg { client, .. } = event
+    | Event::SecAgg { client, .. }
+    | Event::Verified { client, .. } = event
     {
         clients.reject(client, Rejection::NoRound);
     }
@@ -298,6 +299,7 @@ async fn secure_part(
         signed: task.signed,
         federation: task.federation.clone(),
         run: task.run,
+        verified: None,
     };
     // The stages draw only the (simulation's) dropout injector's choices, which is off here.
     let mut rng = rand::SeedableRng::from_os_rng();

@@ -112,6 +112,11 @@ pub(crate) struct Args {
     /// release past it is refused.
     #[arg(long)]
     pub(crate) max_total_epsilon: Option<f64>,
+    /// The helper's public key (64 hex digits, as `fl-server --role helper` prints it) that this
+    /// client seals the helper's share of a verified upload to: the second aggregator it trusts
+    /// not to collude with the server. Without it, verified rounds are refused.
+    #[arg(long, value_parser = helper_key)]
+    pub(crate) helper_key: Option<[u8; 32]>,
     /// Where each client of this process remembers, across restarts, the local privacy it
     /// spent and the secure rounds it took part in (one file per federation and client name),
     /// when it has a --policy or --max-total-epsilon.
@@ -173,6 +178,7 @@ impl Args {
             require: self.privacy,
             limits,
             max_total_epsilon: self.max_total_epsilon,
+            helper_key: self.helper_key,
         };
         privacy.check().map_err(anyhow::Error::msg)?;
         Ok(privacy)
@@ -221,6 +227,14 @@ pub(crate) fn options(
     }
 }
 
+/// A helper's public key from its 64 hex digits.
+fn helper_key(text: &str) -> Result<[u8; 32], String> {
+    let bytes = hex::decode(text.trim()).map_err(|e| format!("not hex: {e}"))?;
+    fl_secagg::verified::HelperPublicKey::from_bytes(&bytes)
+        .map(|key| key.to_bytes())
+        .map_err(|e| format!("{e}: 64 hex digits"))
+}
+
 #[cfg(test)]
 mod tests {
     /// docs/src/reference/fl-client.md is what clap makes of the flags.
@@ -232,3 +246,4 @@ mod tests {
         fl_common::generated_docs::assert_fresh(env!("CARGO_MANIFEST_DIR"), page_file, &page, test);
     }
 }
+

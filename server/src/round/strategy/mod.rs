@@ -135,6 +135,18 @@ pub(crate) enum Upload {
     Sum(SumInput),
     /// A group's partial aggregate, from an aggregator.
     Group(GroupSum),
+    /// A client's verified upload, before its proof is checked (only a verified round's
+    /// collection takes it; every strategy refuses it).
+    Verified(VerifiedUpload),
+}
+
+/// A client's verified upload: shares of its update and the proof of its norm bound.
+#[derive(Debug, Clone)]
+pub(crate) struct VerifiedUpload {
+    /// Who sent it.
+    pub client: ClientId,
+    /// The shares and the proof.
+    pub report: Box<fl_secagg::verified::Report>,
 }
 
 impl From<ClientUpdate> for Upload {
@@ -150,6 +162,7 @@ impl Upload {
             Upload::Dense(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Dense(u) => Ok(u),
             Upload::Sign(_) => Err(StrategyError::NotSign),
+            Upload::Verified(_) => Err(StrategyError::NotVerified),
             Upload::Sum(_) | Upload::Group(_) => Err(StrategyError::NeedsUpdates),
         }
     }
@@ -159,7 +172,7 @@ impl Upload {
         match self {
             Upload::Dense(u) => Some((u.client, u.release.take())),
             Upload::Sign(u) => Some((u.client, u.release.take())),
-            Upload::Sum(_) | Upload::Group(_) => None,
+            Upload::Sum(_) | Upload::Group(_) | Upload::Verified(_) => None,
         }
     }
 }
@@ -198,6 +211,9 @@ pub enum StrategyError {
     /// Under secure aggregation only the round's sum is accepted.
     #[error("this round uses secure aggregation: individual updates are not accepted")]
     NeedsSum,
+    /// A verified upload in a round that is not verified.
+    #[error("this round is not verified: send the update the task asks for")]
+    NotVerified,
     /// This strategy needs individual updates.
     #[error("this strategy aggregates individual updates, not a secure sum")]
     NeedsUpdates,

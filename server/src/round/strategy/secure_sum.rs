@@ -46,7 +46,9 @@ impl Strategy for SecureSum {
                 self.input = Some(input);
                 Ok(())
             }
-            Upload::Dense(_) | Upload::Sign(_) | Upload::Group(_) => Err(StrategyError::NeedsSum),
+            Upload::Dense(_) | Upload::Sign(_) | Upload::Group(_) | Upload::Verified(_) => {
+                Err(StrategyError::NeedsSum)
+            }
         }
     }
 

@@ -28,7 +28,7 @@ impl Strategy for SignDsAvg {
         match upload {
             Upload::Sign(u) if u.release.is_some() => Err(StrategyError::UnexpectedRelease),
             Upload::Sign(u) => Ok(self.aggregate.add(u.sign, &u.indices)?),
-            Upload::Dense(_) => Err(StrategyError::NeedsSign),
+            Upload::Dense(_) | Upload::Verified(_) => Err(StrategyError::NeedsSign),
             Upload::Sum(_) | Upload::Group(_) => Err(StrategyError::NeedsUpdates),
         }
     }

@@ -9,8 +9,9 @@ use super::Tally;
 use crate::identity::ids::ClientId;
 use crate::round::events::{Declared, Event, UploadHeader};
 use crate::round::rejection::Rejection;
-use crate::round::strategy::{ClientUpdate, SignUpload, Upload};
+use crate::round::strategy::{ClientUpdate, SignUpload, Upload, VerifiedUpload};
 use fl_model::CheckedUpdate;
+use fl_secagg::verified::Report;
 
 /// A client's (loss, accuracy, n) on its own examples (federated evaluation).
 type Evaluation = (f64, f64, u64);
@@ -41,6 +42,8 @@ enum Payload {
     },
     /// A SignDS upload (s, J).
     Sign { sign: i64, indices: Vec<u64> },
+    /// A verified upload's shares and proof.
+    Verified(Box<Report>),
 }
 
 /// What an absorbed upload reports besides its update (only plain uploads, which only a
@@ -109,6 +112,21 @@ impl Received {
                     payload,
                 })
             }
+            Event::Verified {
+                client,
+                round,
+                report,
+                bytes,
+            } => {
+                tally.bytes_up += bytes;
+                Ok(Self {
+                    client,
+                    round,
+                    num_examples: None,
+                    release: Declared::Absent,
+                    payload: Payload::Verified(report),
+                })
+            }
             other => Err(other),
         }
     }
@@ -147,6 +165,13 @@ impl Received {
                     indices,
                 };
                 Ok((Upload::Sign(upload), Reported::default()))
+            }
+            Payload::Verified(report) => {
+                let upload = VerifiedUpload {
+                    client: self.client,
+                    report,
+                };
+                Ok((Upload::Verified(upload), Reported::default()))
             }
         }
     }

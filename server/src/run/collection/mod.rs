@@ -25,7 +25,7 @@ use crate::round::policy::RoundPlan;
 use crate::round::strategy::{RoundContext, Strategy};
 use fl_privacy::UpdateMoments;
 use fl_secagg::Calibration;
-use fl_secagg::task::TaskDigest;
+use fl_secagg::task::{TaskDigest, VerifiedTask};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -99,6 +99,8 @@ pub(crate) struct Prepared {
     pub federation: String,
     /// This server process's run id, which its task carries.
     pub run: u64,
+    /// The verified round's part of the task, for a verified collection.
+    pub verified: Option<VerifiedTask>,
 }
 
 /// One of the two ways results come in.

@@ -149,7 +149,7 @@ impl PlainCollection {
                 }
             }
             // Uploads were read above; other clients' stream events change nothing here.
-            Event::Update { .. } | Event::Sign { .. } => {}
+            Event::Update { .. } | Event::Sign { .. } | Event::Verified { .. } => {}
             Event::Connected(_) | Event::Disconnected(_) => {}
             // A round of this process's own clients has no group.
             Event::Group { .. } | Event::GroupLost(_) => {}

@@ -105,6 +105,7 @@ impl SecureCollection {
             federation: (self.settings.policy.as_ref())
                 .map_or_else(String::new, |p| p.federation.clone()),
             run: self.run,
+            verified: None,
         })
     }
 
@@ -345,7 +346,9 @@ impl StageIo<'_> {
                 self.bytes_up += bytes;
                 self.on_stage_message(phase, client, claimed, message);
             }
-            Event::Update { client, .. } | Event::Sign { client, .. } => {
+            Event::Update { client, .. }
+            | Event::Sign { client, .. }
+            | Event::Verified { client, .. } => {
                 self.gone.insert(client);
                 self.clients.reject(client, Rejection::SecureOnly);
             }

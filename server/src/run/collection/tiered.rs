@@ -160,7 +160,8 @@ impl TieredCollection {
                 // No client of this process's own is sampled under a tier: its uploads refused.
                 Event::Update { client, .. }
                 | Event::Sign { client, .. }
-                | Event::SecAgg { client, .. } => {
+                | Event::SecAgg { client, .. }
+                | Event::Verified { client, .. } => {
                     clients.reject(client, Rejection::NotExpected { client, round });
                 }
                 Event::Connected(_) | Event::Disconnected(_) | Event::Failed { .. } => {}

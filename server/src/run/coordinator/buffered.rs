@@ -191,6 +191,7 @@ impl Coordinator {
             config: self.config.train.local_config(),
             local: instructions.local,
             secure: None,
+            verified: None,
             admm: None,
             evaluate: self.config.eval.federated_at(round),
         };
@@ -253,7 +254,10 @@ impl Coordinator {
                 self.clients.reject(client, Rejection::NotSecure);
             }
             // Uploads were read above.
-            Event::Update { .. } | Event::Sign { .. } | Event::Connected(_) => {}
+            Event::Update { .. }
+            | Event::Sign { .. }
+            | Event::Verified { .. }
+            | Event::Connected(_) => {}
             // The asynchronous mode has no aggregator tier.
             Event::Group { .. } | Event::GroupLost(_) => {}
         }

@@ -488,6 +488,7 @@ impl Coordinator {
                 run: planned.prepared.run,
                 min_survivors: c.min_survivors as u64,
             }),
+            verified: planned.prepared.verified.clone(),
             admm: instructions.admm,
             evaluate: self.config.eval.federated_at(ctx.round),
         };
