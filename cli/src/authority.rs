@@ -9,6 +9,7 @@ use fl_authority::policy::{FederationPolicy, MinDegree, PolicyMode};
 use fl_authority::{
     Authority, AuthorityKey, Identity, IdentityCertificate, IdentityKey, RevocationList,
 };
+use fl_common::durable::write_secret;
 use fl_server::output::write_atomic;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -286,19 +287,8 @@ fn write_pair(dir: &Path, name: &str, secret: &[u8; 32], public: &[u8; 32]) -> a
         bail!("{} exists: a key is never replaced", key.display());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
-    write_secret(&key, &format!("{}\n", hex::encode(secret)))?;
+    let text = format!("{}\n", hex::encode(secret));
+    write_secret(&key, text.as_bytes()).with_context(|| format!("creating {}", key.display()))?;
     write_atomic(&publ, format!("{}\n", hex::encode(public)).as_bytes())
         .with_context(|| format!("writing {}", publ.display()))
-}
-
-/// Creates `path` with `text`, readable and writable by its owner only.
-fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = (options.open(path)).with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(text.as_bytes())?;
-    Ok(file.sync_all()?)
 }

@@ -31,6 +31,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_with(path, bytes, |_| Ok(()))
 }
 
+/// Creates `path` (never replacing a file) with `bytes`, readable and writable by its owner
+/// only, and syncs it: a private key's file.
+pub fn write_secret(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
 /// [`write_atomic`], asking `before` first at each step: an error it returns ends the write
 /// there (tests inject faults with it).
 pub fn write_atomic_with(

@@ -35,6 +35,9 @@ pub enum ServerError {
     /// The gRPC transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The helper of verified rounds cannot be reached or served.
+    #[error("the helper: {0}")]
+    Helper(String),
     /// A secure round's code or noise cannot be calibrated (e.g. noise beyond the exact
     /// sampler's range).
     #[error("secure aggregation: {0}")]

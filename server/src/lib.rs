@@ -49,6 +49,7 @@ pub use operator::live_page::DEFAULT_ADDR as DEFAULT_PAGE_ADDR;
 pub use records::{checkpoint, ledger, model_file, output, run_dir};
 pub use round::events::Event;
 pub use run::coordinator::Observer;
+pub use run::helper::{HelperFloors, HelperOptions};
 pub use run::start::check_start;
 
 use config::RunConfig;
@@ -86,6 +87,17 @@ pub async fn aggregate(
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
     run::aggregator::run_aggregator(listener.into(), config, upstream, stop).await
+}
+
+/// Runs the helper of verified rounds on `listener` (TLS as `server` says: its `tls_cert` and
+/// `tls_key`) for the leader presenting `options.leader_token`, until `stop` is set.
+pub async fn help(
+    listener: tokio::net::TcpListener,
+    server: &config::ServerSection,
+    options: HelperOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    run::helper::run_helper(listener, server, options, stop).await
 }
 
 /// Resumes the interrupted run whose folder is `dir` from its `checkpoint` (see

@@ -138,6 +138,15 @@ struct Args {
     /// container's or the pod's name).
     #[arg(long)]
     name: Option<String>,
+    /// A helper's private key file (64 hex digits; made if missing). It prints its public key.
+    #[arg(long, value_name = "FILE", required_if_eq("role", "helper"))]
+    helper_key: Option<PathBuf>,
+    /// The token a helper's leader presents. Prefer the FL_LEADER_TOKEN environment variable.
+    #[arg(long, env = "FL_LEADER_TOKEN", hide_env_values = true)]
+    leader_token: Option<String>,
+    /// A helper's floors: the fewest valid uploads it sums, and its least noise multiplier.
+    #[arg(long, value_name = "N:Z", default_value = "2:0")]
+    helper_floors: fl_server::HelperFloors,
 }
 
 /// What an `fl-server` process is.
@@ -147,6 +156,8 @@ enum Role {
     Server,
     /// An aggregator of the aggregator tier.
     Aggregator,
+    /// The helper of verified rounds: the second aggregator, run by another party.
+    Helper,
 }
 
 impl Args {
@@ -209,21 +220,14 @@ impl Args {
 
     /// An aggregator's way to its coordinator.
     fn upstream(&self) -> anyhow::Result<UpstreamOptions> {
-        let ca = (self.upstream_ca.as_ref())
-            .map(|f| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
-            .transpose()?;
-        let name = (self.name.clone())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "aggregator".into());
-        Ok(UpstreamOptions {
-            url: self
-                .upstream
-                .clone()
-                .context("an aggregator needs --upstream")?,
-            name,
-            token: self.aggregator_token.clone().unwrap_or_default(),
-            ca,
-        })
+        let url = (self.upstream.clone()).context("an aggregator needs --upstream")?;
+        let token = self.aggregator_token.clone().unwrap_or_default();
+        let name = self.name.clone();
+        Ok(UpstreamOptions::read(
+            url,
+            (name, token),
+            self.upstream_ca.as_deref(),
+        )?)
     }
 }
 
@@ -328,7 +332,9 @@ fn start(args: Args) -> anyhow::Result<Start> {
                 return Ok((None, fresh));
             }
             if overwrite {
-                replace_run(&out)?;
+                // Clears the folder for the new run; its ledger is kept and logged.
+                (run_dir::replace(&out))
+                    .with_context(|| format!("clearing {} for a new run", out.display()))?;
             }
             if !(resume_existing && Checkpoint::exists(&out)) {
                 return Ok((None, fresh));
@@ -426,16 +432,6 @@ fn differing(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mut
     }
 }
 
-/// Clears `dir` for a new run (`--overwrite`), saying where its ledger went.
-fn replace_run(dir: &Path) -> anyhow::Result<()> {
-    let archive = run_dir::clear_for_overwrite(dir)
-        .with_context(|| format!("clearing {} for a new run", dir.display()))?;
-    if let Some(archive) = archive {
-        tracing::warn!(ledger = %archive.display(), "the replaced run's privacy ledger is kept");
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     // Before the runtime starts its threads (fl_common::allocator).
     fl_common::allocator::tune();
@@ -458,6 +454,24 @@ fn init_logging() {
         // Colours only on a terminal: logs collected by docker or a file stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// Runs the helper of verified rounds until a signal stops it.
+async fn helper(args: Args) -> anyhow::Result<ExitCode> {
+    let key = args
+        .helper_key
+        .as_deref()
+        .context("a helper needs --helper-key")?;
+    let token = args.leader_token.clone().unwrap_or_default();
+    let options = fl_server::HelperOptions::read(key, token, args.helper_floors)?;
+    let config = args.resolve()?;
+    let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
+    println!("listening on {}", listener.local_addr()?);
+    println!("helper public key {}", options.public_hex());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    fl_server::stop_on_signal(stop_tx);
+    fl_server::help(listener, &config.server, options, stop).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs an aggregator until its coordinator ends training or a signal stops it.
@@ -486,8 +500,10 @@ async fn aggregator(args: Args) -> anyhow::Result<ExitCode> {
 async fn run() -> anyhow::Result<ExitCode> {
     init_logging();
     let args = Args::parse();
-    if args.role == Role::Aggregator {
-        return aggregator(args).await;
+    match args.role {
+        Role::Aggregator => return aggregator(args).await,
+        Role::Helper => return helper(args).await,
+        Role::Server => {}
     }
     let name = (args.config.as_deref())
         .and_then(|c| c.file_stem())

@@ -1,10 +1,13 @@
 //! A verified upload on the wire (the client's header and the chunks of the leader's share), and
-//! the leader's and helper's prep shares.
+//! what the leader and the helper exchange about a round.
 
 use super::{WireError, bytes32};
 use crate::v1;
+use fl_secagg::RoundTag;
+use fl_secagg::task::TaskDigest;
 use fl_secagg::verified::{
-    LeaderShare, Parts, PrepShare, Report, Sealed, field_bytes, field_values,
+    Batch, BatchUpload, LeaderShare, Parts, PrepShare, Reply, Report, Sealed, Shape, field_bytes,
+    field_values,
 };
 
 /// A client's verified upload as the messages it sends: the header, then the leader's share of
@@ -95,6 +98,89 @@ impl TryFrom<&v1::PrepShare> for PrepShare {
                 wraparound: bytes32(&p.wraparound_part, "a wraparound part")?,
                 joint_rand: bytes32(&p.joint_rand_part, "a joint-rand part")?,
             },
+        })
+    }
+}
+
+impl From<&Batch> for v1::VerifyRequest {
+    fn from(b: &Batch) -> Self {
+        v1::VerifyRequest {
+            round: b.tag.round,
+            task_digest: b.tag.digest.0.to_vec(),
+            dim: b.shape.dim as u64,
+            clip_bound: b.shape.clip,
+            verify_key: b.verify_key.to_vec(),
+            noise_multiplier: b.noise_multiplier,
+            uploads: (b.uploads.iter())
+                .map(|u| v1::HelperUpload {
+                    client: u.client,
+                    sealed_key: u.sealed.encapped_key.clone(),
+                    sealed_share: u.sealed.ciphertext.clone(),
+                    leader: Some(v1::PrepShare::from(&u.leader)),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<&v1::VerifyRequest> for Batch {
+    type Error = WireError;
+    fn try_from(r: &v1::VerifyRequest) -> Result<Self, WireError> {
+        let dim = usize::try_from(r.dim).map_err(|_| WireError(format!("d = {}", r.dim)))?;
+        let shape = Shape::new(dim, r.clip_bound).map_err(|e| WireError(e.to_string()))?;
+        let uploads = (r.uploads.iter())
+            .map(|u| {
+                let leader = (u.leader.as_ref())
+                    .ok_or_else(|| WireError("an upload without the leader's prep share".into()))?;
+                Ok(BatchUpload {
+                    client: u.client,
+                    sealed: Sealed {
+                        encapped_key: u.sealed_key.clone(),
+                        ciphertext: u.sealed_share.clone(),
+                    },
+                    leader: PrepShare::try_from(leader)?,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        Ok(Batch {
+            tag: RoundTag {
+                round: r.round,
+                digest: TaskDigest(bytes32(&r.task_digest, "the task digest")?),
+            },
+            shape,
+            verify_key: bytes32(&r.verify_key, "the verify key")?,
+            noise_multiplier: r.noise_multiplier,
+            uploads,
+        })
+    }
+}
+
+impl From<&Reply> for v1::VerifyReply {
+    fn from(r: &Reply) -> Self {
+        v1::VerifyReply {
+            helper: (r.prep.iter())
+                .map(|p| p.as_ref().map(v1::PrepShare::from).unwrap_or_default())
+                .collect(),
+            accepted: r.accepted.clone(),
+            aggregate: field_bytes(&r.aggregate),
+        }
+    }
+}
+
+impl TryFrom<&v1::VerifyReply> for Reply {
+    type Error = WireError;
+    /// An empty prep share stands for none (an upload excluded before preparing).
+    fn try_from(r: &v1::VerifyReply) -> Result<Self, WireError> {
+        let prep = (r.helper.iter())
+            .map(|p| match p == &v1::PrepShare::default() {
+                true => Ok(None),
+                false => PrepShare::try_from(p).map(Some),
+            })
+            .collect::<Result<_, WireError>>()?;
+        Ok(Reply {
+            prep,
+            accepted: r.accepted.clone(),
+            aggregate: values(&r.aggregate, "the helper's aggregate")?,
         })
     }
 }

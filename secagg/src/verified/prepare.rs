@@ -42,6 +42,18 @@ pub enum Exclusion {
     Proof,
 }
 
+impl Exclusion {
+    /// Its name in a round's metrics: `malformed`, `sealed`, `binding` or `proof`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Exclusion::Malformed(_) => "malformed",
+            Exclusion::Sealed => "sealed",
+            Exclusion::Binding => "binding",
+            Exclusion::Proof => "proof",
+        }
+    }
+}
+
 /// One aggregator's share of an upload, in the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputShare {

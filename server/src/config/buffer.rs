@@ -87,6 +87,10 @@ fn refused_mode(mode: PrivacyMode) -> Option<&'static str> {
              other, and a buffer fills with clients that trained on different models at \
              different times",
         ),
+        PrivacyMode::Verified => Some(
+            "\"verified\": the helper answers each round once, over a round's fixed set of \
+             uploads",
+        ),
         PrivacyMode::None | PrivacyMode::DpFtrl | PrivacyMode::Local(_) => None,
     }
 }

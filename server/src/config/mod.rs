@@ -18,6 +18,7 @@ mod robust;
 mod secagg;
 mod server;
 mod train;
+mod verified;
 mod wording;
 
 pub use admm::AdmmSection;
@@ -32,6 +33,7 @@ pub use robust::{Aggregator, MeanSettings, NormAction, RobustSection, TrimmedMea
 pub use secagg::{DropoutStage, SecAggGraph, SecAggNoise, SecAggSection, SecureSettings};
 pub use server::{ServerSection, is_loopback, open_door};
 pub use train::{Algorithm, ServerOptimizerConfig, ServerOptimizerKind, ServerStep, TrainSection};
+pub use verified::{VerifiedNoise, VerifiedSection};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -121,6 +123,8 @@ pub struct RunConfig {
     pub eval: EvalSection,
     /// Asynchronous buffered aggregation (with `server.aggregation = "async"`).
     pub buffer: BufferSection,
+    /// Verified secure rounds (with `privacy.mode = "verified"`).
+    pub verified: VerifiedSection,
 }
 
 impl RunConfig {
@@ -241,6 +245,7 @@ impl RunConfig {
         let mode = match self.privacy.mode {
             PrivacyMode::None | PrivacyMode::Central | PrivacyMode::DpFtrl => PolicyMode::Plain,
             PrivacyMode::SecAgg => PolicyMode::SecAgg,
+            PrivacyMode::Verified => PolicyMode::Verified,
             PrivacyMode::Local(kind) => PolicyMode::Local(kind),
         };
         let iadmm = (self.train.algorithm == Algorithm::Iadmm).then_some(PolicyMode::Iadmm);

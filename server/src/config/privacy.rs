@@ -19,11 +19,13 @@ pub enum PrivacyMode {
     Local(LocalKind),
     /// `dp-ftrl`: DP-FTRL.
     DpFtrl,
+    /// `verified`: secure rounds whose every contribution is proved within the norm bound.
+    Verified,
 }
 
 impl PrivacyMode {
     /// The modes that are not a client-side mechanism, with their names and meanings.
-    const SERVER_SIDE: [(PrivacyMode, &'static str, &'static str); 4] = [
+    const SERVER_SIDE: [(PrivacyMode, &'static str, &'static str); 5] = [
         (Self::None, "none", "Plain FedAvg."),
         (
             Self::Central,
@@ -47,6 +49,14 @@ impl PrivacyMode {
              `server.enrollment`, and `fl sim` enrolls its own clients in \
              `RUN/sim-enrollment.toml`.",
         ),
+        (
+            Self::Verified,
+            "verified",
+            "Verified secure rounds: each client splits its clipped update between the server \
+             and a helper (a second aggregator, `[verified]`) with a zero-knowledge proof that \
+             its L2 norm is at most `privacy.clip_bound`; a contribution whose proof fails is \
+             excluded, and neither aggregator sees any one update.",
+        ),
     ];
 
     /// Every mode with its name and meaning, the client-side mechanisms from their list.
@@ -62,7 +72,7 @@ impl PrivacyMode {
     pub fn name(self) -> &'static str {
         match self {
             Self::Local(kind) => kind.name(),
-            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl => {
+            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl | Self::Verified => {
                 let same = |(m, ..): &&(PrivacyMode, &str, &str)| *m == self;
                 Self::SERVER_SIDE
                     .iter()
@@ -76,7 +86,7 @@ impl PrivacyMode {
     pub fn local(self) -> Option<LocalKind> {
         match self {
             Self::Local(kind) => Some(kind),
-            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl => None,
+            Self::None | Self::Central | Self::SecAgg | Self::DpFtrl | Self::Verified => None,
         }
     }
 }

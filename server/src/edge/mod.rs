@@ -12,6 +12,7 @@ pub(crate) mod accept;
 pub(crate) mod clients;
 pub(crate) mod framer;
 pub(crate) mod groups;
+pub(crate) mod helper;
 pub(crate) mod join_gate;
 pub(crate) mod outbox;
 pub(crate) mod registry;

@@ -161,7 +161,7 @@ pub(crate) async fn drain(serving: JoinHandle<Result<(), tonic::transport::Error
 }
 
 /// A transport builder with TLS (and client certificates) when the configuration asks for it.
-fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
+pub(crate) fn server_builder(s: &ServerSection) -> Result<Server, ServerError> {
     if let Some(open) = crate::config::open_door(s) {
         tracing::error!("OPEN TO ANYONE: {open}");
     }

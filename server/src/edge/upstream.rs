@@ -36,6 +36,26 @@ pub struct UpstreamOptions {
     pub ca: Option<Vec<u8>>,
 }
 
+impl UpstreamOptions {
+    /// The options of an aggregator reaching `url` with `token`, named `name` (default:
+    /// $HOSTNAME, the container's or the pod's name), trusting the CA in `ca` if given.
+    pub fn read(
+        url: String,
+        (name, token): (Option<String>, String),
+        ca: Option<&std::path::Path>,
+    ) -> Result<Self, crate::ServerError> {
+        let ca = ca.map(std::fs::read).transpose()?;
+        let name = (name.or_else(|| std::env::var("HOSTNAME").ok()))
+            .unwrap_or_else(|| "aggregator".into());
+        Ok(Self {
+            url,
+            name,
+            token,
+            ca,
+        })
+    }
+}
+
 /// What the coordinator asks of the aggregator.
 #[derive(Debug)]
 pub(crate) enum Order {

@@ -318,6 +318,7 @@ mod tests {
             bytes_down: 200,
             seconds: 0.3,
             secagg: None,
+            verified: None,
             federated_eval: None,
             buffer: Some(crate::records::output::BufferMetrics {
                 size: 9,

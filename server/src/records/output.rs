@@ -67,6 +67,9 @@ pub struct RoundMetrics {
     /// Secure-aggregation figures (secure-aggregation runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secagg: Option<SecAggRoundMetrics>,
+    /// A verified round's figures (`privacy.mode = "verified"` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<VerifiedRoundMetrics>,
     /// Federated evaluation of the model the round started from (the model after the round
     /// before), on the clients' own examples (`eval.federated`, rounds it asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +223,24 @@ pub struct SecAggRoundMetrics {
     /// when the sum is exact).
     pub max_abs_error: Option<u64>,
     /// Why the round aborted, if it did.
+    pub aborted: Option<String>,
+}
+
+/// A verified round's figures: the uploads, how many were summed, and why the others were not.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct VerifiedRoundMetrics {
+    /// Verified uploads received.
+    pub uploads: usize,
+    /// Uploads whose proof verified, summed.
+    pub accepted: usize,
+    /// Uploads excluded, by reason: `malformed`, `sealed` (the helper's share does not open for
+    /// this round and client), `binding` (shares made for another round, client or upload),
+    /// `proof` (the norm bound's proof does not verify).
+    pub excluded: std::collections::BTreeMap<String, usize>,
+    /// Seconds from the last upload to the verified sum (both aggregators' checks).
+    pub verify_seconds: f64,
+    /// Why the round released no sum, if it did not (the helper refused or deviated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<String>,
 }
 

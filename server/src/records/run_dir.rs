@@ -72,6 +72,14 @@ pub fn check_unused(dir: &Path) -> std::io::Result<()> {
     ))
 }
 
+/// [`clear_for_overwrite`], logging where the replaced run's ledger is kept.
+pub fn replace(dir: &Path) -> std::io::Result<()> {
+    if let Some(archive) = clear_for_overwrite(dir)? {
+        tracing::warn!(ledger = %archive.display(), "the replaced run's privacy ledger is kept");
+    }
+    Ok(())
+}
+
 /// Makes `dir` ready for a new run that replaces the one it holds: its ledger is renamed to
 /// `ledger-replaced-YYYYMMDD-HHMMSS.jsonl` (returned), the other records are removed.
 pub fn clear_for_overwrite(dir: &Path) -> std::io::Result<Option<PathBuf>> {

@@ -5,11 +5,13 @@
 
 use crate::config::plan::{
     Aggregation, CentralNoise, ClipRule, IadmmPlan, LedgerTerms, LocalAccounting, LocalPlan,
-    LocalRule, SecureNoise, SecurePlan,
+    LocalRule, SecureNoise, SecurePlan, VerifiedPlan,
 };
 use crate::config::{
-    Aggregator, Cadence, MeanSettings, PrivacyPlan, RunConfig, SecureSettings, TrimmedMeanSettings,
+    Aggregator, Cadence, ConfigError, MeanSettings, PrivacyPlan, RunConfig, SecureSettings,
+    TrimmedMeanSettings,
 };
+use crate::edge::helper::{HelperAddress, HelperLink};
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
@@ -21,8 +23,11 @@ use crate::round::strategy::{
     ResidualBalancing, SecureRule, SecureSum, ServerOptimizer, SignDsAvg, Strategy, SumStrategy,
     TrimmedMean,
 };
-use crate::run::collection::{Collection, PlainCollection, SecureCollection, TieredCollection};
+use crate::run::collection::{
+    Collection, PlainCollection, SecureCollection, TieredCollection, VerifiedCollection,
+};
 use fl_privacy::{AnyStream, LocalMechanism, NoiseStream};
+use fl_secagg::task::VerifiedTask;
 use fl_secagg::{PlainInputs, RoundShape};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -139,6 +144,10 @@ pub(crate) fn pipeline(
             let (policy, strategy, collection) = builder.secure(secure, oracle)?;
             (policy, strategy, collection, min_results)
         }
+        PrivacyPlan::Verified(verified) => {
+            let (policy, strategy, collection) = builder.verified(verified)?;
+            (policy, strategy, collection, min_results)
+        }
     };
     // The optimizer acts on what the stack released: post-processing of any mechanism's output.
     let strategy = match config.train.server_optimizer(config.server.rounds) {
@@ -173,7 +182,7 @@ pub(crate) fn pipeline(
 fn tiered(config: &RunConfig, rule: GroupRule, collection: Collection) -> Collection {
     let secure = match collection {
         Collection::Secure(secure) => Some(secure),
-        Collection::Plain(_) | Collection::Tiered(_) => None,
+        Collection::Plain(_) | Collection::Tiered(_) | Collection::Verified(_) => None,
     };
     let timeout = Duration::from_secs_f64(config.server.round_timeout_secs);
     Collection::Tiered(TieredCollection::new(timeout, rule, secure))
@@ -227,7 +236,8 @@ fn group_rule(plan: &PrivacyPlan) -> Result<GroupRule, ServerError> {
         })
         | PrivacyPlan::Local(_)
         | PrivacyPlan::Iadmm(_)
-        | PrivacyPlan::Ftrl(_) => Err(ServerError::Internal(
+        | PrivacyPlan::Ftrl(_)
+        | PrivacyPlan::Verified(_) => Err(ServerError::Internal(
             "the aggregator tier under a mode it cannot run".into(),
         )),
     }
@@ -294,12 +304,17 @@ impl Builder<'_> {
 
     /// Individual uploads, their moments tallied or not.
     fn collect_uploads(&self, update_moments: bool) -> Collection {
+        Collection::Plain(self.plain_collection(update_moments))
+    }
+
+    /// The waiting for individual uploads, under the run's timeouts.
+    fn plain_collection(&self, update_moments: bool) -> PlainCollection {
         let s = &self.config.server;
-        Collection::Plain(PlainCollection {
+        PlainCollection {
             round_timeout: Duration::from_secs_f64(s.round_timeout_secs),
             reconnect_grace: Duration::from_secs_f64(s.reconnect_grace_secs),
             update_moments,
-        })
+        }
     }
 
     /// Central DP around `inner`, with the plan's clip rule.
@@ -398,6 +413,55 @@ impl Builder<'_> {
                     policy as Box<dyn RoundPolicy>,
                     Box::new(SecureSum::new(Divisor::Expected)),
                 )
+            }
+        };
+        Ok((policy, strategy, collection))
+    }
+}
+
+impl Builder<'_> {
+    /// Verified secure rounds: uploads checked with the helper, their sum noised by both
+    /// aggregators when the plan has noise (the server's part as central noise on the sum, whose
+    /// sensitivity is the proved bound S).
+    fn verified(&self, plan: VerifiedPlan) -> Result<SecureParts, ServerError> {
+        let s = &plan.settings;
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                ServerError::Config(ConfigError::Invalid(format!(
+                    "reading {}: {e}",
+                    p.display()
+                )))
+            })
+        };
+        let token = match &s.helper_token_file {
+            Some(file) => String::from_utf8_lossy(&read(file)?).trim().to_string(),
+            None => String::new(),
+        };
+        let ca = s.helper_ca.as_deref().map(read).transpose()?;
+        let address = HelperAddress {
+            url: s.helper.clone(),
+            token,
+            ca,
+        };
+        let federation = (self.config.secagg.policy()?).map_or_else(String::new, |p| p.federation);
+        let collection = Collection::Verified(VerifiedCollection {
+            // A verified upload carries no update whose moments could be taken.
+            plain: self.plain_collection(false),
+            helper: HelperLink::new(&address)?,
+            helper_timeout: Duration::from_secs_f64(s.helper_timeout_secs),
+            task: VerifiedTask {
+                clip: plan.clip,
+                federation,
+                run: rand::Rng::random(&mut StdRng::from_os_rng()),
+                min_clients: s.min_clients as u64,
+            },
+            dim: self.dim,
+        });
+        let (policy, strategy): (_, Box<dyn Strategy>) = match plan.noise {
+            None => (self.plain(), Box::new(SecureSum::new(Divisor::Survivors))),
+            Some(noise) => {
+                let strategy = self.central_dp(noise.clip, SecureSum::new(Divisor::Survivors));
+                (self.sampled_gaussian(noise), strategy)
             }
         };
         Ok((policy, strategy, collection))

@@ -12,5 +12,6 @@ pub(crate) mod aggregator;
 pub(crate) mod build;
 pub(crate) mod collection;
 pub(crate) mod coordinator;
+pub(crate) mod helper;
 pub(crate) mod model_setup;
 pub(crate) mod start;

@@ -246,4 +246,3 @@ mod tests {
         fl_common::generated_docs::assert_fresh(env!("CARGO_MANIFEST_DIR"), page_file, &page, test);
     }
 }
-

@@ -4,7 +4,9 @@
 //! `crate::run::build` turns the plan into the run's pipeline and round policy; nothing else reads
 //! the mode.
 
-use super::{AdmmSection, Aggregator, ClipMode, ConfigError, NormAction, SecAggSection};
+use super::{
+    AdmmSection, Aggregator, ClipMode, ConfigError, NormAction, SecAggSection, VerifiedSection,
+};
 use fl_common::schedule::Schedule;
 use fl_privacy::{AccountantKind, Budget, LocalMechanism, LocalSettings, Neighbours, Sampling};
 
@@ -30,6 +32,20 @@ pub enum PrivacyPlan {
     Secure(SecurePlan),
     /// DP-FTRL: the trusted curator clips and adds correlated noise (Kairouz et al. 2021).
     Ftrl(FtrlPlan),
+    /// Verified secure rounds: the server and a helper sum shares of updates proved within S.
+    Verified(VerifiedPlan),
+}
+
+/// Verified secure rounds and their noise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedPlan {
+    /// `[verified]`.
+    pub settings: VerifiedSection,
+    /// S: the bound every contribution is proved within, the sum's sensitivity.
+    pub clip: f64,
+    /// The aggregators' noise, accounted as central noise on a fixed-size sample; `None`
+    /// without noise.
+    pub noise: Option<CentralNoise>,
 }
 
 /// How the server combines the updates it sees.
@@ -148,7 +164,8 @@ impl PrivacyPlan {
             | PrivacyPlan::Central(_)
             | PrivacyPlan::Local(_)
             | PrivacyPlan::Iadmm(_)
-            | PrivacyPlan::Secure(_) => None,
+            | PrivacyPlan::Secure(_)
+            | PrivacyPlan::Verified(_) => None,
         }
     }
 
@@ -166,10 +183,12 @@ impl PrivacyPlan {
                 ..
             }) => Some(ledger),
             PrivacyPlan::Ftrl(f) => Some(&f.ledger),
+            PrivacyPlan::Verified(VerifiedPlan { noise: Some(c), .. }) => Some(&c.ledger),
             PrivacyPlan::None(_)
             | PrivacyPlan::Local(_)
             | PrivacyPlan::Iadmm(_)
-            | PrivacyPlan::Secure(_) => None,
+            | PrivacyPlan::Secure(_)
+            | PrivacyPlan::Verified(_) => None,
         }
     }
 
@@ -181,6 +200,7 @@ impl PrivacyPlan {
             PrivacyPlan::None(_)
             | PrivacyPlan::Central(_)
             | PrivacyPlan::Secure(_)
+            | PrivacyPlan::Verified(_)
             | PrivacyPlan::Ftrl(_) => None,
         }
     }

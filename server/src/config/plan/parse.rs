@@ -4,9 +4,11 @@
 use super::{
     Aggregation, CentralAccounting, CentralNoise, ClipRule, IadmmPlan, LedgerTerms,
     LocalAccounting, LocalPlan, LocalRule, PrivacyPlan, QuantileClip, SecureNoise, SecurePlan,
+    VerifiedPlan,
 };
 use crate::config::{
     Algorithm, ClipMode, ConfigError, PrivacyMode, RunConfig, SecAggNoise, ServerOptimizerKind,
+    VerifiedNoise,
 };
 use fl_privacy::{
     AccountantKind, GaussianRound, LocalKind, LocalSettings, Neighbours, PrivacyEvent,
@@ -94,6 +96,38 @@ impl RunConfig {
             }),
             PrivacyMode::SecAgg => PrivacyPlan::Secure(self.secure()?),
             PrivacyMode::DpFtrl => PrivacyPlan::Ftrl(self.ftrl()?),
+            PrivacyMode::Verified => PrivacyPlan::Verified(self.verified()?),
+        })
+    }
+
+    /// Verified secure rounds and their noise.
+    fn verified(&self) -> Result<VerifiedPlan, ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        let p = &self.privacy;
+        self.verified.validate()?;
+        if p.clip != ClipMode::Fixed {
+            return bad(
+                "privacy.mode = \"verified\" needs privacy.clip = \"fixed\": the bound is \
+                 proved by every client, and the server never sees an update norm",
+            );
+        }
+        let noise = match self.verified.noise {
+            VerifiedNoise::None => None,
+            // As for secure aggregation's central noise: whether a round releases depends on
+            // how many valid uploads came, which must not vary with one client's presence.
+            VerifiedNoise::Aggregators if p.sampling != Sampling::Fixed => {
+                return bad(
+                    "verified.noise = \"aggregators\" needs privacy.sampling = \"fixed\": under \
+                     Poisson sampling whether a round releases depends on how many clients took \
+                     part, which the epsilon does not cover",
+                );
+            }
+            VerifiedNoise::Aggregators => Some(self.central_noise(CentralAccounting::Sampled)?),
+        };
+        Ok(VerifiedPlan {
+            settings: self.verified.clone(),
+            clip: p.clip_bound,
+            noise,
         })
     }
 

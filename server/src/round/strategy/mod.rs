@@ -211,6 +211,9 @@ pub enum StrategyError {
     /// Under secure aggregation only the round's sum is accepted.
     #[error("this round uses secure aggregation: individual updates are not accepted")]
     NeedsSum,
+    /// Another upload in a verified round.
+    #[error("this round is verified: send a VerifiedUploadHeader with the proof of the bound")]
+    NeedsVerified,
     /// A verified upload in a round that is not verified.
     #[error("this round is not verified: send the update the task asks for")]
     NotVerified,

@@ -10,17 +10,21 @@ mod intake;
 mod plain;
 mod secure;
 mod tiered;
+mod verified;
 
 pub(crate) use intake::Received;
 
 pub(crate) use plain::PlainCollection;
 pub(crate) use secure::SecureCollection;
 pub(crate) use tiered::TieredCollection;
+pub(crate) use verified::VerifiedCollection;
 
 use crate::edge::clients::Clients;
 use crate::error::ServerError;
 use crate::identity::ids::ClientId;
-use crate::records::output::{FederatedEval, GroupMetrics, SecAggRoundMetrics, SecAggSummary};
+use crate::records::output::{
+    FederatedEval, GroupMetrics, SecAggRoundMetrics, SecAggSummary, VerifiedRoundMetrics,
+};
 use crate::round::policy::RoundPlan;
 use crate::round::strategy::{RoundContext, Strategy};
 use fl_privacy::UpdateMoments;
@@ -45,6 +49,8 @@ pub(crate) struct Tally {
     pub moments: UpdateMoments,
     /// The secure-aggregation figures of the round.
     pub secagg: Option<SecAggRoundMetrics>,
+    /// The verified round's figures.
+    pub verified: Option<VerifiedRoundMetrics>,
     /// Bytes sent beyond the tasks (tasks sent again, secure-aggregation stage messages).
     pub stage_bytes_down: u64,
     /// The clients' figures on their own examples (federated evaluation), of absorbed results.
@@ -63,6 +69,7 @@ impl Tally {
             bytes_up: 0,
             moments: UpdateMoments::new(num_params),
             secagg: None,
+            verified: None,
             stage_bytes_down: 0,
             federated_eval: None,
             groups: Vec::new(),
@@ -111,6 +118,8 @@ pub(crate) enum Collection {
     Secure(SecureCollection),
     /// The groups' partial aggregates, from aggregators.
     Tiered(TieredCollection),
+    /// Verified uploads, checked with the helper, then their sum.
+    Verified(VerifiedCollection),
 }
 
 impl Collection {
@@ -120,6 +129,7 @@ impl Collection {
             Collection::Plain(_) => Ok(Prepared::default()),
             Collection::Secure(s) => s.prepare(plan),
             Collection::Tiered(t) => t.prepare(plan),
+            Collection::Verified(v) => Ok(v.prepare()),
         }
     }
 
@@ -135,7 +145,7 @@ impl Collection {
             Collection::Tiered(t) => {
                 t.dispatch(clients, (sampled, global), prepared.calibration.as_ref())
             }
-            Collection::Plain(_) | Collection::Secure(_) => 0,
+            Collection::Plain(_) | Collection::Secure(_) | Collection::Verified(_) => 0,
         }
     }
 
@@ -151,13 +161,14 @@ impl Collection {
             Collection::Plain(p) => p.collect(clients, work).await,
             Collection::Secure(s) => s.collect(clients, work, prepared, rng).await,
             Collection::Tiered(t) => t.collect(clients, work, prepared).await,
+            Collection::Verified(v) => v.collect(clients, work).await,
         }
     }
 
     /// An empty run summary of secure rounds, for a secure collection.
     pub(crate) fn secure_summary(&self) -> Option<SecAggSummary> {
         let signed = match self {
-            Collection::Plain(_) => None,
+            Collection::Plain(_) | Collection::Verified(_) => None,
             Collection::Secure(s) => Some(s.signed()),
             Collection::Tiered(t) => t.secure_signed(),
         };

@@ -24,6 +24,7 @@ impl Coordinator {
         let (v_c, u_s) = tally.moments.v_c_and_u_s().unzip();
         RoundMetrics {
             secagg: tally.secagg.clone(),
+            verified: tally.verified.clone(),
             round,
             connected: counts.connected,
             sampled,
