@@ -29,3 +29,4 @@ mod tier;
 mod tier_kill;
 mod tls;
 mod trainer;
+mod verified;

@@ -147,3 +147,26 @@ fn the_helper_adds_noise_of_at_least_its_floor() {
     let tolerance = 4.0 * sigma / (2.0 * DIM as f64).sqrt();
     assert!((std - sigma).abs() <= tolerance, "std {std}, sigma {sigma}");
 }
+
+/// The model-replacement attacker: its update scaled far above the bound, claiming V0 = B; and
+/// the same attacker just within the bound, whose upload is valid.
+#[test]
+fn an_unclipped_scaled_upload_is_excluded() {
+    let (key, public) = HelperKey::generate();
+    let mut helper = Helper::new(key, 1, 0.0);
+    let t = tag(7);
+    let mut all = uploads(&public, &t, 2);
+    for (client, scale) in [(3, 50.0), (4, 1.01 / 0.9)] {
+        let scaled: Vec<f32> = update(0.9, client).iter().map(|v| v * scale).collect();
+        let report = shard_unclipped(&shape(), &Binder::new(&t, client), &public, &scaled);
+        all.push((client, report.unwrap()));
+    }
+    let within: Vec<f32> = update(0.9, 5).iter().map(|v| v * 0.99 / 0.9).collect();
+    let report = shard_unclipped(&shape(), &Binder::new(&t, 5), &public, &within).unwrap();
+    all.push((5, report));
+    let (leader, batch) = LeaderRound::start(t, shape(), all, 0.0);
+    let verified = leader.finish(helper.answer(&batch).unwrap()).unwrap();
+    assert_eq!(verified.accepted, 3);
+    let excluded = vec![(3, Exclusion::Proof), (4, Exclusion::Proof)];
+    assert_eq!(verified.excluded, excluded);
+}

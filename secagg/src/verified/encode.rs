@@ -74,17 +74,36 @@ impl NormCircuit {
     /// The circuit's input for `x` (the first `pass` repetitions that pass are flagged, the
     /// others given as failed).
     pub fn encode(&self, x: &[i64]) -> Result<Vec<F>, EncodeError> {
+        let v0 = self.squared_norm(x)?;
+        if v0 > u128::from(self.bound) {
+            return Err(EncodeError::Norm(v0));
+        }
+        self.encode_claiming(x, v0, false)
+    }
+
+    /// A compromised client's input for `x`, whatever its norm (simulations and tests of the
+    /// defence): the sum check claims V0 = B, and the first `pass` repetitions are flagged
+    /// whether they pass or not, S_k making each projection's equation hold. The proof of such
+    /// an input fails for any `x` above the bound.
+    pub fn encode_claiming_bound(&self, x: &[i64]) -> Result<Vec<F>, EncodeError> {
+        self.squared_norm(x)?;
+        self.encode_claiming(x, u128::from(self.bound), true)
+    }
+
+    /// ||x||^2, exact, for an `x` of the circuit's length.
+    fn squared_norm(&self, x: &[i64]) -> Result<u128, EncodeError> {
         if x.len() != self.dim {
             let (got, want) = (x.len(), self.dim);
             return Err(EncodeError::Length { got, want });
         }
-        let v0: u128 = x
-            .iter()
+        Ok(x.iter()
             .map(|&v| (i128::from(v) * i128::from(v)) as u128)
-            .sum();
-        if v0 > u128::from(self.bound) {
-            return Err(EncodeError::Norm(v0));
-        }
+            .sum())
+    }
+
+    /// The input with V0 = `v0` (U0 = B - V0), each repetition flagged when it passes or, with
+    /// `force`, until `pass` are.
+    fn encode_claiming(&self, x: &[i64], v0: u128, force: bool) -> Result<Vec<F>, EncodeError> {
         let mut input = to_field(x);
         bits_of(v0, self.b0, &mut input);
         bits_of(u128::from(self.bound) - v0, self.b0, &mut input);
@@ -93,14 +112,19 @@ impl NormCircuit {
         let (mut passed, mut s) = (0, Vec::with_capacity(self.reps));
         for k in 0..self.reps {
             let z = self.z_row(k);
-            // Y_k = <Z_k, X>, exact in integers (|Y_k| <= d sqrt(B)).
+            // Y_k = <Z_k, X>, exact in integers (|Y_k| <= d sqrt(B) for an honest X).
             let y: i128 = z
                 .iter()
                 .zip(x)
                 .map(|(&z, &v)| i128::from(z) * i128::from(v))
                 .sum();
-            let flagged = (-a..=a + 1).contains(&y) && passed < self.pass;
-            let v1 = if flagged { y + a } else { top };
+            let passes = (-a..=a + 1).contains(&y);
+            let flagged = (passes || force) && passed < self.pass;
+            let v1 = match (flagged, passes) {
+                (true, true) => y + a,
+                (true, false) => (y + a).rem_euclid(top + 1),
+                (false, _) => top,
+            };
             bits_of(v1 as u128, self.b1, &mut input);
             input.push(F::from(u64::from(flagged)));
             passed += usize::from(flagged);

@@ -95,30 +95,9 @@ fn an_honest_client_clips_an_update_above_the_bound() {
     assert!(norm <= 1.0 && norm > 0.999, "{norm}");
 }
 
-/// A client that skips the clip: its update of norm `norm`, encoded honestly when within the
-/// bound, else under a looser bound with the sum check's bits rewritten to claim V0 = B.
+/// A client that skips the clip ([`shard_unclipped`]): its update of norm `norm`.
 fn forged(key: &HelperKey, b: &Binder, norm: f64) -> Report {
-    let shape = shape();
-    let scale = f64::from(shape.frac_bits).exp2();
-    let x: Vec<i64> = (update(norm, 4).iter())
-        .map(|&v| (f64::from(v) * scale) as i64)
-        .collect();
-    let lie = |c: &NormCircuit, x: &[i64]| {
-        if let Ok(input) = c.encode(x) {
-            return Ok(input);
-        }
-        // 1.03^2 B has the bits of B, so the layout is the same.
-        let wider = (c.bound as f64 * 1.0609) as u64;
-        let loose = NormCircuit::new(c.dim, wider, (c.reps, c.pass, c.slack), c.z_seed);
-        let mut input = loose.expect("a looser circuit").encode(x)?;
-        let (b0, at) = (c.b0, c.dim);
-        for i in 0..b0 {
-            input[at + i] = F::from((c.bound >> i) & 1);
-            input[at + b0 + i] = F::from(0);
-        }
-        Ok(input)
-    };
-    split(&shape, b, &key.public(), &x, &lie).unwrap()
+    shard_unclipped(&shape(), b, &key.public(), &update(norm, 4)).unwrap()
 }
 
 #[test]

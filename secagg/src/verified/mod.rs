@@ -24,7 +24,9 @@ pub use batch::{
 pub use circuit::{F, NormCircuit, field_bytes, field_values};
 pub use encode::{EncodeError, fixed_point};
 pub use prepare::{Exclusion, InputShare, Pending, PrepShare, Role, decide, prepare, sum_shares};
-pub use report::{Encoder, HelperShare, LeaderShare, Parts, Report, ShardError, shard, split};
+pub use report::{
+    Encoder, HelperShare, LeaderShare, Parts, Report, ShardError, shard, shard_unclipped, split,
+};
 pub use seal::{HelperKey, HelperPublicKey, SealError, Sealed};
 pub use shape::{Binder, Shape, ShapeError};
 

@@ -142,6 +142,24 @@ pub fn shard(
     split(shape, binder, helper_key, &x, &NormCircuit::encode)
 }
 
+/// A compromised client's upload (simulations and tests of the defence): `update` scaled and
+/// not clipped, encoded honestly when within the bound and else by
+/// [`NormCircuit::encode_claiming_bound`], proved and split as an honest one is. Both
+/// aggregators exclude it when its norm is above the bound.
+pub fn shard_unclipped(
+    shape: &Shape,
+    binder: &Binder,
+    helper_key: &HelperPublicKey,
+    update: &[f32],
+) -> Result<Report, ShardError> {
+    let scale = f64::from(shape.frac_bits).exp2();
+    let x: Vec<i64> = (update.iter())
+        .map(|&v| (f64::from(v) * scale).clamp(-(2f64.powi(62)), 2f64.powi(62)) as i64)
+        .collect();
+    let lie = |c: &NormCircuit, x: &[i64]| c.encode(x).or_else(|_| c.encode_claiming_bound(x));
+    split(shape, binder, helper_key, &x, &lie)
+}
+
 /// How the circuit's input is made from X: [`NormCircuit::encode`] for an honest client.
 pub type Encoder<'a> = &'a dyn Fn(&NormCircuit, &[i64]) -> Result<Vec<F>, EncodeError>;
 

@@ -73,9 +73,10 @@ enum Expecting {
     Verified(Box<VerifiedUploadHeader>),
 }
 
-/// Field elements a verified upload may carry beyond the model's d (the circuit's bits and
-/// S_k, about 300 for every S): a bound on what a header may make the server buffer.
-const MAX_VERIFIED_EXTRA: u64 = 4096;
+/// Field elements a verified upload may carry beyond the model's d: the circuit's bits and S_k,
+/// 2 b0 + r (b1 + 2), about 4,300 with r = 135 (`fl_secagg::verified::shape`); a bound on what a
+/// header may make the server buffer.
+const MAX_VERIFIED_EXTRA: u64 = 16_384;
 
 /// A tensor being received: what it is and the chunks so far.
 #[derive(Debug)]
