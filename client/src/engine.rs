@@ -12,10 +12,11 @@ use crate::round_log::RoundLog;
 use crate::secure::{SecureContext, SecureInput, SecureRound, Step};
 use crate::state::ClientState;
 use crate::trainer::Trainer;
+use crate::verified::verified_upload;
 use fl_authority::policy::FederationPolicy;
 use fl_model::Model;
 use fl_secagg::task::Task;
-use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard};
+use fl_secagg::verified::{Binder, Report};
 use fl_secagg::{Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -144,24 +145,6 @@ fn prepare(
         seconds: 0.0,
         loss,
     }
-}
-
-/// The verified upload of `update`, or (in the rare case the wraparound check fails an honest
-/// update, which would tell the server something of it) of the zero update in its place.
-fn verified_upload(
-    shape: &Shape,
-    binder: &Binder,
-    helper: &[u8; 32],
-    update: &[f32],
-) -> Result<Box<Report>, Refusal> {
-    let key = HelperPublicKey::from_bytes(helper).map_err(|e| Refusal::Verified(e.to_string()))?;
-    let report = shard(shape, binder, &key, update).or_else(|reason| {
-        tracing::warn!(%reason, "the update could not be proved: sending the zero update instead");
-        shard(shape, binder, &key, &vec![0.0; update.len()])
-    });
-    report
-        .map(Box::new)
-        .map_err(|e| Refusal::Verified(e.to_string()))
 }
 
 /// A client's state across its sessions; see the module documentation.

@@ -20,6 +20,7 @@ mod slots;
 mod state;
 mod tls_probe;
 mod trainer;
+mod verified;
 mod wire;
 
 pub use connection::{

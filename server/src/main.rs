@@ -458,16 +458,13 @@ fn init_logging() {
 
 /// Runs the helper of verified rounds until a signal stops it.
 async fn helper(args: Args) -> anyhow::Result<ExitCode> {
-    let key = args
-        .helper_key
-        .as_deref()
-        .context("a helper needs --helper-key")?;
+    let key = (args.helper_key.as_deref()).context("a helper needs --helper-key")?;
     let token = args.leader_token.clone().unwrap_or_default();
     let options = fl_server::HelperOptions::read(key, token, args.helper_floors)?;
     let config = args.resolve()?;
     let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
-    println!("listening on {}", listener.local_addr()?);
-    println!("helper public key {}", options.public_hex());
+    let (at, public) = (listener.local_addr()?, options.public_hex());
+    println!("listening on {at}\nhelper public key {public}");
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     fl_server::stop_on_signal(stop_tx);
     fl_server::help(listener, &config.server, options, stop).await?;

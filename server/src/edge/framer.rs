@@ -263,7 +263,7 @@ impl Framer {
     fn start_verified(&mut self, header: VerifiedUploadHeader, size: u64) -> Result<(), Status> {
         let d = self.num_params as u64;
         let words = header.num_words;
-        if words % 2 != 0 || words < 2 * d || words > 2 * (d + MAX_VERIFIED_EXTRA) {
+        if !words.is_multiple_of(2) || words < 2 * d || words > 2 * (d + MAX_VERIFIED_EXTRA) {
             return Err(Status::invalid_argument(format!(
                 "a verified upload of {words} words, the model has {d} parameters"
             )));

@@ -3,6 +3,7 @@
 //! its token, answering with `fl_secagg::verified::Helper` (which answers each round once, adds
 //! its noise and refuses batches below its floor); and the leader's side of that call.
 
+use crate::config::VerifiedSection;
 use crate::error::ServerError;
 use crate::identity::secret::Digest;
 use fl_proto::v1::helper_client::HelperClient;
@@ -92,17 +93,6 @@ pub(crate) async fn serve_helper(
         .map_err(|e| ServerError::Helper(e.to_string()))
 }
 
-/// Where the leader finds its helper.
-#[derive(Debug, Clone)]
-pub(crate) struct HelperAddress {
-    /// `http://` or `https://`.
-    pub url: String,
-    /// The token the helper knows the leader by.
-    pub token: String,
-    /// PEM CA certificate that signed the helper's (an `https://` address).
-    pub ca: Option<Vec<u8>>,
-}
-
 /// The leader's connection to its helper.
 #[derive(Debug, Clone)]
 pub(crate) struct HelperLink {
@@ -111,24 +101,31 @@ pub(crate) struct HelperLink {
 }
 
 impl HelperLink {
-    /// A link that connects on first use.
-    pub(crate) fn new(address: &HelperAddress) -> Result<Self, ServerError> {
+    /// The link `[verified]` describes (the helper's address, the CA of its certificate, the
+    /// file of the token it knows the leader by), connecting on first use.
+    pub(crate) fn new(settings: &VerifiedSection) -> Result<Self, ServerError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| ServerError::Helper(format!("reading {}: {e}", p.display())))
+        };
+        let token = match &settings.helper_token_file {
+            Some(file) => String::from_utf8_lossy(&read(file)?).trim().to_string(),
+            None => String::new(),
+        };
         let bad = |e: tonic::transport::Error| ServerError::Helper(e.to_string());
-        let mut endpoint = Endpoint::from_shared(address.url.clone()).map_err(bad)?;
-        if address.url.starts_with("https://") {
+        let url = settings.helper.clone();
+        let mut endpoint = Endpoint::from_shared(url.clone()).map_err(bad)?;
+        if url.starts_with("https://") {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
-            if let Some(ca) = &address.ca {
-                tls = tls.ca_certificate(Certificate::from_pem(ca));
+            if let Some(ca) = &settings.helper_ca {
+                tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
             }
             endpoint = endpoint.tls_config(tls).map_err(bad)?;
         }
         let client = HelperClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_HELPER_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_HELPER_MESSAGE_BYTES);
-        Ok(Self {
-            client,
-            token: address.token.clone(),
-        })
+        Ok(Self { client, token })
     }
 
     /// The helper's answer about `batch`, within `timeout`.

@@ -43,7 +43,7 @@ impl UpstreamOptions {
         url: String,
         (name, token): (Option<String>, String),
         ca: Option<&std::path::Path>,
-    ) -> Result<Self, crate::ServerError> {
+    ) -> Result<Self, crate::error::ServerError> {
         let ca = ca.map(std::fs::read).transpose()?;
         let name = (name.or_else(|| std::env::var("HOSTNAME").ok()))
             .unwrap_or_else(|| "aggregator".into());

@@ -8,10 +8,9 @@ use crate::config::plan::{
     LocalRule, SecureNoise, SecurePlan, VerifiedPlan,
 };
 use crate::config::{
-    Aggregator, Cadence, ConfigError, MeanSettings, PrivacyPlan, RunConfig, SecureSettings,
-    TrimmedMeanSettings,
+    Aggregator, Cadence, MeanSettings, PrivacyPlan, RunConfig, SecureSettings, TrimmedMeanSettings,
 };
-use crate::edge::helper::{HelperAddress, HelperLink};
+use crate::edge::helper::HelperLink;
 use crate::error::ServerError;
 use crate::records::ledger::Ledger;
 use crate::records::local_accounts::LocalAccounts;
@@ -425,29 +424,11 @@ impl Builder<'_> {
     /// sensitivity is the proved bound S).
     fn verified(&self, plan: VerifiedPlan) -> Result<SecureParts, ServerError> {
         let s = &plan.settings;
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| {
-                ServerError::Config(ConfigError::Invalid(format!(
-                    "reading {}: {e}",
-                    p.display()
-                )))
-            })
-        };
-        let token = match &s.helper_token_file {
-            Some(file) => String::from_utf8_lossy(&read(file)?).trim().to_string(),
-            None => String::new(),
-        };
-        let ca = s.helper_ca.as_deref().map(read).transpose()?;
-        let address = HelperAddress {
-            url: s.helper.clone(),
-            token,
-            ca,
-        };
         let federation = (self.config.secagg.policy()?).map_or_else(String::new, |p| p.federation);
         let collection = Collection::Verified(VerifiedCollection {
             // A verified upload carries no update whose moments could be taken.
             plain: self.plain_collection(false),
-            helper: HelperLink::new(&address)?,
+            helper: HelperLink::new(s)?,
             helper_timeout: Duration::from_secs_f64(s.helper_timeout_secs),
             task: VerifiedTask {
                 clip: plan.clip,

@@ -12,6 +12,7 @@ const DECISIONS: &[&str] = &[
     "client/src/round.rs",
     "client/src/engine.rs",
     "client/src/secure.rs",
+    "client/src/verified.rs",
     "client/src/state.rs",
     // The mechanisms and what a release costs.
     "privacy/src/mechanism",
@@ -33,6 +34,7 @@ const DECISIONS: &[&str] = &[
     "server/src/config/privacy.rs",
     "server/src/config/local.rs",
     "server/src/config/robust.rs",
+    "server/src/config/verified.rs",
     "server/src/config/moved_keys.rs",
     "server/src/round/policy",
     "server/src/round/rejection.rs",

@@ -22,9 +22,7 @@ impl RunConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         let mode = self.privacy.mode;
         let iadmm = self.train.algorithm == Algorithm::Iadmm;
-        let local = (mode.local())
-            .map(|kind| self.local.settings(kind))
-            .transpose()?;
+        let local = (mode.local()).map(|k| self.local.settings(k)).transpose()?;
         let each_update = match &local {
             Some(settings) => settings.aggregation() == ReleaseAggregation::Mean,
             None => mode == PrivacyMode::None,

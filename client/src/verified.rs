@@ -1,0 +1,24 @@
+//! A client's side of a verified round, without I/O: its update clipped, encoded, proved and
+//! split between the server and the helper (`fl_secagg::verified`), the helper's share sealed to
+//! the key the client holds.
+
+use crate::refusal::Refusal;
+use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard};
+
+/// The verified upload of `update`, or (in the rare case the wraparound check fails an honest
+/// update, which would tell the server something of it) of the zero update in its place.
+pub(crate) fn verified_upload(
+    shape: &Shape,
+    binder: &Binder,
+    helper: &[u8; 32],
+    update: &[f32],
+) -> Result<Box<Report>, Refusal> {
+    let key = HelperPublicKey::from_bytes(helper).map_err(|e| Refusal::Verified(e.to_string()))?;
+    let report = shard(shape, binder, &key, update).or_else(|reason| {
+        tracing::warn!(%reason, "the update could not be proved: sending the zero update instead");
+        shard(shape, binder, &key, &vec![0.0; update.len()])
+    });
+    report
+        .map(Box::new)
+        .map_err(|e| Refusal::Verified(e.to_string()))
+}
