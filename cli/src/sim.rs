@@ -126,7 +126,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
     // unmasked sum can be checked (never sent over the network).
     let oracle = (config.privacy.mode == fl_server::config::PrivacyMode::SecAgg)
         .then(|| Arc::new(PlainInputs::default()));
-    let fleet = Fleet::of(&config, oracle.clone(), identities);
+    let helper_key = sim_helper(&mut config, stop.clone()).await?;
+    let mut fleet = Fleet::of(&config, oracle.clone(), identities);
+    fleet.template.privacy.helper_key = helper_key;
     let observer: fl_server::Observer = {
         let progress = progress.clone();
         Arc::new(move |m| progress.round(m))
@@ -171,6 +173,43 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Ended> {
         _ => None,
     };
     Ok(Ended { summary, signal })
+}
+
+/// Under `privacy.mode = "verified"`, the simulation's own helper: a real one on a loopback port
+/// (its gRPC as a helper run by another party serves it), in place of any `verified.helper`, its
+/// floor of valid uploads `verified.min_clients`, and the token the server presents to it in
+/// `RUN/sim-helper-token` (readable by its owner only). Returns its public key, for the clients.
+async fn sim_helper(
+    config: &mut RunConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<[u8; 32]>> {
+    if config.privacy.mode != fl_server::config::PrivacyMode::Verified {
+        return Ok(None);
+    }
+    let token = fl_server::credentials::new_token()?;
+    let file = config.server.out.join("sim-helper-token");
+    std::fs::create_dir_all(&config.server.out)?;
+    if file.exists() {
+        std::fs::remove_file(&file)?;
+    }
+    fl_common::durable::write_secret(&file, token.as_bytes())
+        .with_context(|| format!("writing {}", file.display()))?;
+    let (key, public) = fl_secagg::verified::HelperKey::generate();
+    let floors = fl_server::HelperFloors {
+        min_clients: config.verified.min_clients,
+        min_noise_multiplier: 0.0,
+    };
+    let options = fl_server::HelperOptions {
+        key,
+        leader_token: token,
+        floors,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    config.verified.helper = format!("http://{}", listener.local_addr()?);
+    config.verified.helper_token_file = Some(file);
+    let server = fl_server::config::ServerSection::default();
+    tokio::spawn(async move { fl_server::help(listener, &server, options, stop).await });
+    Ok(Some(public.to_bytes()))
 }
 
 /// The run's configuration: a new one from `--config` (with its overrides), or the checkpoint's
@@ -259,6 +298,9 @@ struct Fleet {
     speeds: fl_common::pace::Speeds,
     /// The seed that draws each client's speed.
     fleet_seed: u64,
+    /// How many clients are compromised (the first ones), and their attack.
+    attackers: usize,
+    attack: fl_client::Attack,
 }
 
 impl Fleet {
@@ -280,6 +322,10 @@ impl Fleet {
             seed: config.server.seed,
             speeds: config.server.sim_speeds,
             fleet_seed: config.data.partition_seed,
+            attackers: config.server.sim_attackers,
+            attack: fl_client::Attack {
+                scale: (config.server.sim_attack_scale).unwrap_or(config.clients_at(1) as f64),
+            },
         }
     }
 
@@ -301,6 +347,7 @@ impl Fleet {
                 connection: Some(connection.clone()),
                 credentials: credentials[index].clone(),
                 pace: self.speeds.pace(self.fleet_seed, index as u64),
+                attack: (index < self.attackers).then_some(self.attack),
                 ..self.template.clone()
             };
             let local = LocalData {

@@ -17,7 +17,7 @@ use fl_authority::policy::FederationPolicy;
 use fl_model::Model;
 use fl_secagg::task::Task;
 use fl_secagg::verified::{Binder, Report};
-use fl_secagg::{Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
+use fl_secagg::{Credentials, PlainInputs, Quantizer, Ring, RoundTag, ServerStage, StageMessage};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -111,6 +111,17 @@ fn prepare(
             },
         ) => {
             let tag = RoundTag { round, digest };
+            // A compromised client (simulation only) ignores the bound.
+            let (quantizer, values) = match context.attack {
+                Some(attack) => {
+                    let unbounded = Quantizer {
+                        clip: f64::INFINITY,
+                        ..quantizer
+                    };
+                    (unbounded, attack.update(&work.received))
+                }
+                None => (quantizer, values),
+            };
             let input = SecureInput {
                 quantizer,
                 noise_variance,
@@ -129,7 +140,8 @@ fn prepare(
             },
         ) => {
             let binder = Binder::new(&RoundTag { round, digest }, me);
-            verified_upload(&shape, &binder, &helper, &values).map(Ready::Verified)
+            let attack = context.attack.map(|a| a.update(&work.received));
+            verified_upload(&shape, &binder, &helper, (&values, attack)).map(Ready::Verified)
         }
         (Ok(Computed::Protected(_)), Protection::Secure { .. } | Protection::Verified { .. }) => {
             Err(Refusal::LocalReleaseInSecure)
@@ -189,6 +201,7 @@ impl Engine {
                 credentials: None,
                 oracle,
                 policy: None,
+                attack: None,
             },
             shuffle: fl_common::rng::reproducible(seed),
             secure: None,
@@ -219,6 +232,12 @@ impl Engine {
         self.secure_context.policy = policy.clone();
         self.policy = policy;
         self.state = state;
+        self
+    }
+
+    /// Simulation only: the engine of a compromised client ([`crate::Attack`]).
+    pub(crate) fn attacking(mut self, attack: Option<crate::Attack>) -> Self {
+        self.secure_context.attack = attack;
         self
     }
 

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+mod attack;
 mod connection;
 mod engine;
 mod logging;
@@ -23,6 +24,7 @@ mod trainer;
 mod verified;
 mod wire;
 
+pub use attack::Attack;
 pub use connection::{
     CLIENTS_PER_CONNECTION, ClientTls, Connection, assigned_partition, shared_connections,
 };
@@ -176,6 +178,9 @@ pub struct ClientOptions {
     /// A process of many clients: where each says the rounds it trained, for one line per round
     /// naming them (`None`: the client says each round itself).
     pub round_log: Option<RoundLog>,
+    /// Simulation only: the client is compromised and attacks secure and verified rounds
+    /// ([`Attack`]); `None` for every real client.
+    pub attack: Option<Attack>,
 }
 
 impl ClientOptions {
@@ -199,6 +204,7 @@ impl ClientOptions {
             connection: None,
             pace: Pace::Natural,
             round_log: None,
+            attack: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! A client's side of a secure-aggregation round, without I/O: quantise and noise the update,
 //! then answer each of the server's stage messages with `fl_secagg::ClientRound`.
 
+use crate::Attack;
 use fl_authority::policy::FederationPolicy;
 use fl_privacy::add_discrete_gaussian_noise;
 use fl_secagg::{
@@ -128,6 +129,8 @@ pub(crate) struct SecureContext {
     pub(crate) oracle: Option<Arc<PlainInputs>>,
     /// The federation's rules: the round's minimums, checked at each stage.
     pub(crate) policy: Option<Arc<FederationPolicy>>,
+    /// Simulation only: the client is compromised.
+    pub(crate) attack: Option<Attack>,
 }
 
 /// What a client enters a secure round with, as admission permitted it.

@@ -52,6 +52,7 @@ async fn run_named(
     let mut engine = Engine::new(trainer, opts.privacy, opts.oracle.clone(), opts.seed)
         .signing_with(opts.credentials.clone())
         .remembering(opts.policy.clone(), state)
+        .attacking(opts.attack)
         .reporting_to(&opts.name, opts.round_log.clone());
     let mut held = None;
     loop {

@@ -3,17 +3,22 @@
 //! the key the client holds.
 
 use crate::refusal::Refusal;
-use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard};
+use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard, shard_unclipped};
 
 /// The verified upload of `update`, or (in the rare case the wraparound check fails an honest
-/// update, which would tell the server something of it) of the zero update in its place.
+/// update, which would tell the server something of it) of the zero update in its place; or,
+/// for a compromised client (simulation only), its attack's update unclipped.
 pub(crate) fn verified_upload(
     shape: &Shape,
     binder: &Binder,
     helper: &[u8; 32],
-    update: &[f32],
+    (update, attack): (&[f32], Option<Vec<f32>>),
 ) -> Result<Box<Report>, Refusal> {
     let key = HelperPublicKey::from_bytes(helper).map_err(|e| Refusal::Verified(e.to_string()))?;
+    if let Some(poisoned) = attack {
+        let report = shard_unclipped(shape, binder, &key, &poisoned);
+        return (report.map(Box::new)).map_err(|e| Refusal::Verified(e.to_string()));
+    }
     let report = shard(shape, binder, &key, update).or_else(|reason| {
         tracing::warn!(%reason, "the update could not be proved: sending the zero update instead");
         shard(shape, binder, &key, &vec![0.0; update.len()])

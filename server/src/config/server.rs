@@ -100,6 +100,14 @@ pub struct ServerSection {
     /// SIGMA^2); or `slow:FRACTION:FACTOR`, that share of the clients FACTOR times slower.
     /// `fl-client --simulate --speeds` builds the same fleet.
     pub sim_speeds: Speeds,
+    /// `fl sim` only: how many simulated clients are compromised (the first ones by index). In
+    /// secure and verified rounds each sends the model-replacement attack's update,
+    /// `sim_attack_scale` (0 - w_t), without the clip its round asks for (a simulation device,
+    /// to measure what the verified mode stops).
+    pub sim_attackers: usize,
+    /// `fl sim` only: gamma, the compromised clients' scale (default: the clients per round of
+    /// round 1, m / eta with FedAvg's eta = 1).
+    pub sim_attack_scale: Option<f64>,
 }
 
 impl Default for ServerSection {
@@ -134,6 +142,8 @@ impl Default for ServerSection {
             aggregator_token: None,
             aggregator_enrollment: None,
             sim_speeds: Speeds::Uniform,
+            sim_attackers: 0,
+            sim_attack_scale: None,
         }
     }
 }

@@ -108,12 +108,23 @@ impl HelperLink {
             std::fs::read(p)
                 .map_err(|e| ServerError::Helper(format!("reading {}: {e}", p.display())))
         };
-        let token = match &settings.helper_token_file {
-            Some(file) => String::from_utf8_lossy(&read(file)?).trim().to_string(),
-            None => String::new(),
-        };
-        let bad = |e: tonic::transport::Error| ServerError::Helper(e.to_string());
         let url = settings.helper.clone();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ServerError::Helper(
+                "privacy.mode = \"verified\" needs verified.helper, the helper's http:// or \
+                 https:// address"
+                    .into(),
+            ));
+        }
+        let file = (settings.helper_token_file.as_deref()).ok_or_else(|| {
+            ServerError::Helper(
+                "privacy.mode = \"verified\" needs verified.helper_token_file, the file holding \
+                 the token the helper knows this server by"
+                    .into(),
+            )
+        })?;
+        let token = String::from_utf8_lossy(&read(file)?).trim().to_string();
+        let bad = |e: tonic::transport::Error| ServerError::Helper(e.to_string());
         let mut endpoint = Endpoint::from_shared(url.clone()).map_err(bad)?;
         if url.starts_with("https://") {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
