@@ -14,7 +14,9 @@ pub struct Attack {
 
 impl Attack {
     /// gamma (0 - w_t): the update that, scaled up by the others' mean, replaces w_t by zero.
+    /// Logged once per use, so that a simulation can count the poisoned uploads it sent.
     pub(crate) fn update(&self, global: &[f32]) -> Vec<f32> {
+        tracing::warn!(scale = self.scale, "simulated attack: poisoned upload");
         global
             .iter()
             .map(|&w| (-self.scale * f64::from(w)) as f32)
