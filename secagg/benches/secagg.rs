@@ -17,18 +17,27 @@
 //! clients run one after the other in one process: the times are the round's total work, not
 //! its wall-clock time across machines.
 //!
+//! `verified_cost` sets a verified round (`fl_secagg::verified`) beside the signed secure round,
+//! in one run, at d = 100,000 and d = 535,818 with 100 clients: one client's proof (clip, encode,
+//! prove, split and seal), the two aggregators' checks of 100 uploads (the leader's preparation,
+//! the helper's, and the leader's decisions and sum), and the whole round (100 proofs and the
+//! checks) against the signed secure round of `round_cost`, all in one process as above.
+//!
 //! `cargo bench -p fl-secagg --bench secagg`; report medians with the machine's core count.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fl_authority::{Authority, Identity};
 use fl_secagg::task::TaskDigest;
+use fl_secagg::verified::{
+    Binder, Helper, HelperKey, HelperPublicKey, LeaderRound, Report, Shape, shard,
+};
 use fl_secagg::{
     AdvertiseKeys, AdvertisedKeys, ClientRound, GraphKind, Member, Neighbourhood, Proceed, Ring,
     RoundSetup, RoundTag, SealedShares, Sign, Unmasking, apply_mask, auto_degree,
 };
 use fl_secagg::{Consistency, Credentials, Verifier};
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -340,11 +349,106 @@ fn round_cost(c: &mut Criterion) {
     group.finish();
 }
 
+/// Clients in `verified_cost`'s rounds (K = 100, every client in the round).
+const VERIFIED_CLIENTS: u64 = 100;
+
+/// An update of L2 norm 0.9 for client `c`.
+fn verified_update(dim: usize, c: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(c);
+    let u: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() - 0.5).collect();
+    let norm = u.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+    u.iter()
+        .map(|v| (f64::from(*v) * 0.9 / norm) as f32)
+        .collect()
+}
+
+/// Every client's upload for round `tag`.
+fn verified_uploads(shape: &Shape, tag: &RoundTag, key: &HelperPublicKey) -> Vec<(u64, Report)> {
+    (0..VERIFIED_CLIENTS)
+        .map(|c| {
+            let update = verified_update(shape.dim, c);
+            (c, shard(shape, &Binder::new(tag, c), key, &update).unwrap())
+        })
+        .collect()
+}
+
+/// Both aggregators' checks of `uploads` and the verified sum; a fresh helper each time, since a
+/// helper answers each round once.
+fn verified_checks(shape: Shape, key: &[u8; 32], uploads: Vec<(u64, Report)>) -> usize {
+    let mut helper = Helper::new(HelperKey::from_bytes(key).unwrap(), 1, 0.0);
+    let (leader, batch) = LeaderRound::start(TAG, shape, uploads, 0.0);
+    let reply = helper.answer(&batch).unwrap();
+    leader.finish(reply).unwrap().accepted
+}
+
+fn verified_cost(c: &mut Criterion) {
+    let mut group = c.benchmark_group("verified_cost");
+    group.sample_size(10);
+    let authority = Authority::generate().unwrap();
+    let verifier = Verifier::new(authority.public(), None).unwrap();
+    let signed: Vec<_> = (0..VERIFIED_CLIENTS)
+        .map(|u| {
+            let identity = Identity::generate().unwrap();
+            let certificate = authority.certify(&format!("site-{u}"), &identity.public());
+            let credentials = Credentials::new(identity, certificate.unwrap(), verifier.clone());
+            Some(Arc::new(credentials.unwrap()))
+        })
+        .collect();
+    let (key, public) = HelperKey::generate();
+    let key = key.to_bytes();
+    for (size, dim) in [("d100000", 100_000), ("d535818", 535_818)] {
+        let shape = Shape::new(dim, 1.0).unwrap();
+        group.bench_function(format!("{size}_signed_secure_round"), |b| {
+            b.iter(|| {
+                black_box(whole_round(
+                    (VERIFIED_CLIENTS, dim),
+                    GraphKind::Complete,
+                    &signed,
+                ))
+            })
+        });
+        let update = verified_update(dim, 0);
+        group.bench_function(format!("{size}_client_proof"), |b| {
+            b.iter(|| black_box(shard(&shape, &Binder::new(&TAG, 0), &public, &update)))
+        });
+        let uploads = verified_uploads(&shape, &TAG, &public);
+        let bytes = upload_bytes(&uploads[0].1);
+        println!(
+            "verified_cost/{size}: one client's upload {bytes} bytes, secure 4 d = {}",
+            4 * dim
+        );
+        group.bench_function(format!("{size}_checks_of_100_uploads"), |b| {
+            let fresh = || uploads.clone();
+            b.iter_batched(
+                fresh,
+                |u| verified_checks(shape, &key, u),
+                BatchSize::LargeInput,
+            )
+        });
+        group.bench_function(format!("{size}_verified_round"), |b| {
+            b.iter(|| verified_checks(shape, &key, verified_uploads(&shape, &TAG, &public)))
+        });
+    }
+    group.finish();
+}
+
+/// The bytes of a verified upload's fields: the leader's input and proof shares (8 bytes per
+/// field element), its blind and the helper's two parts, and the sealed share (the wire's
+/// framing adds a few bytes per chunk of 16 KiB).
+fn upload_bytes(report: &Report) -> usize {
+    let leader = &report.leader;
+    8 * (leader.input.len() + leader.proof.len())
+        + 3 * 32
+        + report.helper.encapped_key.len()
+        + report.helper.ciphertext.len()
+}
+
 criterion_group!(
     benches,
     mask_expansion,
     client_round,
     server_unmask,
-    round_cost
+    round_cost,
+    verified_cost
 );
 criterion_main!(benches);

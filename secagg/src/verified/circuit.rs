@@ -171,34 +171,35 @@ impl NormCircuit {
         Ok(out)
     }
 
-    /// Z_k: two keystream bits per value, 0 read as -1, 3 as 1, 1 and 2 as 0.
-    pub(super) fn z_row(&self, k: usize) -> Vec<i8> {
-        let mut nonce = [0u8; 12];
-        nonce[..8].copy_from_slice(&(k as u64).to_le_bytes());
+    /// For each k < r, <Z_k, v> over the integers. Z_k is the keystream of ChaCha20 under the Z
+    /// seed with nonce k, two bits per value, 0 read as -1, 3 as 1, 1 and 2 as 0; each value is
+    /// added or subtracted under a mask, without a branch or a field operation: r d of these are
+    /// most of a proof's and a query's time.
+    pub(super) fn projections<T: Copy + Into<i128>>(&self, values: &[T]) -> Vec<i128> {
         let mut bytes = vec![0u8; self.dim.div_ceil(4)];
-        ChaCha20::new(&self.z_seed.into(), &nonce.into()).write_keystream(&mut bytes);
-        let values = bytes
-            .iter()
-            .flat_map(|&b| (0..4).map(move |i| (b >> (2 * i)) & 3));
-        values
-            .take(self.dim)
-            .map(|two_bits| i8::from(two_bits == 3) - i8::from(two_bits == 0))
+        (0..self.reps)
+            .map(|k| {
+                let mut nonce = [0u8; 12];
+                nonce[..8].copy_from_slice(&(k as u64).to_le_bytes());
+                bytes.fill(0);
+                ChaCha20::new(&self.z_seed.into(), &nonce.into()).write_keystream(&mut bytes);
+                let mut acc = 0i128;
+                for (four, &b) in values.chunks(4).zip(&bytes) {
+                    for (i, &v) in four.iter().enumerate() {
+                        let code = (b >> (2 * i)) & 3;
+                        let v: i128 = v.into();
+                        acc += (v & -i128::from(code == 3)) - (v & -i128::from(code == 0));
+                    }
+                }
+                acc
+            })
             .collect()
     }
+}
 
-    /// <Z_k, X>.
-    pub(super) fn project(&self, k: usize, x: &[F]) -> F {
-        let z = self.z_row(k);
-        z.iter().zip(x).fold(F::zero(), |acc, (&z, &v)| {
-            if z > 0 {
-                acc + v
-            } else if z < 0 {
-                acc - v
-            } else {
-                acc
-            }
-        })
-    }
+/// An integer as a field element (reduced modulo q).
+pub(super) fn reduce(v: i128) -> F {
+    F::from(v.rem_euclid(i128::from(F::modulus())) as u64)
 }
 
 impl Flp for NormCircuit {
@@ -236,12 +237,14 @@ impl Flp for NormCircuit {
         out.push(self.squares(&mut gadgets[1], x)? - v0);
         out.push(v0 + u0 - shared(self.bound, num_shares)?);
         let a = shared(self.slack, num_shares)?;
+        let residues: Vec<u64> = x.iter().map(|&v| u64::from(v)).collect();
+        let projections = self.projections(&residues);
         let mut flags = Vec::with_capacity(self.reps);
-        for (k, &s_k) in s.iter().enumerate() {
+        for (k, (&s_k, &y)) in s.iter().zip(&projections).enumerate() {
             let at = self.v1_at(k) - self.dim;
             let v1 = recompose(&bits[at..at + self.b1]);
             flags.push(bits[at + self.b1]);
-            out.push(self.project(k, x) + a - v1 - s_k);
+            out.push(reduce(y) + a - v1 - s_k);
         }
         let (r, mut power, mut products) = (mul_rand[0], mul_rand[0], F::zero());
         for (&g, &s) in flags.iter().zip(s) {

@@ -2,7 +2,7 @@
 //! the results the circuit checks (the bits of V0 and U0, and for each wraparound repetition the
 //! bits of V1_k, its flag g_k and S_k; draft-chen-cfrg-vdaf-pine, "Wraparound Protocol").
 
-use super::circuit::{F, NormCircuit};
+use super::circuit::{F, NormCircuit, reduce};
 
 /// Why an update cannot be encoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -110,14 +110,8 @@ impl NormCircuit {
         let a = i128::from(self.slack);
         let top = 2 * a + 1;
         let (mut passed, mut s) = (0, Vec::with_capacity(self.reps));
-        for k in 0..self.reps {
-            let z = self.z_row(k);
-            // Y_k = <Z_k, X>, exact in integers (|Y_k| <= d sqrt(B) for an honest X).
-            let y: i128 = z
-                .iter()
-                .zip(x)
-                .map(|(&z, &v)| i128::from(z) * i128::from(v))
-                .sum();
+        // Y_k = <Z_k, X>, exact in integers (|Y_k| <= d sqrt(B) for an honest X).
+        for y in self.projections(x) {
             let passes = (-a..=a + 1).contains(&y);
             let flagged = (passes || force) && passed < self.pass;
             let v1 = match (flagged, passes) {
@@ -128,7 +122,7 @@ impl NormCircuit {
             bits_of(v1 as u128, self.b1, &mut input);
             input.push(F::from(u64::from(flagged)));
             passed += usize::from(flagged);
-            s.push(field(y + a - v1));
+            s.push(reduce(y + a - v1));
         }
         if passed < self.pass {
             let needed = self.pass;

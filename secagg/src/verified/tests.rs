@@ -111,10 +111,7 @@ fn a_vector_whose_squares_wrap_around_is_refused() {
     push_bits(0, c.b0, &mut input);
     push_bits(c.bound, c.b0, &mut input);
     let a = i128::from(c.slack);
-    let ys: Vec<i128> = (0..c.reps)
-        .map(|k| c.z_row(k))
-        .map(|z| i128::from(z[0]) * i128::from(big) + i128::from(z[1]))
-        .collect();
+    let ys = c.projections(&x);
     let passing = ys.iter().filter(|y| (-a..=a + 1).contains(y)).count();
     assert!(
         passing < c.pass,
@@ -122,14 +119,14 @@ fn a_vector_whose_squares_wrap_around_is_refused() {
     );
     let mut lies = c.pass - passing;
     let mut s = Vec::new();
-    for (k, &y) in ys.iter().enumerate() {
+    for &y in &ys {
         let passes = (-a..=a + 1).contains(&y);
         let lie = !passes && lies > 0;
         lies -= usize::from(lie);
         let v1 = ((y + a).rem_euclid(1 << c.b1)) as u64;
         push_bits(v1, c.b1, &mut input);
         input.push(F::from(u64::from(passes || lie)));
-        s.push(c.project(k, &input[..DIM]) + F::from(c.slack) - F::from(v1));
+        s.push(circuit::reduce(y + a - i128::from(v1)));
     }
     input.extend(s);
     assert_eq!(input.len(), c.input_len());
