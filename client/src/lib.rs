@@ -34,6 +34,7 @@ pub use session::{run, run_client};
 pub use slots::TrainingSlots;
 pub use state::{StateError, state_file};
 pub use trainer::{Evaluation, SgdTrainer, TrainRequest, Trained, Trainer};
+pub use verified::helper_key;
 
 pub use fl_common::pace::Pace;
 use fl_datasets::Dataset;

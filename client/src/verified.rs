@@ -5,6 +5,14 @@
 use crate::refusal::Refusal;
 use fl_secagg::verified::{Binder, HelperPublicKey, Report, Shape, shard, shard_unclipped};
 
+/// A helper's public key from its 64 hex digits (as `fl-server --role helper` prints it).
+pub fn helper_key(text: &str) -> Result<[u8; 32], String> {
+    let bytes = hex::decode(text.trim()).map_err(|e| format!("not hex: {e}"))?;
+    HelperPublicKey::from_bytes(&bytes)
+        .map(|key| key.to_bytes())
+        .map_err(|e| format!("{e}: 64 hex digits"))
+}
+
 /// The verified upload of `update`, or (in the rare case the wraparound check fails an honest
 /// update, which would tell the server something of it) of the zero update in its place; or,
 /// for a compromised client (simulation only), its attack's update unclipped.

@@ -42,7 +42,7 @@ impl Client {
         server, *, token=None, ca=None, cert=None, key=None, tls_domain=None,
         privacy="follow", epsilon=None, delta=None, clip_bound=None, name=None,
         connect_timeout=240.0, authority=None, identity=None, certificate=None, revocations=None,
-        policy=None, max_total_epsilon=None, state_dir=None
+        policy=None, max_total_epsilon=None, state_dir=None, helper_key=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, each optional.
     fn new(
@@ -65,6 +65,7 @@ impl Client {
         policy: Option<PathBuf>,
         max_total_epsilon: Option<f64>,
         state_dir: Option<PathBuf>,
+        helper_key: Option<&str>,
     ) -> PyResult<Self> {
         let policy = federation_policy(policy, authority.as_deref())?;
         let credentials = match (authority, identity, certificate) {
@@ -85,7 +86,10 @@ impl Client {
             delta,
             clip: clip_bound,
         };
-        let privacy = client_privacy(privacy, limits, max_total_epsilon)?;
+        let mut privacy = client_privacy(privacy, limits, max_total_epsilon)?;
+        privacy.helper_key = (helper_key.map(fl_client::helper_key))
+            .transpose()
+            .map_err(PyValueError::new_err)?;
         let tls = match (ca, cert, key) {
             (None, None, None) => None,
             (Some(ca), cert, key) => {

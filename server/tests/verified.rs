@@ -64,28 +64,44 @@ async fn compromised(endpoint: String, helper: [u8; 32]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poisoned_upload_is_excluded_and_the_honest_ones_are_summed() {
-    let out = std::env::temp_dir().join(format!("fl-verified-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
+/// Runs `config` with 2 honest clients and, with `attacked`, the compromised one (else a third
+/// honest client); returns the summary and the run folder.
+async fn run(
+    out: &Path,
+    configure: fn(&mut RunConfig),
+    attacked: bool,
+) -> fl_server::output::Summary {
+    std::fs::create_dir_all(out).unwrap();
     let (_stop_helper, helper_stop) = tokio::sync::watch::channel(false);
-    let (helper, public) = start_helper(&out, helper_stop).await;
+    let (helper, public) = start_helper(out, helper_stop).await;
     let data = Arc::new(blobs(300));
-    let server = support::start_server(config(&out, &helper), data.clone(), None, None).await;
+    let mut c = config(out, &helper);
+    configure(&mut c);
+    let server = support::start_server(c, data.clone(), None, None).await;
     let slots = TrainingSlots::new(2);
-    let honest: Vec<_> = (0..2)
+    let honest_count = if attacked { 2 } else { 3 };
+    let honest: Vec<_> = (0..honest_count)
         .map(|i| {
             let mut options: ClientOptions = support::client_options(&server.endpoint, i, &slots);
             options.privacy.helper_key = Some(public);
             tokio::spawn(run_client(options, support::client_data(&data, i)))
         })
         .collect();
-    let evil = tokio::spawn(compromised(server.endpoint.clone(), public));
+    let evil = attacked.then(|| tokio::spawn(compromised(server.endpoint.clone(), public)));
     let summary = support::finished(server.handle).await;
     for client in honest {
         client.await.unwrap().expect("honest clients finish");
     }
-    evil.await.unwrap();
+    if let Some(evil) = evil {
+        evil.await.unwrap();
+    }
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_upload_is_excluded_and_the_honest_ones_are_summed() {
+    let out = std::env::temp_dir().join(format!("fl-verified-{}", std::process::id()));
+    let summary = run(&out, |_| {}, true).await;
     assert_eq!(summary.rounds_completed, 2);
     for m in support::read_metrics(&out) {
         let verified = m.verified.expect("a verified round's figures");
@@ -103,6 +119,44 @@ async fn a_poisoned_upload_is_excluded_and_the_honest_ones_are_summed() {
         );
         assert_eq!(verified.aborted, None);
         assert_eq!(m.completed, 2);
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// With the aggregators' noise the run keeps a ledger like `central`'s: its chain verifies and
+/// it replays to the epsilon the run reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noised_verified_run_keeps_a_ledger_that_replays_to_its_epsilon() {
+    let out = std::env::temp_dir().join(format!("fl-verified-dp-{}", std::process::id()));
+    let noised = |c: &mut RunConfig| {
+        c.verified.noise = fl_server::config::VerifiedNoise::Aggregators;
+        c.privacy.sampling = fl_privacy::Sampling::Fixed;
+        c.privacy.noise_multiplier = 1.0.into();
+        c.privacy.epsilon = 100.0;
+    };
+    let summary = run(&out, noised, false).await;
+    assert_eq!(summary.rounds_completed, 2);
+    let ledger = out.join("ledger.jsonl");
+    let (entries, _) = fl_server::ledger::verify(&ledger, None).unwrap();
+    assert_eq!(entries.len(), 2);
+    let mut planned = config(&out, "http://the-helper.invalid");
+    noised(&mut planned);
+    let terms = *planned
+        .plan()
+        .unwrap()
+        .ledger()
+        .expect("a noised run keeps a ledger");
+    let replayed = fl_server::ledger::replay(&ledger, &terms.budget, terms.accountant);
+    let ((epsilon, _), rounds) = replayed.unwrap();
+    assert_eq!(rounds, 2);
+    let reported = summary.epsilon.expect("the run's epsilon");
+    assert!(
+        (epsilon - reported).abs() <= 1e-9 * reported,
+        "{epsilon} vs {reported}"
+    );
+    for m in support::read_metrics(&out) {
+        assert_eq!(m.verified.map(|v| v.accepted), Some(3));
+        assert!(m.noise_std.is_some_and(|s| s > 0.0), "round {}", m.round);
     }
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -115,7 +115,7 @@ pub(crate) struct Args {
     /// The helper's public key (64 hex digits, as `fl-server --role helper` prints it) that this
     /// client seals the helper's share of a verified upload to: the second aggregator it trusts
     /// not to collude with the server. Without it, verified rounds are refused.
-    #[arg(long, value_parser = helper_key)]
+    #[arg(long, value_parser = fl_client::helper_key)]
     pub(crate) helper_key: Option<[u8; 32]>,
     /// Where each client of this process remembers, across restarts, the local privacy it
     /// spent and the secure rounds it took part in (one file per federation and client name),
@@ -225,14 +225,6 @@ pub(crate) fn options(
         tls,
         ..ClientOptions::new(&args.server)
     }
-}
-
-/// A helper's public key from its 64 hex digits.
-fn helper_key(text: &str) -> Result<[u8; 32], String> {
-    let bytes = hex::decode(text.trim()).map_err(|e| format!("not hex: {e}"))?;
-    fl_secagg::verified::HelperPublicKey::from_bytes(&bytes)
-        .map(|key| key.to_bytes())
-        .map_err(|e| format!("{e}: 64 hex digits"))
 }
 
 #[cfg(test)]
