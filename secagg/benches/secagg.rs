@@ -408,7 +408,7 @@ fn verified_cost(c: &mut Criterion) {
     let key = key.to_bytes();
     for (size, dim) in [("d100000", 100_000), ("d535818", 535_818)] {
         let shape = Shape::new(dim, 1.0).unwrap();
-        group.bench_function(format!("{size}_signed_secure_round"), |b| {
+        group.bench_function(format!("{size}/signed_secure_round"), |b| {
             b.iter(|| {
                 black_box(whole_round(
                     (VERIFIED_CLIENTS, dim),
