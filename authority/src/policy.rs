@@ -43,10 +43,10 @@ pub enum PolicyMode {
     Local(LocalKind),
     /// Secure aggregation (its input noised to the policy's floor).
     SecAgg,
-    /// Verified uploads: shares for two aggregators with a proof of the norm bound.
-    Verified,
     /// Inexact ADMM's step instead of FedAvg's local SGD (under a protection also allowed).
     Iadmm,
+    /// Verified uploads: shares for two aggregators with a proof of the norm bound.
+    Verified,
 }
 
 impl PolicyMode {

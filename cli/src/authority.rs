@@ -92,7 +92,8 @@ pub struct PolicyArgs {
     serial: u64,
     /// The kinds of round clients take part in, comma-separated, every other refused: plain
     /// (raw updates to a trusted curator: privacy modes none and central), ldp-gaussian,
-    /// ldp-laplace, signds, secagg, iadmm.
+    /// ldp-laplace, signds, secagg, iadmm, verified (a policy that lists verified and not secagg
+    /// makes its clients refuse unverified secure rounds).
     #[arg(long, value_delimiter = ',', required = true)]
     allow: Vec<PolicyMode>,
     /// The fewest admitted clients |U1| of a secure round.

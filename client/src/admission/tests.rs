@@ -48,9 +48,17 @@ fn secure(federation: &str) -> SecureTask {
 
 /// Admits `task` for a signing client under `policy`, with nothing spent.
 fn admit_under(task: &Task, policy: Option<&FederationPolicy>) -> Result<Protection, Refusal> {
+    admit_holding(task, policy, ClientPrivacy::default())
+}
+
+/// [`admit_under`] for a client with `privacy`.
+fn admit_holding(
+    task: &Task,
+    policy: Option<&FederationPolicy>,
+    privacy: ClientPrivacy,
+) -> Result<Protection, Refusal> {
     let trainer = trainer();
     let state = ClientState::open(None, policy, None).unwrap();
-    let privacy = ClientPrivacy::default();
     let ours = Ours {
         privacy: &privacy,
         policy,
@@ -148,6 +156,51 @@ fn a_policy_client_refuses_every_kind_of_round_its_policy_does_not_list() {
     assert!(matches!(
         admit_under(&secure, Some(&secure_only)).unwrap(),
         Protection::Secure { .. }
+    ));
+}
+
+/// A policy that lists `verified` and not `secagg` makes its clients refuse unverified secure
+/// rounds; a verified round is admitted only by a client holding a helper key, and not under a
+/// policy that does not list it.
+#[test]
+fn a_policy_can_require_verified_rounds() {
+    let verified_only = policy(&[PolicyMode::Verified]);
+    let secure = Task {
+        secure: Some(secure("hospitals")),
+        ..plain()
+    };
+    let refused = admit_under(&secure, Some(&verified_only)).unwrap_err();
+    assert!(matches!(
+        refused,
+        Refusal::NotAllowed {
+            mode: PolicyMode::SecAgg,
+            ..
+        }
+    ));
+    let verified = Task {
+        verified: Some(VerifiedTask {
+            clip: 1.0,
+            federation: "hospitals".into(),
+            run: 7,
+            min_clients: 2,
+        }),
+        ..plain()
+    };
+    let holding = ClientPrivacy {
+        helper_key: Some(fl_secagg::verified::HelperKey::generate().1.to_bytes()),
+        ..ClientPrivacy::default()
+    };
+    let admitted = admit_holding(&verified, Some(&verified_only), holding);
+    assert!(matches!(admitted.unwrap(), Protection::Verified { .. }));
+    let keyless = admit_under(&verified, Some(&verified_only)).unwrap_err();
+    assert!(matches!(keyless, Refusal::NoHelperKey));
+    let refused = admit_holding(&verified, Some(&policy(&[PolicyMode::SecAgg])), holding);
+    assert!(matches!(
+        refused.unwrap_err(),
+        Refusal::NotAllowed {
+            mode: PolicyMode::Verified,
+            ..
+        }
     ));
 }
 
