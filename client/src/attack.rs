@@ -5,6 +5,8 @@
 //! round's quantiser is given no bound, a verified upload is sharded unclipped with a proof that
 //! claims the bound. An honest client never has one.
 
+use fl_secagg::Quantizer;
+
 /// See the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Attack {
@@ -21,5 +23,18 @@ impl Attack {
             .iter()
             .map(|&w| (-self.scale * f64::from(w)) as f32)
             .collect()
+    }
+
+    /// A secure round's input: the attack's update, and the round's code without its bound.
+    pub(crate) fn secure_input(
+        &self,
+        quantizer: Quantizer,
+        global: &[f32],
+    ) -> (Quantizer, Vec<f32>) {
+        let unbounded = Quantizer {
+            clip: f64::INFINITY,
+            ..quantizer
+        };
+        (unbounded, self.update(global))
     }
 }

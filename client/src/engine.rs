@@ -17,7 +17,7 @@ use fl_authority::policy::FederationPolicy;
 use fl_model::Model;
 use fl_secagg::task::Task;
 use fl_secagg::verified::{Binder, Report};
-use fl_secagg::{Credentials, PlainInputs, Quantizer, Ring, RoundTag, ServerStage, StageMessage};
+use fl_secagg::{Credentials, PlainInputs, Ring, RoundTag, ServerStage, StageMessage};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -111,17 +111,8 @@ fn prepare(
             },
         ) => {
             let tag = RoundTag { round, digest };
-            // A compromised client (simulation only) ignores the bound.
-            let (quantizer, values) = match context.attack {
-                Some(attack) => {
-                    let unbounded = Quantizer {
-                        clip: f64::INFINITY,
-                        ..quantizer
-                    };
-                    (unbounded, attack.update(&work.received))
-                }
-                None => (quantizer, values),
-            };
+            let attacked = (context.attack).map(|a| a.secure_input(quantizer, &work.received));
+            let (quantizer, values) = attacked.unwrap_or((quantizer, values));
             let input = SecureInput {
                 quantizer,
                 noise_variance,

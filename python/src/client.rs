@@ -87,9 +87,8 @@ impl Client {
             clip: clip_bound,
         };
         let mut privacy = client_privacy(privacy, limits, max_total_epsilon)?;
-        privacy.helper_key = (helper_key.map(fl_client::helper_key))
-            .transpose()
-            .map_err(PyValueError::new_err)?;
+        let helper_key = helper_key.map(fl_client::helper_key).transpose();
+        privacy.helper_key = helper_key.map_err(PyValueError::new_err)?;
         let tls = match (ca, cert, key) {
             (None, None, None) => None,
             (Some(ca), cert, key) => {

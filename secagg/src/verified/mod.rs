@@ -5,7 +5,7 @@
 //!
 //! - [`shape`]: the round's public parameters and the binder of one upload;
 //! - [`report`]: the client's shares and proof ([`shard`]);
-//! - [`prepare`]: the aggregators' checks ([`prepare()`], [`decide`]);
+//! - [`mod@prepare`]: the aggregators' checks ([`prepare()`], [`decide`]);
 //! - [`seal`]: the helper's share, sealed to it with HPKE;
 //! - [`batch`]: one round between the leader and the helper.
 
