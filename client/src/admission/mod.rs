@@ -291,14 +291,7 @@ fn secure_input(
         min_survivors,
     } = secure;
     allowed(ours.policy, PolicyMode::SecAgg)?;
-    if let Some(p) = ours.policy
-        && p.federation != *federation
-    {
-        return Err(Refusal::OtherFederation {
-            round: federation.clone(),
-            ours: p.federation.clone(),
-        });
-    }
+    same_federation(ours.policy, federation)?;
     match (*signed, ours.signing) {
         (false, true) => return Err(Refusal::UnsignedRound),
         (true, false) => return Err(Refusal::NoIdentity),
@@ -336,6 +329,17 @@ fn secure_input(
     })
 }
 
+/// Refuses a round of another federation than the policy's (any, without a policy).
+fn same_federation(policy: Option<&FederationPolicy>, federation: &str) -> Result<(), Refusal> {
+    match policy {
+        Some(p) if p.federation != federation => Err(Refusal::OtherFederation {
+            round: federation.to_string(),
+            ours: p.federation.clone(),
+        }),
+        Some(_) | None => Ok(()),
+    }
+}
+
 /// A verified upload: allowed by the policy, of the policy's federation, with a helper key to
 /// seal to, and a shape that gives a circuit.
 fn verified_input(
@@ -352,14 +356,7 @@ fn verified_input(
         min_clients: _,
     } = verified;
     allowed(ours.policy, PolicyMode::Verified)?;
-    if let Some(p) = ours.policy
-        && p.federation != *federation
-    {
-        return Err(Refusal::OtherFederation {
-            round: federation.clone(),
-            ours: p.federation.clone(),
-        });
-    }
+    same_federation(ours.policy, federation)?;
     let helper = ours.privacy.helper_key.ok_or(Refusal::NoHelperKey)?;
     let shape =
         Shape::new(task.model.num_params(), *clip).map_err(|e| Refusal::Verified(e.to_string()))?;
